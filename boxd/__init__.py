@@ -1,0 +1,1 @@
+"""boxd: a box where AI agents work for their owner, one Linux user and broker per task."""

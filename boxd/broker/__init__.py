@@ -1,0 +1,1 @@
+"""The broker: one process per task, the task's only door to the box."""

@@ -1,0 +1,35 @@
+"""The broker's calls to the manager, which keeps the log.
+
+While boxd restarts its name is briefly unowned; a worker's step must not fail for that, so
+calls wait for the manager to come back, for a while.
+"""
+
+import asyncio
+from typing import Any
+
+from dbus_fast.aio import MessageBus
+
+from boxd.dbus.client import BoxClient
+from boxd.dbus.interface import BROKER
+from boxd.errors import BoxError, Problem
+
+_PATIENCE_SECONDS = 90.0
+
+
+class ManagerLink:
+    def __init__(self, bus: MessageBus, task_id: str) -> None:
+        self._client = BoxClient(bus, BROKER)
+        self.task_id = task_id
+
+    async def call(self, member: str, *args: str) -> Any:
+        waited = 0.0
+        delay = 0.05
+        while True:
+            try:
+                return await self._client.call(member, self.task_id, *args)
+            except BoxError as error:
+                if error.problem != Problem.UNAVAILABLE or waited >= _PATIENCE_SECONDS:
+                    raise
+            await asyncio.sleep(delay)
+            waited += delay
+            delay = min(delay * 2, 1.0)

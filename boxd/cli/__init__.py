@@ -1,0 +1,1 @@
+"""boxctl: the owner's command line for the box, over D-Bus."""

@@ -1,0 +1,132 @@
+"""boxctl: start, list, show, follow and stop tasks; tokens and settings. Talks to boxd over
+D-Bus, so polkit decides: root and members of boxd-owner may use it."""
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from boxd.cli import show
+from boxd.cli.follow import follow
+from boxd.dbus.client import BoxClient, connect_system_bus
+from boxd.dbus.interface import MANAGER
+from boxd.errors import BoxError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="boxctl", description="Work with the box's tasks.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    start = commands.add_parser("start", help="start a task")
+    start.add_argument("prompt", help="what the worker should do; - reads it from stdin")
+    start.add_argument("--title", help="a short name for people (default: the prompt's start)")
+    start.add_argument("--worker", help="droid (default) or fake")
+    start.add_argument("--workspace", help="a folder in BOX_HOME/workspaces (default: home)")
+    start.add_argument("--budget", type=int, dest="budgetCents", help="budget in US cents")
+    start.add_argument("--host", action="append", dest="hosts", help="a host it may reach")
+    start.add_argument("--tool", action="append", dest="tools", help="a tool it may call")
+    start.add_argument("--model", help="haiku, sonnet, opus or a claude-... id")
+    start.add_argument("--source", help="who started it, for the log (default: api)")
+    start.add_argument("--follow", action="store_true", help="follow its steps until it ends")
+    start.add_argument("--json", action="store_true", help="print the task as JSON")
+
+    listing = commands.add_parser("list", help="list tasks, newest first")
+    listing.add_argument("--json", action="store_true")
+
+    for name, text in (
+        ("show", "show a task and its steps"),
+        ("follow", "print a task's steps live until it ends"),
+        ("stop", "stop a running task"),
+    ):
+        command = commands.add_parser(name, help=text)
+        command.add_argument("id", help="the task id, like t3k9x2a1b2")
+        command.add_argument("--json", action="store_true")
+
+    token = commands.add_parser("token", help="bearer tokens for the HTTP API")
+    token_commands = token.add_subparsers(dest="token_command", required=True)
+    create = token_commands.add_parser("create", help="make an owner token and print it")
+    create.add_argument("--name", default="owner", help="what the token is for")
+
+    settings = commands.add_parser("settings", help="show or change the box's settings")
+    settings.add_argument("--json", action="store_true")
+    settings_commands = settings.add_subparsers(dest="settings_command")
+    change = settings_commands.add_parser("set", help="change one setting")
+    change.add_argument("name", help="defaultBudgetCents, defaultHosts, networkDefault, ...")
+    change.add_argument("value", help="a JSON value, or plain text for a string")
+    return parser
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _print_event(event: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(event), flush=True)
+    elif event["kind"] == "task.step":
+        print(show.step_line({"at": event["at"], "text": event["data"]["text"]}), flush=True)
+    elif event["kind"] == "task.state":
+        data = event["data"]
+        print(show.state_line(data["state"], data.get("error"), event["at"]), flush=True)
+
+
+async def _follow(client: BoxClient, task_id: str, as_json: bool) -> int:
+    state = await follow(client, task_id, lambda event: _print_event(event, as_json))
+    return 0 if state == "done" else 1
+
+
+async def run(arguments: argparse.Namespace) -> int:
+    client = BoxClient(await connect_system_bus(), MANAGER)
+    as_json = getattr(arguments, "json", False)
+    command = arguments.command
+    if command == "start":
+        prompt = sys.stdin.read() if arguments.prompt == "-" else arguments.prompt
+        first_line = prompt.strip().splitlines()[0][:80] if prompt.strip() else ""
+        request: dict[str, Any] = {"title": arguments.title or first_line, "prompt": prompt}
+        for field in ("worker", "workspace", "budgetCents", "hosts", "tools", "model", "source"):
+            if getattr(arguments, field) is not None:
+                request[field] = getattr(arguments, field)
+        task = await client.call("CreateTask", json.dumps(request))
+        print(show.as_json(task) if as_json else task["id"], flush=True)
+        if arguments.follow:
+            return await _follow(client, task["id"], as_json)
+        return 0 if task["state"] != "failed" else 1
+    if command == "list":
+        tasks = await client.call("ListTasks")
+        print(show.as_json(tasks) if as_json else show.task_table(tasks))
+    elif command == "show":
+        task = await client.call("GetTask", arguments.id)
+        print(show.as_json(task) if as_json else show.task_details(task))
+    elif command == "follow":
+        return await _follow(client, arguments.id, as_json)
+    elif command == "stop":
+        task = await client.call("StopTask", arguments.id)
+        print(show.as_json(task) if as_json else show.task_line(task))
+    elif command == "token":
+        print(await client.call("CreateToken", arguments.name))
+    elif command == "settings":
+        if arguments.settings_command == "set":
+            changes = {arguments.name: _value(arguments.value)}
+            settings = await client.call("SetSettings", json.dumps(changes))
+        else:
+            settings = await client.call("GetSettings")
+        if as_json:
+            print(show.as_json(settings))
+        else:
+            for name, value in settings.items():
+                print(f"{name}: {json.dumps(value)}")
+    return 0
+
+
+def main() -> None:
+    try:
+        sys.exit(asyncio.run(run(_parser().parse_args())))
+    except BoxError as error:
+        print(f"boxctl: {error.message}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)

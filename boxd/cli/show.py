@@ -1,0 +1,62 @@
+"""How boxctl prints tasks and steps for a person; `--json` prints what the API returned."""
+
+import json
+import time
+from typing import Any
+
+
+def as_json(value: Any) -> str:
+    return json.dumps(value, indent=2)
+
+
+def clock(at: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(at))
+
+
+def task_line(task: dict[str, Any]) -> str:
+    return f"{task['id']}  {task['state']:<8} {task['worker']:<6} {task['title']}"
+
+
+def task_table(tasks: list[dict[str, Any]]) -> str:
+    if not tasks:
+        return "No tasks yet. boxctl start --worker fake 'step hello' starts one."
+    header = f"{'ID':<10}  {'STATE':<8} {'WORKER':<6} TITLE"
+    return "\n".join([header, *(task_line(task) for task in tasks)])
+
+
+def step_line(step: dict[str, Any]) -> str:
+    return f"  {clock(step['at'])}  {step['text']}"
+
+
+def state_line(state: str, error: str | None, at: float) -> str:
+    line = f"  {clock(at)}  -> {state}"
+    return f"{line}: {error}" if error else line
+
+
+_FIELDS = (
+    "state",
+    "title",
+    "user",
+    "workspace",
+    "worker",
+    "model",
+    "budgetCents",
+    "costCents",
+    "hosts",
+    "tools",
+    "source",
+    "error",
+)
+
+
+def task_details(task: dict[str, Any]) -> str:
+    lines = [f"Task {task['id']}"]
+    for field in _FIELDS:
+        if field in task and task[field] not in ([], None):
+            value = task[field]
+            shown = ", ".join(value) if isinstance(value, list) else value
+            lines.append(f"  {field + ':':<13}{shown}")
+    steps = task.get("steps", [])
+    lines.append(f"  steps:       {len(steps)}")
+    lines.extend(f"  {step_line(step)}" for step in steps)
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""The D-Bus API: interface definitions, the server-side dispatch with polkit, and the client."""

@@ -1,0 +1,73 @@
+"""Calls the manager: used by the gateway (with a bearer token), the broker and boxctl."""
+
+import json
+from typing import Any
+
+from dbus_fast import BusType, Message, MessageType
+from dbus_fast.aio import MessageBus
+
+from boxd.dbus.interface import BUS_NAME, GATEWAY, ROOT_PATH, find_method
+from boxd.errors import BoxError, Problem, die
+
+
+async def connect_system_bus() -> MessageBus:
+    try:
+        return await MessageBus(bus_type=BusType.SYSTEM).connect()
+    except (OSError, ValueError) as error:
+        die(Problem.FAILED, f"cannot reach the system bus: {error}")
+
+
+class BoxClient:
+    """One method call per manager method; errors come back as BoxError with their problem."""
+
+    def __init__(self, bus: MessageBus, interface: str) -> None:
+        self.bus = bus
+        self.interface = interface
+
+    async def call(self, member: str, *args: str) -> Any:
+        method = find_method(self.interface, member)
+        if method is None:
+            raise RuntimeError(f"{self.interface} has no method {member}")
+        reply = await self.bus.call(
+            Message(
+                destination=BUS_NAME,
+                path=ROOT_PATH,
+                interface=self.interface,
+                member=member,
+                signature=method.signature,
+                body=list(args),
+            )
+        )
+        if reply is None:
+            die(Problem.FAILED, "boxd gave no answer")
+        if reply.message_type == MessageType.ERROR:
+            raise error_from_reply(reply.error_name or "", reply.body)
+        return json.loads(reply.body[0])
+
+
+class GatewayClient(BoxClient):
+    """The gateway's calls carry the HTTP bearer token; the manager decides what it allows."""
+
+    def __init__(self, bus: MessageBus) -> None:
+        super().__init__(bus, GATEWAY)
+
+    async def call_as(self, token: str, member: str, *args: str) -> Any:
+        return await self.call(member, token, *args)
+
+
+def error_from_reply(name: str, body: list[Any]) -> BoxError:
+    text = body[0] if body and isinstance(body[0], str) else name
+    problem = Problem.from_dbus_name(name)
+    if problem is not None:
+        return BoxError(problem, text)
+    if name in (
+        "org.freedesktop.DBus.Error.ServiceUnknown",
+        "org.freedesktop.DBus.Error.NameHasNoOwner",
+        "org.freedesktop.DBus.Error.NoReply",
+    ):
+        return BoxError(
+            Problem.UNAVAILABLE, "boxd is not running (no one owns org.boxd.Box1 on the system bus)"
+        )
+    if name == "org.freedesktop.DBus.Error.AccessDenied":
+        return BoxError(Problem.FORBIDDEN, f"the system bus refused the call: {text}")
+    return BoxError(Problem.FAILED, f"{name}: {text}")

@@ -1,0 +1,83 @@
+"""Names and signatures of `org.boxd.Box1`, the one definition both sides use.
+
+Bodies are JSON strings checked by the same pydantic models the HTTP API uses, so a `busctl` or
+`boxctl` caller meets exactly the rules and messages an HTTP caller does.
+"""
+
+from dataclasses import dataclass
+
+BUS_NAME = "org.boxd.Box1"
+ROOT_PATH = "/org/boxd/Box1"
+TASKS_PATH = f"{ROOT_PATH}/task"
+MANAGER = "org.boxd.Box1.Manager"
+GATEWAY = "org.boxd.Box1.Gateway"
+BROKER = "org.boxd.Box1.Broker"
+TASK = "org.boxd.Box1.Task"
+MANAGE_ACTION = "org.boxd.Box1.manage"
+
+
+def task_path(task_id: str) -> str:
+    return f"{TASKS_PATH}/{task_id}"
+
+
+@dataclass(frozen=True)
+class Method:
+    interface: str
+    name: str
+    args: tuple[str, ...]
+    returns: str
+
+    @property
+    def signature(self) -> str:
+        return "s" * len(self.args)
+
+
+def _methods(interface: str, token: bool = False) -> list[Method]:
+    first = ("token",) if token else ()
+    return [
+        Method(interface, "CreateTask", (*first, "request"), "task"),
+        Method(interface, "GetTask", (*first, "id"), "task"),
+        Method(interface, "ListTasks", first, "tasks"),
+        Method(interface, "StopTask", (*first, "id"), "task"),
+    ]
+
+
+METHODS: tuple[Method, ...] = (
+    *_methods(MANAGER),
+    Method(MANAGER, "GetSettings", (), "settings"),
+    Method(MANAGER, "SetSettings", ("changes",), "settings"),
+    Method(MANAGER, "CreateToken", ("name",), "token"),
+    *_methods(GATEWAY, token=True),
+    Method(BROKER, "GetTask", ("id",), "task"),
+    Method(BROKER, "LogStep", ("id", "step"), "event"),
+)
+
+
+def find_method(interface: str | None, name: str | None) -> Method | None:
+    for method in METHODS:
+        if method.interface == interface and method.name == name:
+            return method
+    return None
+
+
+def introspection_xml(children: list[str]) -> str:
+    """The XML `busctl introspect` shows for the root object."""
+    parts = ['<node name="/org/boxd/Box1">']
+    for interface in (MANAGER, GATEWAY, BROKER):
+        parts.append(f' <interface name="{interface}">')
+        for method in METHODS:
+            if method.interface != interface:
+                continue
+            parts.append(f'  <method name="{method.name}">')
+            parts.extend(f'   <arg name="{a}" type="s" direction="in"/>' for a in method.args)
+            parts.append(f'   <arg name="{method.returns}" type="s" direction="out"/>')
+            parts.append("  </method>")
+        parts.append(" </interface>")
+    parts.append(
+        ' <interface name="org.freedesktop.DBus.Introspectable">'
+        '<method name="Introspect"><arg name="xml" type="s" direction="out"/></method>'
+        "</interface>"
+    )
+    parts.extend(f' <node name="{child}"/>' for child in children)
+    parts.append("</node>")
+    return "\n".join(parts)

@@ -1,0 +1,32 @@
+"""`boxd`: the box's services, one subcommand each, as the units in units/ start them."""
+
+import argparse
+import sys
+
+from boxd.errors import BoxError
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="boxd", description="The box's system services.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("manager", help="the manager (boxd.service)")
+    commands.add_parser("web", help="the HTTP gateway (boxd-web.service)")
+    broker = commands.add_parser("broker", help="one task's broker (box-broker@.service)")
+    broker.add_argument("task", help="the task id")
+    arguments = parser.parse_args()
+    try:
+        if arguments.command == "manager":
+            from boxd.manager.main import main as manager
+
+            manager()
+        elif arguments.command == "web":
+            from boxd.web.main import main as web
+
+            web()
+        else:
+            from boxd.broker.main import main as broker_main
+
+            broker_main(arguments.task)
+    except BoxError as error:
+        print(f"boxd: {error.message}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,361 @@
+"""The box: creates tasks, starts their users and units, follows the units, records every
+change. Only this class changes a task's state, and always under that task's lock."""
+
+import asyncio
+import json
+import logging
+import os
+import re
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from dbus_fast import Message
+from dbus_fast.aio import MessageBus
+from pydantic import ValidationError
+
+from boxd.caller import Caller, Role
+from boxd.claude_models import DEFAULT_MODEL, resolve_model
+from boxd.dbus import interface as api
+from boxd.dbus.polkit import check_authorization
+from boxd.dbus.task_object import TaskObject
+from boxd.errors import BoxError, Problem, die
+from boxd.event import EventKind
+from boxd.ids import check_task_id, new_task_id, task_user
+from boxd.manager.exit_words import why_failed
+from boxd.manager.last_words import last_words
+from boxd.manager.store import Store
+from boxd.manager.systemd import Systemd, SystemdError
+from boxd.manager.tokens import check_token_name, new_token, token_hash
+from boxd.manager.users import ensure_user
+from boxd.manager.worker_unit import (
+    broker_service_unit,
+    broker_socket_unit,
+    worker_properties,
+    worker_unit,
+)
+from boxd.paths import task_dir, task_work_dir, workspaces_dir
+from boxd.plain_errors import invalid
+from boxd.settings import NetworkDefault, change_settings
+from boxd.task import Step, Task, TaskState
+from boxd.task_request import Worker, parse_task_request
+
+log = logging.getLogger(__name__)
+
+_WORKSPACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+DROID_MISSING = (
+    "This box cannot run Droid tasks yet: the Droid worker is not installed here. "
+    "Start the task with worker fake, or wait for the Droid worker."
+)
+STOPPED = "Stopped by its owner."
+
+
+class Box:
+    def __init__(self, home: Path, store: Store, bus: MessageBus, systemd: Systemd) -> None:
+        self.home = home
+        self.store = store
+        self.bus = bus
+        self.systemd = systemd
+        self._objects: dict[str, TaskObject] = {}
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._brokers: dict[str, str] = {}
+        self._background: set[asyncio.Task[None]] = set()
+
+    # Start-up and recovery.
+
+    async def open(self) -> None:
+        for folder in (self.home / "tasks", workspaces_dir(self.home) / "home"):
+            folder.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.home, 0o755)
+        os.chmod(self.home / "tasks", 0o755)
+        await self.systemd.subscribe()
+        for task in await self.store.tasks():
+            self._export(task)
+
+    async def recover(self) -> None:
+        """Picks up tasks that were running when boxd stopped. systemd kept their units; a worker
+        that is gone without a trace (the machine restarted) is started again and resumes from
+        its logged steps."""
+        for task in await self.store.tasks(
+            (TaskState.QUEUED, TaskState.RUNNING, TaskState.WAITING)
+        ):
+            if task.state == TaskState.QUEUED:
+                await self._start(task)
+                continue
+            self.systemd.watch(worker_unit(task.id), partial(self._check_soon, task.id))
+            if await self.systemd.status(worker_unit(task.id)) is None:
+                log.info("task %s has no worker unit; starting it again to resume", task.id)
+                async with self._locks[task.id]:
+                    try:
+                        await self._start_units(task)
+                    except (BoxError, SystemdError, OSError) as error:
+                        await self._end(
+                            task, TaskState.FAILED, f"The task could not resume: {error}"
+                        )
+            else:
+                self._check_soon(task.id)
+
+    # Who may call what.
+
+    async def authorize(self, message: Message, method: api.Method) -> Caller:
+        sender = message.sender or ""
+        if method.interface == api.MANAGER:
+            await check_authorization(self.bus, sender, api.MANAGE_ACTION)
+            return Caller(Role.OWNER, sender)
+        if method.interface == api.GATEWAY:
+            token = message.body[0]
+            found = await self.store.token_role(token_hash(token)) if token else None
+            if found is None:
+                die(Problem.UNAUTHORIZED, "a valid bearer token is required (boxctl token create)")
+            return Caller(Role(found[1]), found[0])
+        task_id = message.body[0]
+        if await self._broker_unit(sender) != broker_service_unit(task_id):
+            die(Problem.FORBIDDEN, f"only the broker of task {task_id} may do this")
+        return Caller(Role.BROKER, sender, task=task_id)
+
+    async def _broker_unit(self, sender: str) -> str | None:
+        if sender not in self._brokers:
+            reply = await self.bus.call(
+                Message(
+                    destination="org.freedesktop.DBus",
+                    path="/org/freedesktop/DBus",
+                    interface="org.freedesktop.DBus",
+                    member="GetConnectionUnixProcessID",
+                    signature="s",
+                    body=[sender],
+                )
+            )
+            if reply is None or not reply.body or not isinstance(reply.body[0], int):
+                return None
+            unit = await self.systemd.unit_of_pid(reply.body[0])
+            if unit is None:
+                return None
+            self._brokers[sender] = unit
+        return self._brokers[sender]
+
+    def routes(self) -> dict[tuple[str, str], Callable[[Caller, list[str]], Awaitable[Any]]]:
+        owner = {
+            "CreateTask": self.create_task,
+            "GetTask": self.get_task,
+            "ListTasks": self.list_tasks,
+            "StopTask": self.stop_task,
+        }
+        table: dict[tuple[str, str], Callable[[Caller, list[str]], Awaitable[Any]]] = {}
+        for name, handler in owner.items():
+            table[(api.MANAGER, name)] = handler
+            table[(api.GATEWAY, name)] = _without_token(handler)
+        table[(api.MANAGER, "GetSettings")] = self.get_settings
+        table[(api.MANAGER, "SetSettings")] = self.set_settings
+        table[(api.MANAGER, "CreateToken")] = self.create_token
+        table[(api.BROKER, "GetTask")] = self.broker_task
+        table[(api.BROKER, "LogStep")] = self.log_step
+        return table
+
+    # The owner's methods.
+
+    async def create_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        request = parse_task_request(args[0])
+        settings = await self.store.settings()
+        if (
+            not _WORKSPACE_NAME.fullmatch(request.workspace)
+            or not (workspaces_dir(self.home) / request.workspace).is_dir()
+        ):
+            die(Problem.INVALID, f"no workspace {request.workspace}")
+        for tool in request.tools:
+            die(Problem.INVALID, f"no tool {tool}: it is not installed on this box")
+        hosts = request.hosts
+        if hosts is None:
+            allowlist = settings.networkDefault == NetworkDefault.ALLOWLIST
+            hosts = list(settings.defaultHosts) if allowlist else []
+        droid = request.worker == Worker.DROID
+        task_id = new_task_id()
+        task = Task(
+            id=task_id,
+            title=request.title,
+            prompt=request.prompt,
+            state=TaskState.QUEUED,
+            user=task_user(task_id),
+            workspace=request.workspace,
+            worker=request.worker,
+            tools=list(request.tools),
+            hosts=hosts,
+            source=request.source,
+            model=request.model or (resolve_model(DEFAULT_MODEL) if droid else None),
+            budgetCents=(
+                request.budgetCents
+                if request.budgetCents is not None
+                else settings.defaultBudgetCents
+            ),
+            seat=request.seat,
+            droid=request.droid if droid else None,
+            createdAt=time.time(),
+        )
+        await self.store.save_task(
+            task,
+            EventKind.TASK_STATE,
+            {"state": task.state.value, "title": task.title, "by": caller.name},
+        )
+        self._export(task)
+        return (await self._start(task)).public()
+
+    async def get_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        task = await self._task(args[0])
+        steps = await self.store.events(task.id, EventKind.TASK_STEP)
+        return {
+            **task.public(),
+            "steps": [{"seq": e.seq, "at": e.at, **e.data} for e in steps],
+        }
+
+    async def list_tasks(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
+        return [task.public() for task in reversed(await self.store.tasks())]
+
+    async def stop_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        task = await self._task(args[0])
+        async with self._locks[task.id]:
+            task = await self._task(task.id)
+            if task.state.ended:
+                die(Problem.INVALID, f"task {task.id} has already ended: it is {task.state}")
+            task = await self._end(task, TaskState.FAILED, STOPPED)
+        return task.public()
+
+    async def get_settings(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        return (await self.store.settings()).model_dump(mode="json")
+
+    async def set_settings(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        try:
+            changes = json.loads(args[0])
+        except json.JSONDecodeError as error:
+            die(Problem.INVALID, f"the settings are not valid JSON: {error}")
+        if not isinstance(changes, dict):
+            die(Problem.INVALID, "the settings must be a JSON object of names and values")
+        settings = change_settings(await self.store.settings(), changes)
+        await self.store.save_settings(settings)
+        return settings.model_dump(mode="json")
+
+    async def create_token(self, caller: Caller, args: list[str]) -> str:
+        name = check_token_name(args[0])
+        token = new_token()
+        await self.store.add_token(token_hash(token), name, Role.OWNER.value)
+        return token
+
+    # The broker's methods.
+
+    async def broker_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        task = await self._task(args[0])
+        steps = await self.store.events(task.id, EventKind.TASK_STEP)
+        return {"task": task.public(), "steps": [e.data for e in steps]}
+
+    async def log_step(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        try:
+            step = Step.model_validate_json(args[1])
+        except ValidationError as error:
+            raise invalid(error) from None
+        async with self._locks[args[0]]:
+            task = await self._task(args[0])
+            if task.state.ended:
+                die(Problem.INVALID, f"task {task.id} has ended ({task.state}); it logs no more")
+            task = task.model_copy(update={"step": step.text})
+            event = await self.store.save_task(
+                task, EventKind.TASK_STEP, step.model_dump(mode="json")
+            )
+            self._changed(task)
+            self._objects[task.id].tell(event)
+        return event.model_dump(mode="json")
+
+    # The task's life.
+
+    async def _task(self, task_id: str) -> Task:
+        task = await self.store.task(check_task_id(task_id))
+        if task is None:
+            die(Problem.NOT_FOUND, f"no task {task_id}")
+        return task
+
+    def _export(self, task: Task) -> None:
+        if task.id not in self._objects:
+            self._objects[task.id] = TaskObject(task)
+            self.bus.export(api.task_path(task.id), self._objects[task.id])
+
+    def _changed(self, task: Task) -> None:
+        self._objects[task.id].update(task)
+
+    async def _start(self, task: Task) -> Task:
+        async with self._locks[task.id]:
+            if task.worker == Worker.DROID:
+                return await self._end(task, TaskState.FAILED, DROID_MISSING)
+            try:
+                await self._start_units(task)
+            except (BoxError, SystemdError, OSError) as error:
+                return await self._end(task, TaskState.FAILED, f"The task could not start: {error}")
+            task = task.model_copy(update={"state": TaskState.RUNNING})
+            event = await self.store.save_task(task, EventKind.TASK_STATE, {"state": "running"})
+            self._changed(task)
+            self._objects[task.id].tell(event)
+            return task
+
+    async def _start_units(self, task: Task) -> None:
+        user = task_user(task.id)
+        directory = task_dir(self.home, task.id)
+        work = task_work_dir(self.home, task.id)
+        directory.mkdir(mode=0o755, exist_ok=True)
+        uid, gid = await ensure_user(user, directory)
+        work.mkdir(mode=0o700, exist_ok=True)
+        os.chown(work, uid, gid)
+        await self.systemd.start_unit(broker_socket_unit(task.id))
+        unit = worker_unit(task.id)
+        self.systemd.watch(unit, partial(self._check_soon, task.id))
+        await self.systemd.start_transient(unit, worker_properties(self.home, task))
+
+    def _check_soon(self, task_id: str) -> None:
+        job = asyncio.create_task(self._check(task_id))
+        self._background.add(job)
+        job.add_done_callback(self._background.discard)
+
+    async def _check(self, task_id: str) -> None:
+        """A worker unit changed: if it has finished, the task ends done or failed."""
+        try:
+            async with self._locks[task_id]:
+                task = await self.store.task(task_id)
+                if task is None or task.state.ended or task.state == TaskState.QUEUED:
+                    return
+                unit = worker_unit(task_id)
+                status = await self.systemd.status(unit)
+                if status is None or not status.finished:
+                    return
+                if status.active_state == "active" and status.result == "success":
+                    await self._end(task, TaskState.DONE, None)
+                else:
+                    words = None if status.active_state == "inactive" else await last_words(unit)
+                    await self._end(task, TaskState.FAILED, why_failed(status, words))
+        except Exception:
+            log.exception("could not follow the worker of task %s", task_id)
+
+    async def _end(self, task: Task, state: TaskState, error: str | None) -> Task:
+        """Records the end, then closes the broker's socket and lets the units go."""
+        task = task.model_copy(update={"state": state, "error": error, "endedAt": time.time()})
+        data: dict[str, Any] = {"state": state.value}
+        if error:
+            data["error"] = error
+        event = await self.store.save_task(task, EventKind.TASK_STATE, data)
+        self._changed(task)
+        self._objects[task.id].tell(event)
+        unit = worker_unit(task.id)
+        self.systemd.unwatch(unit)
+        for name in (unit, broker_socket_unit(task.id), broker_service_unit(task.id)):
+            try:
+                await self.systemd.stop_unit(name)
+                await self.systemd.reset_failed(name)
+            except SystemdError as failure:
+                log.warning("could not clean up %s: %s", name, failure)
+        return task
+
+
+def _without_token(
+    handler: Callable[[Caller, list[str]], Awaitable[Any]],
+) -> Callable[[Caller, list[str]], Awaitable[Any]]:
+    async def call(caller: Caller, args: list[str]) -> Any:
+        return await handler(caller, args[1:])
+
+    return call

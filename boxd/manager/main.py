@@ -1,0 +1,61 @@
+"""`boxd manager`: the system service that owns org.boxd.Box1 (Type=notify, with watchdog)."""
+
+import asyncio
+import logging
+import os
+
+import sdnotify
+from dbus_fast import BusType, RequestNameReply
+from dbus_fast.aio import MessageBus
+
+from boxd.dbus.interface import BUS_NAME
+from boxd.dbus.server import Server
+from boxd.errors import Problem, die
+from boxd.manager.box import Box
+from boxd.manager.store import Store
+from boxd.manager.systemd import Systemd
+from boxd.paths import box_home, database_path
+from boxd.stopping import until_stopped
+
+log = logging.getLogger("boxd")
+
+
+async def _keep_watchdog_fed(notifier: sdnotify.SystemdNotifier) -> None:
+    # Fed from the event loop itself, so a loop that stops turning gets boxd restarted.
+    usec = int(os.environ.get("WATCHDOG_USEC", "0") or 0)
+    if usec <= 0:
+        return
+    while True:
+        notifier.notify("WATCHDOG=1")
+        await asyncio.sleep(usec / 2_000_000)
+
+
+async def run() -> None:
+    home = box_home()
+    home.mkdir(parents=True, exist_ok=True)
+    store = Store(database_path(home))
+    await store.open()
+    bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
+    systemd = Systemd(bus)
+    box = Box(home, store, bus, systemd)
+    await box.open()
+    server = Server(bus, box.authorize)
+    for (interface, name), handler in box.routes().items():
+        server.handle(interface, name, handler)
+    if await bus.request_name(BUS_NAME) != RequestNameReply.PRIMARY_OWNER:
+        die(Problem.FAILED, f"another process already owns {BUS_NAME} on the system bus")
+    await box.recover()
+    notifier = sdnotify.SystemdNotifier()
+    notifier.notify("READY=1")
+    log.info("boxd is ready; BOX_HOME is %s", home)
+    watchdog = asyncio.create_task(_keep_watchdog_fed(notifier))
+    await until_stopped()
+    notifier.notify("STOPPING=1")
+    watchdog.cancel()
+    bus.disconnect()
+    await store.close()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    asyncio.run(run())

@@ -1,0 +1,214 @@
+"""The box's record: one SQLite database (WAL, synchronous=FULL) for tasks, their events,
+tokens and settings.
+
+All access runs on one thread of its own: commits wait for fsync, and the event loop must not.
+A method returns only after its transaction is on disk.
+"""
+
+import asyncio
+import json
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from boxd.event import Event
+from boxd.manager import journal
+from boxd.settings import Settings
+from boxd.task import Task, TaskState
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY,
+    created REAL NOT NULL,
+    state TEXT NOT NULL,
+    record TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    task TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    at REAL NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_task ON events (task, kind, seq);
+CREATE TABLE IF NOT EXISTS tokens (
+    hash TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    role TEXT NOT NULL,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS settings (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    record TEXT NOT NULL
+);
+"""
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
+        self._db: sqlite3.Connection | None = None
+
+    async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        def on_thread() -> T:
+            if self._db is None:
+                raise RuntimeError("the store is not open")
+            return work(self._db)
+
+        return await asyncio.get_running_loop().run_in_executor(self._thread, on_thread)
+
+    async def open(self) -> None:
+        def connect() -> None:
+            db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("PRAGMA busy_timeout=5000")
+            db.executescript(_SCHEMA)
+            self._db = db
+
+        await asyncio.get_running_loop().run_in_executor(self._thread, connect)
+
+    async def close(self) -> None:
+        def disconnect(db: sqlite3.Connection) -> None:
+            db.close()
+            self._db = None
+
+        if self._db is not None:
+            await self._run(disconnect)
+        self._thread.shutdown(wait=True)
+
+    # Tasks and their events.
+
+    async def save_task(self, task: Task, kind: str, data: dict[str, Any]) -> Event:
+        """Writes the task and one event about it in one transaction."""
+
+        def write(db: sqlite3.Connection) -> Event:
+            with _transaction(db):
+                db.execute(
+                    "INSERT INTO tasks (id, created, state, record) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (id) DO UPDATE SET state = excluded.state, "
+                    "record = excluded.record",
+                    (task.id, task.createdAt, task.state.value, task.model_dump_json()),
+                )
+                event = _append(db, task.id, kind, data)
+            journal.send(event)
+            return event
+
+        return await self._run(write)
+
+    async def append_event(self, task_id: str, kind: str, data: dict[str, Any]) -> Event:
+        def write(db: sqlite3.Connection) -> Event:
+            with _transaction(db):
+                event = _append(db, task_id, kind, data)
+            journal.send(event)
+            return event
+
+        return await self._run(write)
+
+    async def task(self, task_id: str) -> Task | None:
+        def read(db: sqlite3.Connection) -> Task | None:
+            row = db.execute("SELECT record FROM tasks WHERE id = ?", (task_id,)).fetchone()
+            return None if row is None else Task.model_validate_json(row[0])
+
+        return await self._run(read)
+
+    async def tasks(self, states: tuple[TaskState, ...] = ()) -> list[Task]:
+        def read(db: sqlite3.Connection) -> list[Task]:
+            if states:
+                marks = ",".join("?" * len(states))
+                rows = db.execute(
+                    f"SELECT record FROM tasks WHERE state IN ({marks}) ORDER BY created",
+                    [s.value for s in states],
+                ).fetchall()
+            else:
+                rows = db.execute("SELECT record FROM tasks ORDER BY created").fetchall()
+            return [Task.model_validate_json(row[0]) for row in rows]
+
+        return await self._run(read)
+
+    async def events(self, task_id: str, kind: str | None = None, after: int = 0) -> list[Event]:
+        def read(db: sqlite3.Connection) -> list[Event]:
+            query = "SELECT seq, task, kind, at, data FROM events WHERE task = ? AND seq > ?"
+            values: list[Any] = [task_id, after]
+            if kind is not None:
+                query += " AND kind = ?"
+                values.append(kind)
+            return [_event(row) for row in db.execute(query + " ORDER BY seq", values)]
+
+        return await self._run(read)
+
+    # Tokens: only their hashes are kept.
+
+    async def add_token(self, token_hash: str, name: str, role: str) -> None:
+        def write(db: sqlite3.Connection) -> None:
+            with _transaction(db):
+                db.execute(
+                    "INSERT INTO tokens (hash, name, role, created) VALUES (?, ?, ?, ?)",
+                    (token_hash, name, role, time.time()),
+                )
+
+        await self._run(write)
+
+    async def token_role(self, token_hash: str) -> tuple[str, str] | None:
+        def read(db: sqlite3.Connection) -> tuple[str, str] | None:
+            row = db.execute(
+                "SELECT name, role FROM tokens WHERE hash = ?", (token_hash,)
+            ).fetchone()
+            return None if row is None else (row[0], row[1])
+
+        return await self._run(read)
+
+    # Settings.
+
+    async def settings(self) -> Settings:
+        def read(db: sqlite3.Connection) -> Settings:
+            row = db.execute("SELECT record FROM settings WHERE id = 1").fetchone()
+            return Settings() if row is None else Settings.model_validate_json(row[0])
+
+        return await self._run(read)
+
+    async def save_settings(self, settings: Settings) -> None:
+        def write(db: sqlite3.Connection) -> None:
+            with _transaction(db):
+                db.execute(
+                    "INSERT INTO settings (id, record) VALUES (1, ?) "
+                    "ON CONFLICT (id) DO UPDATE SET record = excluded.record",
+                    (settings.model_dump_json(),),
+                )
+
+        await self._run(write)
+
+
+class _transaction:
+    """BEGIN IMMEDIATE ... COMMIT, so a writer never meets a busy upgrade half-way."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind: object, error: object, trace: object) -> None:
+        self._db.execute("COMMIT" if error is None else "ROLLBACK")
+
+
+def _append(db: sqlite3.Connection, task_id: str, kind: str, data: dict[str, Any]) -> Event:
+    at = time.time()
+    text = json.dumps(data, separators=(",", ":"))
+    cursor = db.execute(
+        "INSERT INTO events (task, kind, at, data) VALUES (?, ?, ?, ?)",
+        (task_id, kind, at, text),
+    )
+    seq = cursor.lastrowid
+    assert seq is not None
+    return Event(seq=seq, task=task_id, kind=kind, at=at, data=data)
+
+
+def _event(row: tuple[Any, ...]) -> Event:
+    return Event(seq=row[0], task=row[1], kind=row[2], at=row[3], data=json.loads(row[4]))

@@ -1,0 +1,176 @@
+"""The manager's side of systemd's D-Bus API: start and stop units, transient workers, and
+signals when a unit changes state. Units are followed by signals, never by polling."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dbus_fast import Message, MessageType, Variant
+from dbus_fast.aio import MessageBus
+
+from boxd.errors import Problem, die
+
+_SYSTEMD = "org.freedesktop.systemd1"
+_MANAGER_PATH = "/org/freedesktop/systemd1"
+_MANAGER = "org.freedesktop.systemd1.Manager"
+_UNIT = "org.freedesktop.systemd1.Unit"
+_SERVICE = "org.freedesktop.systemd1.Service"
+_PROPERTIES = "org.freedesktop.DBus.Properties"
+UNIT_PATH_PREFIX = "/org/freedesktop/systemd1/unit/"
+
+
+def unit_path(name: str) -> str:
+    """systemd's object path for a unit: every byte outside [A-Za-z0-9] becomes _XX."""
+    return UNIT_PATH_PREFIX + "".join(
+        c if c.isascii() and c.isalnum() else f"_{ord(c):02x}" for c in name
+    )
+
+
+@dataclass(frozen=True)
+class UnitStatus:
+    active_state: str
+    sub_state: str
+    result: str
+    main_code: int
+    main_status: int
+
+    @property
+    def finished(self) -> bool:
+        return self.active_state in ("failed", "inactive") or (
+            self.active_state == "active" and self.sub_state == "exited"
+        )
+
+
+class Systemd:
+    def __init__(self, bus: MessageBus) -> None:
+        self._bus = bus
+        self._watched: dict[str, Callable[[], None]] = {}
+        bus.add_message_handler(self._on_message)
+
+    async def _call(
+        self,
+        path: str,
+        interface: str,
+        member: str,
+        signature: str = "",
+        body: list[Any] | None = None,
+    ) -> Message:
+        reply = await self._bus.call(
+            Message(
+                destination=_SYSTEMD,
+                path=path,
+                interface=interface,
+                member=member,
+                signature=signature,
+                body=body or [],
+            )
+        )
+        if reply is None:
+            die(Problem.FAILED, f"systemd gave no answer to {member}")
+        if reply.message_type == MessageType.ERROR:
+            text = reply.body[0] if reply.body else reply.error_name
+            raise SystemdError(reply.error_name or "", f"systemd refused {member}: {text}")
+        return reply
+
+    async def subscribe(self) -> None:
+        await self._bus.call(
+            Message(
+                destination="org.freedesktop.DBus",
+                path="/org/freedesktop/DBus",
+                interface="org.freedesktop.DBus",
+                member="AddMatch",
+                signature="s",
+                body=[
+                    f"type='signal',sender='{_SYSTEMD}',interface='{_PROPERTIES}',"
+                    f"member='PropertiesChanged',path_namespace='{_MANAGER_PATH}/unit'"
+                ],
+            )
+        )
+        await self._call(_MANAGER_PATH, _MANAGER, "Subscribe")
+
+    def watch(self, name: str, changed: Callable[[], None]) -> None:
+        """Calls `changed` whenever the unit's state may have changed. Set it up before the
+        unit starts, so no change is missed."""
+        self._watched[unit_path(name)] = changed
+
+    def unwatch(self, name: str) -> None:
+        self._watched.pop(unit_path(name), None)
+
+    def _on_message(self, message: Message) -> bool | None:
+        if (
+            message.message_type == MessageType.SIGNAL
+            and message.member == "PropertiesChanged"
+            and message.path in self._watched
+            and message.body
+            and message.body[0] == _UNIT
+        ):
+            self._watched[message.path]()
+        return None
+
+    async def start_unit(self, name: str) -> None:
+        await self._call(_MANAGER_PATH, _MANAGER, "StartUnit", "ss", [name, "replace"])
+
+    async def stop_unit(self, name: str) -> None:
+        try:
+            await self._call(_MANAGER_PATH, _MANAGER, "StopUnit", "ss", [name, "replace"])
+        except SystemdError as error:
+            if not error.no_such_unit:
+                raise
+
+    async def reset_failed(self, name: str) -> None:
+        try:
+            await self._call(_MANAGER_PATH, _MANAGER, "ResetFailedUnit", "s", [name])
+        except SystemdError as error:
+            if not error.no_such_unit:
+                raise
+
+    async def start_transient(self, name: str, properties: list[tuple[str, Variant]]) -> None:
+        await self._call(
+            _MANAGER_PATH,
+            _MANAGER,
+            "StartTransientUnit",
+            "ssa(sv)a(sa(sv))",
+            [name, "fail", [list(p) for p in properties], []],
+        )
+
+    async def status(self, name: str) -> UnitStatus | None:
+        """The unit's state, or None when systemd has no such unit loaded."""
+        try:
+            await self._call(_MANAGER_PATH, _MANAGER, "GetUnit", "s", [name])
+        except SystemdError as error:
+            if error.no_such_unit:
+                return None
+            raise
+        path = unit_path(name)
+        unit = (await self._call(path, _PROPERTIES, "GetAll", "s", [_UNIT])).body[0]
+        service = (await self._call(path, _PROPERTIES, "GetAll", "s", [_SERVICE])).body[0]
+        return UnitStatus(
+            active_state=unit["ActiveState"].value,
+            sub_state=unit["SubState"].value,
+            result=service["Result"].value,
+            main_code=service["ExecMainCode"].value,
+            main_status=service["ExecMainStatus"].value,
+        )
+
+    async def unit_of_pid(self, pid: int) -> str | None:
+        try:
+            reply = await self._call(_MANAGER_PATH, _MANAGER, "GetUnitByPID", "u", [pid])
+        except SystemdError:
+            return None
+        path = reply.body[0]
+        unit_id = await self._call(path, _PROPERTIES, "Get", "ss", [_UNIT, "Id"])
+        value = unit_id.body[0].value
+        return value if isinstance(value, str) else None
+
+
+class SystemdError(Exception):
+    def __init__(self, name: str, text: str) -> None:
+        super().__init__(text)
+        self.name = name
+
+    @property
+    def no_such_unit(self) -> bool:
+        return self.name in (
+            "org.freedesktop.systemd1.NoSuchUnit",
+            "org.freedesktop.systemd1.LoadFailed",
+        )

@@ -1,0 +1,69 @@
+"""The transient service a task's worker runs in, `box-task-<id>.service`.
+
+A service, not a scope: systemd refuses sandboxing properties on scopes. RemainAfterExit keeps
+the unit, with its exit status, loaded until the manager has recorded the result, even if the
+manager was down when the worker exited (systemd 252 has no AddRef for transient units).
+"""
+
+import sys
+from pathlib import Path
+
+from dbus_fast import Variant
+
+from boxd.ids import task_user
+from boxd.paths import broker_socket, task_work_dir
+from boxd.task import Task
+from boxd.task_request import Worker
+
+
+def worker_unit(task_id: str) -> str:
+    return f"box-task-{task_id}.service"
+
+
+def broker_socket_unit(task_id: str) -> str:
+    return f"box-broker@{task_id}.socket"
+
+
+def broker_service_unit(task_id: str) -> str:
+    return f"box-broker@{task_id}.service"
+
+
+def task_slice(task_id: str) -> str:
+    return f"box-{task_id}.slice"
+
+
+def worker_command(task: Task) -> list[str]:
+    if task.worker == Worker.FAKE:
+        return [sys.executable, "-m", "boxd.workers.fake"]
+    raise ValueError(f"no command for worker {task.worker}")
+
+
+def worker_properties(home: Path, task: Task) -> list[tuple[str, Variant]]:
+    work = str(task_work_dir(home, task.id))
+    command = worker_command(task)
+    return [
+        ("Description", Variant("s", f"boxd task {task.id}: {task.title[:80]}")),
+        ("Type", Variant("s", "exec")),
+        ("ExecStart", Variant("a(sasb)", [[command[0], command, False]])),
+        ("RemainAfterExit", Variant("b", True)),
+        ("User", Variant("s", task_user(task.id))),
+        ("Slice", Variant("s", task_slice(task.id))),
+        ("WorkingDirectory", Variant("s", work)),
+        (
+            "Environment",
+            Variant(
+                "as",
+                [
+                    f"BOX_SOCKET={broker_socket(home, task.id)}",
+                    f"BOX_TASK={task.id}",
+                    f"HOME={work}",
+                    "PYTHONUNBUFFERED=1",
+                ],
+            ),
+        ),
+        ("ProtectSystem", Variant("s", "strict")),
+        ("ProtectHome", Variant("s", "yes")),
+        ("PrivateTmp", Variant("b", True)),
+        ("NoNewPrivileges", Variant("b", True)),
+        ("ReadWritePaths", Variant("as", [work])),
+    ]

@@ -1,0 +1,30 @@
+"""Where the box keeps its state. BOX_HOME moves it all, for tests that run without root."""
+
+import os
+from pathlib import Path
+
+DEFAULT_BOX_HOME = Path("/var/lib/box")
+
+
+def box_home() -> Path:
+    return Path(os.environ.get("BOX_HOME", str(DEFAULT_BOX_HOME)))
+
+
+def database_path(home: Path) -> Path:
+    return home / "box.db"
+
+
+def workspaces_dir(home: Path) -> Path:
+    return home / "workspaces"
+
+
+def task_dir(home: Path, task_id: str) -> Path:
+    return home / "tasks" / task_id
+
+
+def task_work_dir(home: Path, task_id: str) -> Path:
+    return task_dir(home, task_id) / "work"
+
+
+def broker_socket(home: Path, task_id: str) -> Path:
+    return task_dir(home, task_id) / "broker.sock"

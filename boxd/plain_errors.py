@@ -1,0 +1,34 @@
+"""Turns a pydantic ValidationError into one sentence that names the bad field."""
+
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+
+from boxd.errors import BoxError, Problem
+
+# Validators raise PydanticCustomError with this type when their text already says it all.
+PLAIN = "box"
+
+
+def _where(error: ErrorDetails) -> str:
+    return ".".join(str(part) for part in error["loc"]) or "the body"
+
+
+def describe(error: ErrorDetails) -> str:
+    where = _where(error)
+    kind = error["type"]
+    if kind == PLAIN:
+        return error["msg"]
+    if kind == "missing":
+        return f"{where} is missing"
+    if kind == "extra_forbidden":
+        return f"unknown field {where}"
+    if kind in ("model_type", "model_attributes_type", "dict_type") and not error["loc"]:
+        return "the body must be a JSON object"
+    if kind == "json_invalid":
+        return f"the body is not valid JSON: {error['ctx'].get('error', 'it cannot be read')}"
+    message = error["msg"]
+    return f"{where}: {message[:1].lower()}{message[1:]}"
+
+
+def invalid(error: ValidationError) -> BoxError:
+    return BoxError(Problem.INVALID, describe(error.errors()[0]))

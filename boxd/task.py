@@ -1,0 +1,62 @@
+"""A task as the box reports it: over HTTP, D-Bus and the broker's `GET /task`."""
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from boxd.task_request import DroidOptions
+
+
+class TaskState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING = "waiting"
+    DONE = "done"
+    FAILED = "failed"
+    UNDONE = "undone"
+
+    @property
+    def ended(self) -> bool:
+        return self in (TaskState.DONE, TaskState.FAILED, TaskState.UNDONE)
+
+
+class Task(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    title: str
+    prompt: str
+    state: TaskState
+    user: str
+    workspace: str
+    worker: str
+    tools: list[str]
+    hosts: list[str]
+    source: str
+    model: str | None = None
+    budgetCents: int
+    seat: str | None = None
+    droid: DroidOptions | None = None
+    saw: list[str] = []
+    costCents: float = 0
+    step: str | None = None
+    error: str | None = None
+    review: str | None = None
+    requester: str | None = None
+    app: str | None = None
+    createdAt: float
+    endedAt: float | None = None
+
+    def public(self) -> dict[str, Any]:
+        """The fields that apply to this task: absent rather than null, as the seed shows them."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class Step(BaseModel):
+    """The body of the broker's `POST /step`, and the data of its `task.step` event."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str
+    data: Any = None

@@ -1,0 +1,136 @@
+"""The body of `POST /api/tasks` and of D-Bus `CreateTask`: every field, default and limit of
+start-a-task.txt. The manager is the only place it is checked, so both doors share the rules."""
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from boxd.claude_models import resolve_model
+from boxd.errors import BoxError
+from boxd.hosts import check_hosts
+from boxd.plain_errors import PLAIN, invalid
+
+MAX_TITLE = 200
+MAX_PROMPT = 100_000
+MAX_BUDGET_CENTS = 100_000
+MAX_LABEL = 200
+
+
+class Worker(StrEnum):
+    DROID = "droid"
+    FAKE = "fake"
+
+
+class Autonomy(StrEnum):
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+
+
+def plain(message: str) -> PydanticCustomError:
+    return PydanticCustomError(PLAIN, message)
+
+
+def _hosts(value: object) -> list[str]:
+    try:
+        return check_hosts(value)
+    except BoxError as error:
+        raise plain(error.message) from None
+
+
+def budget_cents(value: object, field: str = "budgetCents") -> int:
+    # bool is an int to Python but never a budget; 50.0 is not "a whole number" on the wire.
+    if type(value) is not int or not 0 <= value <= MAX_BUDGET_CENTS:
+        raise plain(f"{field} must be a whole number from 0 to {MAX_BUDGET_CENTS}")
+    return value
+
+
+def _model(value: object) -> str:
+    if not isinstance(value, str):
+        raise plain("model must be a string")
+    try:
+        return resolve_model(value)
+    except BoxError as error:
+        raise plain(error.message) from None
+
+
+class DroidOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    plan: StrictBool = False
+    autonomy: Autonomy = Autonomy.LOW
+
+
+class SharedFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: StrictStr
+    content: StrictStr
+
+
+class TaskRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    title: StrictStr
+    prompt: StrictStr
+    workspace: StrictStr = "home"
+    worker: StrictStr = Worker.DROID.value
+    tools: list[StrictStr] = []
+    hosts: Annotated[list[str], BeforeValidator(_hosts)] | None = None
+    model: Annotated[str, BeforeValidator(_model)] | None = None
+    budgetCents: Annotated[int, BeforeValidator(budget_cents)] | None = None
+    source: StrictStr = "api"
+    seat: StrictStr | None = None
+    droid: DroidOptions = DroidOptions()
+    folder: StrictStr | None = None
+    folders: list[StrictStr] | None = None
+    files: list[SharedFile] | None = None
+
+    @field_validator("title", "prompt")
+    @classmethod
+    def _present(cls, value: str, info: Any) -> str:
+        if not value.strip():
+            raise plain(f"{info.field_name} is missing")
+        limit = MAX_TITLE if info.field_name == "title" else MAX_PROMPT
+        if len(value) > limit:
+            raise plain(f"{info.field_name} is over {limit:,} characters")
+        return value
+
+    @field_validator("worker")
+    @classmethod
+    def _known_worker(cls, value: str) -> str:
+        if value not in set(Worker):
+            raise plain(f"unknown worker {value!r}; this box has droid and fake")
+        return value
+
+    @field_validator("source", "seat")
+    @classmethod
+    def _label(cls, value: str | None, info: Any) -> str | None:
+        if value is not None and len(value) > MAX_LABEL:
+            raise plain(f"{info.field_name} is over {MAX_LABEL} characters")
+        return value
+
+    @field_validator("folder", "folders", "files")
+    @classmethod
+    def _not_yet(cls, value: object, info: Any) -> object:
+        if value is not None:
+            what = "shared files" if info.field_name == "files" else "personal folders"
+            raise plain(f"{info.field_name}: {what} are not available on this box yet")
+        return value
+
+
+def parse_task_request(body: str | bytes) -> TaskRequest:
+    try:
+        return TaskRequest.model_validate_json(body)
+    except ValidationError as error:
+        raise invalid(error) from None

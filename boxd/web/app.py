@@ -1,0 +1,84 @@
+"""Routes of the HTTP API. Every decision is the manager's: the gateway forwards the bearer
+token and the body as they came, and turns the manager's problem codes into statuses."""
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from boxd.dbus.client import GatewayClient, connect_system_bus
+from boxd.errors import BoxError, Problem, die
+
+CLIENT = web.AppKey("client", GatewayClient)
+MAX_BODY = 10 * 1024 * 1024
+NO_TOKEN = "send Authorization: Bearer <token> (boxctl token create makes one)"
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.json_response(body, status=status)
+
+
+@web.middleware
+async def plain_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except BoxError as error:
+        return _json({"error": error.message}, error.problem.http_status)
+    except web.HTTPRequestEntityTooLarge:
+        return _json({"error": "the body is over 10 MB"}, 413)
+    except web.HTTPNotFound:
+        return _json({"error": f"no such route: {request.method} {request.path}"}, 404)
+    except web.HTTPMethodNotAllowed:
+        return _json({"error": f"{request.path} does not take {request.method}"}, 405)
+
+
+def _token(request: web.Request) -> str:
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        die(Problem.UNAUTHORIZED, NO_TOKEN)
+    return token.strip()
+
+
+async def _call(request: web.Request, member: str, *args: str) -> Any:
+    return await request.app[CLIENT].call_as(_token(request), member, *args)
+
+
+async def create_task(request: web.Request) -> web.Response:
+    token = _token(request)
+    raw = await request.read()
+    try:
+        body = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        die(Problem.INVALID, "the body is not UTF-8 text")
+    return _json(await request.app[CLIENT].call_as(token, "CreateTask", body), 201)
+
+
+async def list_tasks(request: web.Request) -> web.Response:
+    return _json(await _call(request, "ListTasks"))
+
+
+async def get_task(request: web.Request) -> web.Response:
+    return _json(await _call(request, "GetTask", request.match_info["id"]))
+
+
+async def stop_task(request: web.Request) -> web.Response:
+    return _json(await _call(request, "StopTask", request.match_info["id"]))
+
+
+async def _bus(app: web.Application) -> AsyncIterator[None]:
+    bus = await connect_system_bus()
+    app[CLIENT] = GatewayClient(bus)
+    yield
+    bus.disconnect()
+
+
+def make_app() -> web.Application:
+    app = web.Application(middlewares=[plain_errors], client_max_size=MAX_BODY)
+    app.cleanup_ctx.append(_bus)
+    app.router.add_post("/api/tasks", create_task)
+    app.router.add_get("/api/tasks", list_tasks)
+    app.router.add_get("/api/tasks/{id}", get_task)
+    app.router.add_post("/api/tasks/{id}/stop", stop_task)
+    return app

@@ -1,0 +1,1 @@
+"""Workers: the programs that do a task's work, each as the task's own user."""

@@ -1,0 +1,33 @@
+#!/bin/bash
+# Installs boxd on a systemd machine the way a package would: a venv in /opt/boxd, the units,
+# the D-Bus policy, the polkit action and rule, the system users; then starts it.
+# Usage: install.sh WHEEL   (run as root; the files sit beside this script, in the source tree)
+set -euo pipefail
+wheel=${1:?usage: install.sh path/to/boxd-*.whl}
+here=$(cd "$(dirname "$0")" && pwd)
+source_tree=$(dirname "$here")
+prefix=/opt/boxd
+
+[ "$(id -u)" = 0 ] || { echo "install.sh: run me as root" >&2; exit 1; }
+[ -d /run/systemd/system ] || { echo "install.sh: this machine does not run systemd" >&2; exit 1; }
+
+# Debian's python3-systemd is used through system site packages rather than compiled here.
+[ -x "$prefix/venv/bin/python" ] || python3 -m venv --system-site-packages "$prefix/venv"
+"$prefix/venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --force-reinstall "$wheel"
+"$prefix/venv/bin/python" -c 'import aiohttp, dbus_fast, pydantic, sdnotify, systemd.journal' || {
+    echo "install.sh: $prefix/venv lacks boxd's dependencies; pip install them first" >&2; exit 1; }
+
+install -m 0644 "$source_tree/README.md" "$prefix/README.md" 2>/dev/null || true
+install -m 0644 "$here"/boxd.service "$here"/boxd-web.socket "$here"/boxd-web.service \
+    "$here"/box-broker@.socket "$here"/box-broker@.service /etc/systemd/system/
+install -D -m 0644 "$here/sysusers.d/boxd.conf" /usr/lib/sysusers.d/boxd.conf
+install -D -m 0644 "$here/dbus/org.boxd.Box1.conf" /usr/share/dbus-1/system.d/org.boxd.Box1.conf
+install -D -m 0644 "$source_tree/polkit/org.boxd.Box1.policy" \
+    /usr/share/polkit-1/actions/org.boxd.Box1.policy
+install -D -m 0644 "$source_tree/polkit/50-boxd.rules" /etc/polkit-1/rules.d/50-boxd.rules
+
+systemd-sysusers /usr/lib/sysusers.d/boxd.conf
+systemctl reload dbus.service
+systemctl daemon-reload
+systemctl enable --now boxd.service boxd-web.socket
+systemctl restart boxd.service
