@@ -61,6 +61,8 @@ def check_host(raw: object) -> str:
     rule = raw.strip().lower()
     if not rule:
         _refuse(raw, f"is empty; {_EXAMPLES}")
+    if "://" in rule or "/" in rule:
+        _refuse(raw, "is a URL or a path, not a host; give the name alone, like example.com")
     wildcard = rule.startswith("*.")
     host, port = _split_port(raw, rule.removeprefix("*.") if wildcard else rule)
     if _check_address(raw, host):

@@ -17,6 +17,7 @@ prefix=/opt/boxd
 "$prefix/venv/bin/python" -c 'import aiohttp, dbus_fast, pydantic, sdnotify, systemd.journal' || {
     echo "install.sh: $prefix/venv lacks boxd's dependencies; pip install them first" >&2; exit 1; }
 
+ln -sf "$prefix/venv/bin/boxctl" /usr/local/bin/boxctl
 install -m 0644 "$source_tree/README.md" "$prefix/README.md" 2>/dev/null || true
 install -m 0644 "$here"/boxd.service "$here"/boxd-web.socket "$here"/boxd-web.service \
     "$here"/box-broker@.socket "$here"/box-broker@.service /etc/systemd/system/

@@ -3,17 +3,24 @@
 import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any, Protocol
 
 from aiohttp import web
 from pydantic import ValidationError
 
-from boxd.broker.manager_link import ManagerLink
 from boxd.broker.syncfs import syncfs
 from boxd.errors import BoxError, Problem
 from boxd.plain_errors import invalid
 from boxd.task import Step
 
-MANAGER = web.AppKey("manager", ManagerLink)
+
+class Manager(Protocol):
+    """The manager's log, as the broker reaches it (boxd.broker.manager_link over D-Bus)."""
+
+    async def call(self, member: str, *args: str) -> Any: ...
+
+
+MANAGER = web.AppKey("manager", Manager)
 TASK_DIR = web.AppKey("task_dir", Path)
 MAX_BODY = 10 * 1024 * 1024
 
@@ -64,7 +71,7 @@ async def post_step(request: web.Request) -> web.Response:
     return web.json_response(event)
 
 
-def make_app(manager: ManagerLink, task_dir: Path) -> web.Application:
+def make_app(manager: Manager, task_dir: Path) -> web.Application:
     app = web.Application(middlewares=[plain_errors], client_max_size=MAX_BODY)
     app[MANAGER] = manager
     app[TASK_DIR] = task_dir

@@ -37,12 +37,12 @@ def why_failed(status: UnitStatus, last_words: str | None = None) -> str:
                 f"(exit status {status.main_status})."
             )
         return f"The worker exited with status {status.main_status}{said}"
+    if status.result == "oom-kill":
+        return "The worker ran out of memory and the kernel killed it."
     if status.result == "signal" or status.main_code == _CLD_KILLED:
         return f"The worker was killed by {_signal_name(status.main_status)}{said}"
     if status.result == "core-dump" or status.main_code == _CLD_DUMPED:
         return f"The worker crashed with {_signal_name(status.main_status)} and dumped core{said}"
-    if status.result == "oom-kill":
-        return "The worker ran out of memory and the kernel killed it."
     if status.result == "timeout":
         return "The worker ran past its time limit and systemd stopped it."
     if status.result == "resources":

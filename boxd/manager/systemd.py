@@ -1,6 +1,8 @@
 """The manager's side of systemd's D-Bus API: start and stop units, transient workers, and
 signals when a unit changes state. Units are followed by signals, never by polling."""
 
+import asyncio
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +19,9 @@ _UNIT = "org.freedesktop.systemd1.Unit"
 _SERVICE = "org.freedesktop.systemd1.Service"
 _PROPERTIES = "org.freedesktop.DBus.Properties"
 UNIT_PATH_PREFIX = "/org/freedesktop/systemd1/unit/"
+# JobRemoved can arrive before the caller starts waiting; remember that many finished jobs.
+_REMEMBERED_JOBS = 256
+JOB_TIMEOUT_SECONDS = 120.0
 
 
 def unit_path(name: str) -> str:
@@ -45,6 +50,8 @@ class Systemd:
     def __init__(self, bus: MessageBus) -> None:
         self._bus = bus
         self._watched: dict[str, Callable[[], None]] = {}
+        self._waiting: dict[str, asyncio.Future[str]] = {}
+        self._finished: OrderedDict[str, str] = OrderedDict()
         bus.add_message_handler(self._on_message)
 
     async def _call(
@@ -73,19 +80,22 @@ class Systemd:
         return reply
 
     async def subscribe(self) -> None:
-        await self._bus.call(
-            Message(
-                destination="org.freedesktop.DBus",
-                path="/org/freedesktop/DBus",
-                interface="org.freedesktop.DBus",
-                member="AddMatch",
-                signature="s",
-                body=[
-                    f"type='signal',sender='{_SYSTEMD}',interface='{_PROPERTIES}',"
-                    f"member='PropertiesChanged',path_namespace='{_MANAGER_PATH}/unit'"
-                ],
-            )
+        rules = (
+            f"type='signal',sender='{_SYSTEMD}',interface='{_PROPERTIES}',"
+            f"member='PropertiesChanged',path_namespace='{_MANAGER_PATH}/unit'",
+            f"type='signal',sender='{_SYSTEMD}',interface='{_MANAGER}',member='JobRemoved'",
         )
+        for rule in rules:
+            await self._bus.call(
+                Message(
+                    destination="org.freedesktop.DBus",
+                    path="/org/freedesktop/DBus",
+                    interface="org.freedesktop.DBus",
+                    member="AddMatch",
+                    signature="s",
+                    body=[rule],
+                )
+            )
         await self._call(_MANAGER_PATH, _MANAGER, "Subscribe")
 
     def watch(self, name: str, changed: Callable[[], None]) -> None:
@@ -97,6 +107,20 @@ class Systemd:
         self._watched.pop(unit_path(name), None)
 
     def _on_message(self, message: Message) -> bool | None:
+        if (
+            message.message_type == MessageType.SIGNAL
+            and message.member == "JobRemoved"
+            and message.interface == _MANAGER
+        ):
+            _id, job, _unit, result = message.body
+            waiting = self._waiting.pop(job, None)
+            if waiting is not None and not waiting.done():
+                waiting.set_result(result)
+            else:
+                self._finished[job] = result
+                while len(self._finished) > _REMEMBERED_JOBS:
+                    self._finished.popitem(last=False)
+            return None
         if (
             message.message_type == MessageType.SIGNAL
             and message.member == "PropertiesChanged"
@@ -111,11 +135,24 @@ class Systemd:
         await self._call(_MANAGER_PATH, _MANAGER, "StartUnit", "ss", [name, "replace"])
 
     async def stop_unit(self, name: str) -> None:
+        """Stops the unit and returns once it has stopped."""
         try:
-            await self._call(_MANAGER_PATH, _MANAGER, "StopUnit", "ss", [name, "replace"])
+            reply = await self._call(_MANAGER_PATH, _MANAGER, "StopUnit", "ss", [name, "replace"])
         except SystemdError as error:
             if not error.no_such_unit:
                 raise
+            return
+        await self._job_done(reply.body[0])
+
+    async def _job_done(self, job: str) -> str:
+        if job in self._finished:
+            return self._finished.pop(job)
+        waiting = asyncio.get_running_loop().create_future()
+        self._waiting[job] = waiting
+        try:
+            return await asyncio.wait_for(waiting, JOB_TIMEOUT_SECONDS)
+        finally:
+            self._waiting.pop(job, None)
 
     async def reset_failed(self, name: str) -> None:
         try:

@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
 from boxd.workers.broker_client import BrokerClient, BrokerRefused
 
 MAX_OUTPUT = 4000
@@ -120,7 +122,7 @@ def main() -> None:
         sys.exit("fake worker: BOX_SOCKET is not set; boxd starts this worker for a task")
     try:
         asyncio.run(run(socket_path))
-    except (ScriptFailed, BrokerRefused, OSError) as failure:
+    except (ScriptFailed, BrokerRefused, OSError, aiohttp.ClientError) as failure:
         print(failure, file=sys.stderr, flush=True)
         sys.exit(1)
 

@@ -1,0 +1,46 @@
+# The two commands a newcomer needs: `make run` and `make test`. Everything else is theirs.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: test run lint unit vm bench host-packages clean
+
+# systemd-python compiles against libsystemd; the VM harness needs nspawn and debootstrap.
+host-packages:
+	@missing=""; \
+	for package in libsystemd-dev pkg-config gcc systemd-container debootstrap; do \
+	    dpkg -s $$package >/dev/null 2>&1 || missing="$$missing $$package"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	    echo "Installing$$missing with apt-get"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	fi
+
+$(VENV)/.ready: pyproject.toml | host-packages
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+lint: $(VENV)/.ready
+	$(VENV)/bin/ruff check boxd tests bench
+	$(VENV)/bin/ruff format --check boxd tests bench
+	$(VENV)/bin/mypy --strict
+
+unit: $(VENV)/.ready
+	$(PY) -m pytest -q tests --ignore=tests/vm
+
+vm: $(VENV)/.ready
+	$(PY) -m pytest -q tests/vm
+
+test: lint unit vm
+
+run: $(VENV)/.ready
+	$(PY) -m tests.vm.run_box
+
+bench: $(VENV)/.ready
+	$(PY) -m bench.start_latency
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

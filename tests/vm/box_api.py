@@ -1,0 +1,86 @@
+"""Talking to the box inside a test machine the way its users do: curl, boxctl, busctl."""
+
+import json
+import subprocess
+from typing import Any
+
+from tests.vm.machine import Machine
+
+BOXCTL = "/opt/boxd/venv/bin/boxctl"
+API = "http://127.0.0.1:7700"
+
+
+def http(
+    machine: Machine,
+    method: str,
+    path: str,
+    token: str | None = None,
+    body: str | None = None,
+) -> tuple[int, Any]:
+    argv = ["curl", "-sS", "-X", method, "-w", "\n%{http_code}", f"{API}{path}"]
+    if token is not None:
+        argv += ["-H", f"Authorization: Bearer {token}"]
+    if body is not None:
+        argv += ["-H", "Content-Type: application/json", "--data-binary", "@-"]
+    done = machine.run(*argv, input=body, timeout=60)
+    text, _, status = done.stdout.rpartition("\n")
+    return int(status), json.loads(text) if text else None
+
+
+def start_fake(machine: Machine, token: str, prompt: str, **fields: Any) -> dict[str, Any]:
+    request = {"title": fields.pop("title", "a fake task"), "prompt": prompt, "worker": "fake"}
+    status, task = http(machine, "POST", "/api/tasks", token, json.dumps({**request, **fields}))
+    assert status == 201, task
+    assert isinstance(task, dict)
+    return task
+
+
+def boxctl(
+    machine: Machine, *args: str, user: str | None = None, check: bool = True, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return machine.run(BOXCTL, *args, user=user, check=check, timeout=timeout)
+
+
+def finish(machine: Machine, task_id: str, timeout: float = 90) -> dict[str, Any]:
+    """Waits for the task to end (boxctl follow returns then) and returns it with its steps."""
+    boxctl(machine, "follow", task_id, check=False, timeout=timeout)
+    task = json.loads(boxctl(machine, "show", task_id, "--json").stdout)
+    assert isinstance(task, dict)
+    return task
+
+
+def busctl_call(
+    machine: Machine, member: str, *args: str, user: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    signature = "s" * len(args)
+    argv = [
+        "busctl",
+        "--json=short",
+        "call",
+        "org.boxd.Box1",
+        "/org/boxd/Box1",
+        "org.boxd.Box1.Manager",
+        member,
+    ]
+    if args:
+        argv += [signature, *args]
+    return machine.run(*argv, user=user, check=check)
+
+
+def busctl_result(done: subprocess.CompletedProcess[str]) -> Any:
+    return json.loads(json.loads(done.stdout)["data"][0])
+
+
+def wait_for_step(machine: Machine, task_id: str, count: int = 1, timeout: float = 30) -> None:
+    """Waits until the task has logged `count` steps (a test may poll; boxd itself never does)."""
+    script = (
+        "import json, subprocess, sys, time\n"
+        f"deadline = time.time() + {timeout}\n"
+        "while time.time() < deadline:\n"
+        f"    task = json.loads(subprocess.run(['{BOXCTL}', 'show', '{task_id}', '--json'],"
+        " capture_output=True, text=True, check=True).stdout)\n"
+        f"    if len(task['steps']) >= {count}: sys.exit(0)\n"
+        "    time.sleep(0.05)\n"
+        "sys.exit('no step in time')\n"
+    )
+    machine.run("/opt/boxd/venv/bin/python", "-c", script, timeout=timeout + 10)

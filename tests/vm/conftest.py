@@ -1,0 +1,69 @@
+"""Fixtures for tests that need a real systemd: one machine per session with boxd installed."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from .machine import Machine, MachineError, install_boxd
+
+VM_TESTS = Path(__file__).resolve().parent
+OWNER = "owner"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.geteuid() == 0:
+        return
+    skip = pytest.mark.skip(
+        reason="tests/vm boots systemd-nspawn machines and mounts file systems: run as root"
+    )
+    for item in items:
+        if VM_TESTS in Path(item.path).resolve().parents:
+            item.add_marker(skip)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed:
+        # A failed assertion about the box is usually explained by what its units logged.
+        funcargs = getattr(item, "funcargs", {})
+        for value in funcargs.values():
+            if isinstance(value, Machine) and value.running:
+                try:
+                    journal = value.journal(200)
+                except MachineError as e:
+                    journal = f"could not read the journal: {e}"
+                report.sections.append((f"journal of machine {value.name}", journal))
+    return report
+
+
+@pytest.fixture(scope="session")
+def machine() -> Iterator[Machine]:
+    """A booted machine with this checkout of boxd installed and boxd.service active."""
+    m = Machine()
+    m.start()
+    try:
+        install_boxd(m)
+        yield m
+    finally:
+        m.stop()
+
+
+@pytest.fixture(scope="session")
+def owner(machine: Machine) -> str:
+    """The name of a Linux user in the machine who owns the box (group boxd-owner)."""
+    if machine.run("id", OWNER, check=False).returncode != 0:
+        machine.run("useradd", "-m", "-G", "boxd-owner", OWNER)
+    return OWNER
+
+
+@pytest.fixture
+def token(machine: Machine) -> str:
+    """A new API token, made by root with `boxctl token create`."""
+    return machine.run("boxctl", "token", "create").stdout.strip()

@@ -1,0 +1,179 @@
+"""A task end to end through the real systemd, bus, polkit and users of a booted machine."""
+
+import json
+
+from tests.vm.box_api import (
+    boxctl,
+    busctl_call,
+    busctl_result,
+    finish,
+    http,
+    start_fake,
+    wait_for_step,
+)
+from tests.vm.machine import Machine
+
+
+def test_http_task_runs_as_its_own_user_and_ends_done(machine: Machine, token: str) -> None:
+    task = start_fake(machine, token, "step hello\nsh id -un\nwrite out.txt hi there")
+    assert task["state"] == "running"
+    assert task["user"] == f"box-{task['id']}"
+    assert task["worker"] == "fake"
+    assert task["workspace"] == "home"
+    assert task["budgetCents"] == 100
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    assert [(s["text"], s["data"]) for s in ended["steps"]] == [
+        ("hello", {"line": 1}),
+        (f"box-{task['id']}", {"line": 2}),
+        ("wrote out.txt", {"line": 3}),
+    ]
+    assert ended["step"] == "wrote out.txt"
+    status, over_http = http(machine, "GET", f"/api/tasks/{task['id']}", token)
+    assert status == 200
+    assert over_http["state"] == "done"
+    assert [s["text"] for s in over_http["steps"]] == [
+        "hello",
+        f"box-{task['id']}",
+        "wrote out.txt",
+    ]
+    work = f"/var/lib/box/tasks/{task['id']}/work/out.txt"
+    assert machine.run("stat", "-c", "%U %s", work).stdout.split() == [task["user"], "8"]
+    status, listed = http(machine, "GET", "/api/tasks", token)
+    assert status == 200
+    assert task["id"] in [t["id"] for t in listed]
+
+
+def test_dbus_task_with_busctl(machine: Machine) -> None:
+    request = {"title": "over D-Bus", "prompt": "step from busctl\nsh id -un", "worker": "fake"}
+    task = busctl_result(busctl_call(machine, "CreateTask", json.dumps(request)))
+    assert task["state"] == "running"
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done"
+    assert [s["text"] for s in ended["steps"]] == ["from busctl", f"box-{task['id']}"]
+    state = machine.run(
+        "busctl",
+        "get-property",
+        "org.boxd.Box1",
+        f"/org/boxd/Box1/task/{task['id']}",
+        "org.boxd.Box1.Task",
+        "State",
+    )
+    assert state.stdout.strip() == 's "done"'
+    tree = machine.run("busctl", "tree", "--list", "org.boxd.Box1").stdout.split()
+    assert f"/org/boxd/Box1/task/{task['id']}" in tree
+
+
+def test_boxctl_start_follow_and_list(machine: Machine) -> None:
+    started = boxctl(
+        machine,
+        "start",
+        "--worker",
+        "fake",
+        "--title",
+        "from boxctl",
+        "--follow",
+        "step one\nstep two",
+    )
+    lines = started.stdout.splitlines()
+    task_id = lines[0]
+    assert lines[1].endswith("one") and lines[2].endswith("two")
+    assert lines[-1].endswith("-> done")
+    listed = json.loads(boxctl(machine, "list", "--json").stdout)
+    assert listed[0]["id"] == task_id
+    assert task_id in boxctl(machine, "list").stdout
+
+
+def test_stop_a_running_task(machine: Machine, token: str) -> None:
+    task = start_fake(machine, token, "step started\nsleep 60\nstep never")
+    wait_for_step(machine, task["id"])
+    status, stopped = http(machine, "POST", f"/api/tasks/{task['id']}/stop", token)
+    assert status == 200
+    assert stopped["state"] == "failed"
+    assert stopped["error"] == "Stopped by its owner."
+    unit = f"box-task-{task['id']}.service"
+    assert machine.run("systemctl", "is-active", unit, check=False).stdout.strip() != "active"
+    status, again = http(machine, "POST", f"/api/tasks/{task['id']}/stop", token)
+    assert status == 400
+    assert again == {"error": f"task {task['id']} has already ended: it is failed"}
+
+
+def test_a_failing_script_says_why(machine: Machine, token: str) -> None:
+    task = start_fake(machine, token, "step a\nfail the printer is on fire")
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "failed"
+    assert ended["error"] == "The worker exited with status 1: line 2: the printer is on fire"
+
+
+def test_a_droid_task_fails_saying_what_is_missing(machine: Machine, token: str) -> None:
+    status, task = http(
+        machine,
+        "POST",
+        "/api/tasks",
+        token,
+        json.dumps({"title": "droid", "prompt": "write a poem"}),
+    )
+    assert status == 201
+    assert task["state"] == "failed"
+    assert task["worker"] == "droid"
+    assert task["model"] == "claude-sonnet-4-6"
+    assert task["droid"] == {"plan": False, "autonomy": "low"}
+    assert "the Droid worker is not installed" in task["error"]
+
+
+def test_worker_killed_with_sigkill_fails_in_plain_words(machine: Machine, token: str) -> None:
+    task = start_fake(machine, token, "step up\nsleep 60")
+    wait_for_step(machine, task["id"])
+    machine.run("systemctl", "kill", "--signal=KILL", f"box-task-{task['id']}.service")
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "failed"
+    assert ended["error"] == "The worker was killed by SIGKILL."
+
+
+def test_journal_tells_the_story(machine: Machine, token: str) -> None:
+    task = start_fake(machine, token, "step the story begins", title="storyteller")
+    finish(machine, task["id"])
+    machine.run("journalctl", "--sync")
+    story = machine.run("journalctl", f"BOX_TASK={task['id']}", "-o", "cat").stdout.splitlines()
+    assert story == [
+        f"Task {task['id']} is queued: storyteller",
+        f"Task {task['id']} is running",
+        f"Task {task['id']} step: the story begins",
+        f"Task {task['id']} is done",
+    ]
+    steps = machine.run("journalctl", f"BOX_TASK={task['id']}", "BOX_EVENT=task.step", "-o", "cat")
+    assert steps.stdout.splitlines() == [f"Task {task['id']} step: the story begins"]
+
+
+def test_unit_properties(machine: Machine, token: str) -> None:
+    task = start_fake(machine, token, "step up\nsleep 60")
+    wait_for_step(machine, task["id"])
+    unit = f"box-task-{task['id']}.service"
+    shown = machine.run(
+        "systemctl",
+        "show",
+        unit,
+        "-p",
+        "Type,User,Slice,ProtectSystem,ProtectHome,PrivateTmp,"
+        "NoNewPrivileges,Environment,ActiveState,SubState",
+    ).stdout
+    properties = dict(line.split("=", 1) for line in shown.splitlines())
+    assert properties["Type"] == "exec"
+    assert properties["User"] == f"box-{task['id']}"
+    assert properties["Slice"] == f"box-{task['id']}.slice"
+    assert properties["ProtectSystem"] == "strict"
+    assert properties["ProtectHome"] == "yes"
+    assert properties["PrivateTmp"] == "yes"
+    assert properties["NoNewPrivileges"] == "yes"
+    assert f"BOX_TASK={task['id']}" in properties["Environment"]
+    assert f"BOX_SOCKET=/var/lib/box/tasks/{task['id']}/broker.sock" in properties["Environment"]
+    assert (properties["ActiveState"], properties["SubState"]) == ("active", "running")
+    broker = machine.run(
+        "systemctl", "show", f"box-broker@{task['id']}.service", "-p", "User,ActiveState"
+    ).stdout
+    assert "User=boxd-broker" in broker and "ActiveState=active" in broker
+    boxctl(machine, "stop", task["id"])
+    socket = machine.run("systemctl", "is-active", f"box-broker@{task['id']}.socket", check=False)
+    assert socket.stdout.strip() == "inactive"
+    gone = machine.run("test", "-e", f"/var/lib/box/tasks/{task['id']}/broker.sock", check=False)
+    assert gone.returncode != 0
