@@ -129,7 +129,6 @@ def run_in_machine(runs: int) -> None:
     from tests.vm.machine import Machine, install_boxd
 
     with Machine() as machine:
-        machine.start()
         install_boxd(machine)
         token = machine.run("boxctl", "token", "create", "--name", "bench").stdout.strip()
         shutil.copy(__file__, machine.root / "tmp" / "start_latency.py")

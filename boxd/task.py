@@ -51,12 +51,3 @@ class Task(BaseModel):
     def public(self) -> dict[str, Any]:
         """The fields that apply to this task: absent rather than null, as the seed shows them."""
         return self.model_dump(mode="json", exclude_none=True)
-
-
-class Step(BaseModel):
-    """The body of the broker's `POST /step`, and the data of its `task.step` event."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    text: str
-    data: Any = None

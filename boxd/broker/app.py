@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from boxd.broker.syncfs import syncfs
 from boxd.errors import BoxError, Problem
 from boxd.plain_errors import invalid
-from boxd.task import Step
+from boxd.step import Step
 
 
 class Manager(Protocol):

@@ -40,7 +40,8 @@ from boxd.manager.worker_unit import (
 from boxd.paths import task_dir, task_work_dir, workspaces_dir
 from boxd.plain_errors import invalid
 from boxd.settings import NetworkDefault, change_settings
-from boxd.task import Step, Task, TaskState
+from boxd.step import Step
+from boxd.task import Task, TaskState
 from boxd.task_request import Worker, parse_task_request
 
 log = logging.getLogger(__name__)
@@ -304,6 +305,9 @@ class Box:
         work.mkdir(mode=0o700, exist_ok=True)
         os.chown(work, uid, gid)
         await self.systemd.start_unit(broker_socket_unit(task.id))
+        # Started now rather than on the worker's first connection, so the broker's start-up
+        # overlaps the worker's instead of following it.
+        await self.systemd.start_unit(broker_service_unit(task.id))
         unit = worker_unit(task.id)
         self.systemd.watch(unit, partial(self._check_soon, task.id))
         await self.systemd.start_transient(unit, worker_properties(self.home, task))
