@@ -21,6 +21,8 @@ import aiohttp
 from dbus_fast import BusType, Message, MessageType
 from dbus_fast.aio import MessageBus
 
+from boxd.dbus.bus_daemon import add_match
+
 RUNS = 50
 SANDBOX = [
     "-p",
@@ -56,18 +58,10 @@ async def measure(token: str, runs: int) -> None:
         news.set()
 
     bus.add_message_handler(on_signal)
-    await bus.call(
-        Message(
-            destination="org.freedesktop.DBus",
-            path="/org/freedesktop/DBus",
-            interface="org.freedesktop.DBus",
-            member="AddMatch",
-            signature="s",
-            body=[
-                "type='signal',sender='org.boxd.Box1',interface='org.boxd.Box1.Task',"
-                "member='Event',path_namespace='/org/boxd/Box1/task'"
-            ],
-        )
+    await add_match(
+        bus,
+        "type='signal',sender='org.boxd.Box1',interface='org.boxd.Box1.Task',"
+        "member='Event',path_namespace='/org/boxd/Box1/task'",
     )
 
     async def until(condition: Callable[[], bool]) -> None:

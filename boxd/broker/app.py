@@ -1,7 +1,6 @@
 """The broker API of broker-api.txt, over HTTP on the task's socket."""
 
 import json
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -9,7 +8,8 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from boxd.broker.syncfs import syncfs
-from boxd.errors import BoxError, Problem
+from boxd.errors import Problem
+from boxd.json_errors import MAX_BODY, json_errors
 from boxd.plain_errors import invalid
 from boxd.step import Step
 
@@ -22,32 +22,6 @@ class Manager(Protocol):
 
 MANAGER = web.AppKey("manager", Manager)
 TASK_DIR = web.AppKey("task_dir", Path)
-MAX_BODY = 10 * 1024 * 1024
-
-
-def error(message: str, status: int = 400) -> web.Response:
-    return web.json_response({"error": message}, status=status)
-
-
-@web.middleware
-async def plain_errors(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except BoxError as failure:
-        status = 503 if failure.problem == Problem.UNAVAILABLE else 400
-        return error(failure.message, status)
-    except web.HTTPRequestEntityTooLarge:
-        return error("the body is over 10 MB", 413)
-    except web.HTTPNotFound:
-        return error(
-            f"no such request: {request.method} {request.path}; "
-            "this broker serves GET /task, GET /tools and POST /step",
-            404,
-        )
-    except web.HTTPMethodNotAllowed:
-        return error(f"{request.path} does not take {request.method}", 405)
 
 
 async def get_task(request: web.Request) -> web.Response:
@@ -72,7 +46,12 @@ async def post_step(request: web.Request) -> web.Response:
 
 
 def make_app(manager: Manager, task_dir: Path) -> web.Application:
-    app = web.Application(middlewares=[plain_errors], client_max_size=MAX_BODY)
+    # Errors are 400 as broker-api.txt says; 503 only while the manager is away.
+    errors = json_errors(
+        lambda failure: 503 if failure.problem == Problem.UNAVAILABLE else 400,
+        "this broker serves GET /task, GET /tools and POST /step",
+    )
+    app = web.Application(middlewares=[errors], client_max_size=MAX_BODY)
     app[MANAGER] = manager
     app[TASK_DIR] = task_dir
     app.router.add_get("/task", get_task)

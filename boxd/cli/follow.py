@@ -8,6 +8,7 @@ from typing import Any
 from dbus_fast import Message, MessageType
 from dbus_fast.aio import MessageBus
 
+from boxd.dbus.bus_daemon import add_match
 from boxd.dbus.client import BoxClient
 from boxd.dbus.interface import BUS_NAME, TASK, task_path
 from boxd.task import TaskState
@@ -32,16 +33,7 @@ async def follow(client: BoxClient, task_id: str, emit: Callable[[dict[str, Any]
 
     bus.add_message_handler(on_signal)
     # Subscribe before reading what is already logged, so nothing falls between the two.
-    await bus.call(
-        Message(
-            destination="org.freedesktop.DBus",
-            path="/org/freedesktop/DBus",
-            interface="org.freedesktop.DBus",
-            member="AddMatch",
-            signature="s",
-            body=[f"type='signal',sender='{BUS_NAME}',path='{path}',interface='{TASK}'"],
-        )
-    )
+    await add_match(bus, f"type='signal',sender='{BUS_NAME}',path='{path}',interface='{TASK}'")
     task = await client.call("GetTask", task_id)
     seen = 0
     for step in task["steps"]:

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from boxd.caller import Caller, Role
 from boxd.claude_models import DEFAULT_MODEL, resolve_model
 from boxd.dbus import interface as api
+from boxd.dbus.bus_daemon import connection_pid, connection_uid
 from boxd.dbus.polkit import check_authorization
 from boxd.dbus.task_object import TaskObject
 from boxd.errors import BoxError, Problem, die
@@ -30,7 +31,7 @@ from boxd.manager.last_words import last_words
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError
 from boxd.manager.tokens import check_token_name, new_token, token_hash
-from boxd.manager.users import ensure_user
+from boxd.manager.users import ensure_user, user_name
 from boxd.manager.worker_unit import (
     broker_service_unit,
     broker_socket_unit,
@@ -105,7 +106,7 @@ class Box:
         sender = message.sender or ""
         if method.interface == api.MANAGER:
             await check_authorization(self.bus, sender, api.MANAGE_ACTION)
-            return Caller(Role.OWNER, sender)
+            return Caller(Role.OWNER, user_name(await connection_uid(self.bus, sender)))
         if method.interface == api.GATEWAY:
             token = message.body[0]
             found = await self.store.token_role(token_hash(token)) if token else None
@@ -119,19 +120,7 @@ class Box:
 
     async def _broker_unit(self, sender: str) -> str | None:
         if sender not in self._brokers:
-            reply = await self.bus.call(
-                Message(
-                    destination="org.freedesktop.DBus",
-                    path="/org/freedesktop/DBus",
-                    interface="org.freedesktop.DBus",
-                    member="GetConnectionUnixProcessID",
-                    signature="s",
-                    body=[sender],
-                )
-            )
-            if reply is None or not reply.body or not isinstance(reply.body[0], int):
-                return None
-            unit = await self.systemd.unit_of_pid(reply.body[0])
+            unit = await self.systemd.unit_of_pid(await connection_pid(self.bus, sender))
             if unit is None:
                 return None
             self._brokers[sender] = unit

@@ -10,6 +10,7 @@ from typing import Any
 from dbus_fast import Message, MessageType, Variant
 from dbus_fast.aio import MessageBus
 
+from boxd.dbus.bus_daemon import add_match
 from boxd.errors import Problem, die
 
 _SYSTEMD = "org.freedesktop.systemd1"
@@ -86,16 +87,7 @@ class Systemd:
             f"type='signal',sender='{_SYSTEMD}',interface='{_MANAGER}',member='JobRemoved'",
         )
         for rule in rules:
-            await self._bus.call(
-                Message(
-                    destination="org.freedesktop.DBus",
-                    path="/org/freedesktop/DBus",
-                    interface="org.freedesktop.DBus",
-                    member="AddMatch",
-                    signature="s",
-                    body=[rule],
-                )
-            )
+            await add_match(self._bus, rule)
         await self._call(_MANAGER_PATH, _MANAGER, "Subscribe")
 
     def watch(self, name: str, changed: Callable[[], None]) -> None:

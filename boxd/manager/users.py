@@ -21,6 +21,14 @@ def user_ids(name: str) -> tuple[int, int] | None:
     return entry.pw_uid, entry.pw_gid
 
 
+def user_name(uid: int) -> str:
+    """The account name for the log, or the number when the account has none."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
 async def ensure_user(name: str, home: Path) -> tuple[int, int]:
     async with _lock:
         ids = user_ids(name)

@@ -1,37 +1,21 @@
 """Routes of the HTTP API. Every decision is the manager's: the gateway forwards the bearer
 token and the body as they came, and turns the manager's problem codes into statuses."""
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
 
 from boxd.dbus.client import GatewayClient, connect_system_bus
-from boxd.errors import BoxError, Problem, die
+from boxd.errors import Problem, die
+from boxd.json_errors import MAX_BODY, json_errors
 
 CLIENT = web.AppKey("client", GatewayClient)
-MAX_BODY = 10 * 1024 * 1024
 NO_TOKEN = "send Authorization: Bearer <token> (boxctl token create makes one)"
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
     return web.json_response(body, status=status)
-
-
-@web.middleware
-async def plain_errors(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except BoxError as error:
-        return _json({"error": error.message}, error.problem.http_status)
-    except web.HTTPRequestEntityTooLarge:
-        return _json({"error": "the body is over 10 MB"}, 413)
-    except web.HTTPNotFound:
-        return _json({"error": f"no such route: {request.method} {request.path}"}, 404)
-    except web.HTTPMethodNotAllowed:
-        return _json({"error": f"{request.path} does not take {request.method}"}, 405)
 
 
 def _token(request: web.Request) -> str:
@@ -75,7 +59,11 @@ async def _bus(app: web.Application) -> AsyncIterator[None]:
 
 
 def make_app() -> web.Application:
-    app = web.Application(middlewares=[plain_errors], client_max_size=MAX_BODY)
+    errors = json_errors(
+        lambda failure: failure.problem.http_status,
+        "the API serves GET and POST /api/tasks, GET /api/tasks/{id}, POST /api/tasks/{id}/stop",
+    )
+    app = web.Application(middlewares=[errors], client_max_size=MAX_BODY)
     app.cleanup_ctx.append(_bus)
     app.router.add_post("/api/tasks", create_task)
     app.router.add_get("/api/tasks", list_tasks)

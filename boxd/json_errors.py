@@ -1,0 +1,36 @@
+"""The aiohttp middleware both HTTP servers share: every error is JSON `{"error": "..."}` in
+plain words, with the status the server gives its problem codes."""
+
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from boxd.errors import BoxError
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+MAX_BODY = 10 * 1024 * 1024
+
+
+def error(message: str, status: int) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+def json_errors(
+    status_of: Callable[[BoxError], int], routes: str
+) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """`routes` tells a caller who asked for something unknown what there is."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except BoxError as failure:
+            return error(failure.message, status_of(failure))
+        except web.HTTPRequestEntityTooLarge:
+            return error("the body is over 10 MB", 413)
+        except web.HTTPNotFound:
+            return error(f"no such request: {request.method} {request.path}; {routes}", 404)
+        except web.HTTPMethodNotAllowed:
+            return error(f"{request.path} does not take {request.method}", 405)
+
+    return middleware
