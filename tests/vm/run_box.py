@@ -111,8 +111,6 @@ The box is up. From this computer:
   curl -s -H 'Authorization: Bearer {token}' -H 'Content-Type: application/json' \\
        -d '{{"title": "Try", "worker": "fake", "prompt": "step Hi"}}' {API}/api/tasks
 
-The owner's page is at {API}/ (the token above signs in).
-
 A shell inside the box (as root on this computer, in another terminal):
 
   {shell}
