@@ -177,3 +177,49 @@ def test_unit_properties(machine: Machine, token: str) -> None:
     assert socket.stdout.strip() == "inactive"
     gone = machine.run("test", "-e", f"/var/lib/box/tasks/{task['id']}/broker.sock", check=False)
     assert gone.returncode != 0
+
+
+def test_task_objects_signal_their_changes(machine: Machine, token: str) -> None:
+    monitor = machine.spawn(
+        "busctl",
+        "--json=short",
+        "monitor",
+        "--match=type='signal',sender='org.boxd.Box1',"
+        "interface='org.freedesktop.DBus.Properties',member='PropertiesChanged',"
+        "path_namespace='/org/boxd/Box1/task'",
+    )
+    try:
+        machine.run("sleep", "0.5")  # busctl monitor is listening once it has started
+        task = start_fake(machine, token, "step watched")
+        assert finish(machine, task["id"])["state"] == "done"
+        machine.run("sleep", "0.5")
+    finally:
+        monitor.terminate()
+    output, _ = monitor.communicate(timeout=10)
+    states = []
+    steps = []
+    for line in output.splitlines():
+        message = json.loads(line)
+        if message.get("path") != f"/org/boxd/Box1/task/{task['id']}":
+            continue
+        changed = message["payload"]["data"][1]
+        if "State" in changed:
+            states.append(changed["State"]["data"])
+        if "Step" in changed:
+            steps.append(changed["Step"]["data"])
+    assert states == ["running", "done"]
+    assert steps == ["watched"]
+
+
+def test_manager_interface_is_introspectable(machine: Machine) -> None:
+    shown = machine.run("busctl", "introspect", "--list", "org.boxd.Box1", "/org/boxd/Box1")
+    for method in (
+        "CreateTask",
+        "GetTask",
+        "ListTasks",
+        "StopTask",
+        "GetSettings",
+        "SetSettings",
+        "CreateToken",
+    ):
+        assert f".{method}" in shown.stdout
