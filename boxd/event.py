@@ -9,6 +9,10 @@ from pydantic import BaseModel, ConfigDict
 class EventKind(StrEnum):
     TASK_STATE = "task.state"
     TASK_STEP = "task.step"
+    TOOL_CALL = "tool.call"
+    TOOL_RESULT = "tool.result"
+    COST = "cost"
+    APPROVAL = "approval"
 
 
 class Event(BaseModel):

@@ -1,6 +1,8 @@
 """Turns a pydantic ValidationError into one sentence that names the bad field."""
 
-from pydantic import ValidationError
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from boxd.errors import BoxError, Problem
@@ -32,3 +34,14 @@ def describe(error: ErrorDetails) -> str:
 
 def invalid(error: ValidationError) -> BoxError:
     return BoxError(Problem.INVALID, describe(error.errors()[0]))
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def parse(model: type[Model], body: str | bytes) -> Model:
+    """Reads a JSON body into `model`, or refuses it in one sentence naming the bad field."""
+    try:
+        return model.model_validate_json(body or b"null")
+    except ValidationError as error:
+        raise invalid(error) from None

@@ -4,8 +4,9 @@ The manager behind the broker is an in-memory log here; the real one, over D-Bus
 and systemd, is exercised in tests/vm.
 """
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,23 +20,90 @@ from boxd.workers.broker_client import BrokerClient, BrokerRefused
 
 
 class MemoryLog:
-    def __init__(self, prompt: str, steps: list[dict[str, Any]] | None = None) -> None:
-        self.prompt = prompt
-        self.steps = steps or []
+    """The manager's side of the broker, kept in memory: the log, answers, approvals, costs."""
+
+    def __init__(self, prompt: str, tools: tuple[str, ...] = (), budget: int = 100) -> None:
+        self.task: dict[str, Any] = {
+            "id": "t000000001",
+            "prompt": prompt,
+            "tools": list(tools),
+            "budgetCents": budget,
+            "costCents": 0.0,
+        }
+        self.steps: list[dict[str, Any]] = []
+        self.answers: dict[str, dict[str, Any]] = {}
+        self.results: list[dict[str, Any]] = []
+        self.approvals: dict[str, dict[str, Any]] = {}
+        self.costs: list[dict[str, Any]] = []
+        self.answered: dict[str, asyncio.Future[str]] = {}
+
+    @property
+    def prompt(self) -> str:
+        return str(self.task["prompt"])
+
+    @prompt.setter
+    def prompt(self, text: str) -> None:
+        self.task["prompt"] = text
+
+    def decide(self, approval_id: str, state: str) -> None:
+        self.approvals[approval_id]["state"] = state
+        self.answered.setdefault(approval_id, asyncio.get_running_loop().create_future())
+        self.answered[approval_id].set_result(state)
 
     async def call(self, member: str, *args: str) -> Any:
         if member == "GetTask":
-            return {"task": {"id": "t000000001", "prompt": self.prompt}, "steps": self.steps}
-        assert member == "LogStep"
-        step = json.loads(args[0])
-        self.steps.append(step)
-        return {"seq": len(self.steps), "task": "t000000001", "kind": "task.step", "data": step}
+            return {"task": self.task, "steps": self.steps}
+        data = json.loads(args[0])
+        if member == "LogStep":
+            self.steps.append(data)
+            return {"seq": len(self.steps), "kind": "task.step", "data": data}
+        if member == "BeginCall":
+            return {"answered": self.answers.get(data["key"]), "spentCents": self.spent}
+        if member == "FinishCall":
+            if data["key"] not in self.answers:
+                self.results.append(data)
+                self.answers[data["key"]] = (
+                    {"ok": True, "output": data["output"]}
+                    if data["ok"]
+                    else {"ok": False, "error": data["error"]}
+                )
+            return {"answered": self.answers[data["key"]], "spentCents": self.spent}
+        if member == "Ask":
+            approval_id = f"{self.task['id']}.{data['key']}"
+            return self.approvals.setdefault(
+                approval_id, {"id": approval_id, "state": "pending", **data}
+            )
+        assert member == "LogCost"
+        self.costs.append(data)
+        return {"kind": "cost", "data": data}
+
+    @property
+    def spent(self) -> float:
+        tools = sum(float(r["costCents"]) for r in self.results if r["ok"])
+        return tools + sum(float(c["cents"]) for c in self.costs)
+
+
+class MemoryWaiter:
+    def __init__(self, log: MemoryLog) -> None:
+        self.log = log
+
+    async def wait(self, approval: dict[str, Any], seconds: float) -> str:
+        if approval["state"] != "pending":
+            return str(approval["state"])
+        answer = self.log.answered.setdefault(
+            approval["id"], asyncio.get_running_loop().create_future()
+        )
+        try:
+            return await asyncio.wait_for(asyncio.shield(answer), seconds)
+        except TimeoutError:
+            return "pending"
 
 
 @pytest.fixture
 async def broker(tmp_path: Path) -> AsyncIterator[tuple[str, MemoryLog]]:
-    log = MemoryLog("")
-    runner = web.AppRunner(make_app(log, tmp_path))
+    log = MemoryLog("", tools=("wallet.pay", "wallet.balance"), budget=100)
+    app = make_app(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.3)
+    runner = web.AppRunner(app)
     await runner.setup()
     path = str(tmp_path / "broker.sock")
     await web.UnixSite(runner, path).start()
@@ -92,7 +160,8 @@ async def test_resumes_after_the_last_logged_line(
         ("sh exit 3", "line 1: sh 'exit 3' exited with status 3: "),
         ("delete nowhere.txt", "line 1: delete: there is no nowhere.txt"),
         ("sleep soon", "line 1: sleep needs a number of seconds, not 'soon'"),
-        ("call wallet.pay {}", "line 1: call is not available on this box yet"),
+        ("fetch http://example.com", "line 1: fetch is not available on this box yet"),
+        ("call wallet.pay {}", "line 1: input.to is missing"),
     ],
 )
 async def test_failures_say_which_line(
@@ -113,7 +182,9 @@ async def test_failures_say_which_line(
 async def test_broker_errors_are_json(broker: tuple[str, MemoryLog]) -> None:
     path, _ = broker
     async with BrokerClient(path) as client:
-        assert await client.get("/tools") == []
+        tools = await client.get("/tools")
+        assert [tool["name"] for tool in tools] == ["wallet.pay", "wallet.balance"]
+        assert tools[0]["input"]["required"] == ["to", "cents"]
         with pytest.raises(BrokerRefused, match=r"^text is missing$"):
             await client.post("/step", {"data": 1})
         with pytest.raises(BrokerRefused, match=r"^unknown field colour$"):
@@ -128,3 +199,139 @@ async def test_broker_errors_are_json(broker: tuple[str, MemoryLog]) -> None:
         async with session.post("http://box/step", data=b"x" * (10 * 1024 * 1024 + 1)) as response:
             assert response.status == 413
             assert await response.json() == {"error": "the body is over 10 MB"}
+
+
+PAY = {"to": "Ada", "cents": 30, "memo": "books"}
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the broker did not get there in 5 s")
+
+
+async def test_a_key_is_required_and_inputs_are_checked(broker: tuple[str, MemoryLog]) -> None:
+    path, log = broker
+    async with BrokerClient(path) as client:
+        with pytest.raises(BrokerRefused, match=r"^a key is required$"):
+            await client.post("/call", {"tool": "wallet.pay", "input": PAY})
+        with pytest.raises(BrokerRefused, match=r"^a key is required$"):
+            await client.post("/ask", {"question": "May I?"})
+        with pytest.raises(BrokerRefused, match=r"^this task may not call mail.send"):
+            await client.post("/call", {"tool": "mail.send", "input": {}, "key": "k"})
+        with pytest.raises(BrokerRefused, match=r"^input.cents: "):
+            await client.post(
+                "/call", {"tool": "wallet.pay", "key": "k", "input": {"to": "Ada", "cents": "lots"}}
+            )
+        with pytest.raises(BrokerRefused, match=r"^unknown field input.tip$"):
+            await client.post(
+                "/call", {"tool": "wallet.pay", "key": "k", "input": {**PAY, "tip": 3}}
+            )
+    assert log.results == []
+
+
+async def test_same_key_same_result(broker: tuple[str, MemoryLog]) -> None:
+    path, log = broker
+    async with BrokerClient(path) as client:
+        first = await client.post("/call", {"tool": "wallet.pay", "input": PAY, "key": "k1"})
+        again = await client.post("/call", {"tool": "wallet.pay", "input": PAY, "key": "k1"})
+        balance = await client.post("/call", {"tool": "wallet.balance", "key": "b"})
+    assert first["ok"] is True and again == first
+    assert first["output"]["booking"] == "k1"
+    assert balance["output"] == {"paidCents": 30, "payments": 1}
+    assert [r["key"] for r in log.results] == ["k1", "b"]
+    assert log.spent == 30
+
+
+async def test_over_budget_asks_and_identical_calls_share_one_run(
+    broker: tuple[str, MemoryLog],
+) -> None:
+    path, log = broker
+    big = {"to": "Bob", "cents": 150, "memo": ""}
+
+    async def pay(key: str) -> Any:
+        async with BrokerClient(path) as client:
+            return await client.post("/call", {"tool": "wallet.pay", "input": big, "key": key})
+
+    calls = [asyncio.create_task(pay(f"k{i}")) for i in range(20)]
+    await until(lambda: bool(log.approvals))
+    assert list(log.approvals) == ["t000000001.k0"]
+    assert "over its budget of 100 cents" in log.approvals["t000000001.k0"]["question"]
+    log.decide("t000000001.k0", "approved")
+    results = await asyncio.gather(*calls)
+    assert all(r == results[0] for r in results) and results[0]["ok"] is True
+    ran = [r for r in log.results if r.get("sharedWith") is None]
+    assert [r["key"] for r in ran] == ["k0"]
+    assert len(log.results) == 20 and log.spent == 150
+    async with BrokerClient(path) as client:
+        balance = await client.post("/call", {"tool": "wallet.balance", "key": "b"})
+    assert balance["output"] == {"paidCents": 150, "payments": 1}
+
+
+async def test_denied_never_runs_and_pending_stays_open(broker: tuple[str, MemoryLog]) -> None:
+    path, log = broker
+    big = {"tool": "wallet.pay", "input": {"to": "Bob", "cents": 500}, "key": "k"}
+    async with BrokerClient(path) as client:
+        assert await client.post("/call", big) == {
+            "ok": False,
+            "pending": True,
+            "error": "Waiting for the box owner to approve this spend. Call this tool again "
+            "to check.",
+        }
+        same_input = {**big, "key": "other"}
+        assert (await client.post("/call", same_input))["pending"] is True
+        assert list(log.approvals) == ["t000000001.k"]
+        log.decide("t000000001.k", "denied")
+        assert await client.post("/call", big) == {"ok": False, "error": "not approved"}
+        assert await client.post("/call", big) == {"ok": False, "error": "not approved"}
+    assert [r["ok"] for r in log.results] == [False]
+    assert log.spent == 0
+
+
+async def test_ask_cost_and_usage(broker: tuple[str, MemoryLog]) -> None:
+    path, log = broker
+    async with BrokerClient(path) as client:
+        assert await client.post("/ask", {"question": "Send it?", "key": "q"}) == {"pending": True}
+        log.decide("t000000001.q", "approved")
+        assert await client.post("/ask", {"question": "Send it?", "key": "q"}) == {"approved": True}
+        await client.post("/cost", {"cents": 1.25, "what": "a map"})
+        usage = {
+            "model": "claude-sonnet-4-6",
+            "tokens": {"input": 12000, "output": 900, "cacheWrite": 0, "cacheRead": 48000},
+        }
+        event = await client.post("/usage", usage)
+        assert event["data"]["cents"] == pytest.approx(12000 * 3e-4 + 900 * 15e-4 + 48000 * 3e-5)
+        with pytest.raises(BrokerRefused, match="unknown model gpt-5"):
+            await client.post("/usage", {**usage, "model": "gpt-5"})
+        with pytest.raises(BrokerRefused, match=r"^cents must be a number of US cents"):
+            await client.post("/cost", {"cents": -1, "what": "refund"})
+    assert log.spent == pytest.approx(1.25 + 12000 * 3e-4 + 900 * 15e-4 + 48000 * 3e-5)
+
+
+async def test_fake_worker_calls_asks_and_costs(
+    broker: tuple[str, MemoryLog], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, log = broker
+    monkeypatch.chdir(tmp_path)
+    log.prompt = "\n".join(
+        [
+            'call wallet.pay {"to": "Ada", "cents": 30}',
+            "cost 2 stamps",
+            "usage claude-haiku-4-5 1000 100",
+            "ask Shall I go on?",
+        ]
+    )
+    worker = asyncio.create_task(fake.run(path))
+    await until(lambda: "t000000001.line-4" in log.approvals)
+    await asyncio.sleep(0.4)  # the worker asks again while the answer is pending
+    log.decide("t000000001.line-4", "approved")
+    await worker
+    texts = [step["text"] for step in log.steps]
+    assert texts[0].startswith('wallet.pay: {"booking": "line-1"')
+    assert texts[1:] == [
+        "spent 2 cents on stamps",
+        "claude-haiku-4-5 usage costs 0.15 cents",
+        "approved",
+    ]

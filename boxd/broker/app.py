@@ -2,26 +2,43 @@
 
 import json
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Annotated, Any
 
 from aiohttp import web
-from pydantic import ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, StrictStr
 
+from boxd.approval import ApprovalState, AskRequest, cents
+from boxd.apps.registry import find_tool
+from boxd.broker.calls import Calls
+from boxd.broker.manager_link import Manager, Waiter
 from boxd.broker.syncfs import syncfs
 from boxd.errors import Problem
 from boxd.json_errors import MAX_BODY, json_errors
-from boxd.plain_errors import invalid
+from boxd.plain_errors import parse
+from boxd.pricing import Tokens, price_cents
 from boxd.step import Step
 
-
-class Manager(Protocol):
-    """The manager's log, as the broker reaches it (boxd.broker.manager_link over D-Bus)."""
-
-    async def call(self, member: str, *args: str) -> Any: ...
-
-
 MANAGER = web.AppKey("manager", Manager)
+WAITER = web.AppKey("waiter", Waiter)
+CALLS = web.AppKey("calls", Calls)
+TASK = web.AppKey("task", dict[str, Any])
 TASK_DIR = web.AppKey("task_dir", Path)
+WAIT_SECONDS = web.AppKey("wait_seconds", float)
+
+
+class CostRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cents: Annotated[float, BeforeValidator(lambda v: cents(v, "cents"))]
+    what: StrictStr
+
+
+class UsageRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: StrictStr
+    tokens: Tokens
+    what: StrictStr = "model"
 
 
 async def get_task(request: web.Request) -> web.Response:
@@ -29,32 +46,86 @@ async def get_task(request: web.Request) -> web.Response:
 
 
 async def get_tools(request: web.Request) -> web.Response:
-    # No apps are installed yet, so a task may call no tools.
-    return web.json_response([])
+    tools = []
+    for name in request.app[TASK]["tools"]:
+        found = find_tool(name)
+        if found is not None:
+            tool = found[1]
+            tools.append(
+                {
+                    "name": name,
+                    "description": tool.description,
+                    "input": tool.input.model_json_schema(),
+                }
+            )
+    return web.json_response(tools)
 
 
 async def post_step(request: web.Request) -> web.Response:
-    body = await request.read()
-    try:
-        step = Step.model_validate_json(body or b"null")
-    except ValidationError as failure:
-        raise invalid(failure) from None
+    step = parse(Step, await request.read())
     # The step is logged only once the task's files are on disk.
     await syncfs(request.app[TASK_DIR])
     event = await request.app[MANAGER].call("LogStep", json.dumps(step.model_dump(mode="json")))
     return web.json_response(event)
 
 
-def make_app(manager: Manager, task_dir: Path) -> web.Application:
+async def post_call(request: web.Request) -> web.Response:
+    return web.json_response(await request.app[CALLS].call(await request.read()))
+
+
+async def post_ask(request: web.Request) -> web.Response:
+    ask = parse(AskRequest, await request.read())
+    approval = await request.app[MANAGER].call(
+        "Ask", json.dumps(ask.model_dump(mode="json", exclude_none=True))
+    )
+    state = await request.app[WAITER].wait(approval, request.app[WAIT_SECONDS])
+    if state == ApprovalState.PENDING:
+        return web.json_response({"pending": True})
+    return web.json_response({"approved": state == ApprovalState.APPROVED})
+
+
+async def post_cost(request: web.Request) -> web.Response:
+    cost = parse(CostRequest, await request.read())
+    record = {"cents": cost.cents, "what": cost.what}
+    return web.json_response(await request.app[MANAGER].call("LogCost", json.dumps(record)))
+
+
+async def post_usage(request: web.Request) -> web.Response:
+    usage = parse(UsageRequest, await request.read())
+    record = {
+        "cents": price_cents(usage.model, usage.tokens),
+        "what": usage.what,
+        "model": usage.model,
+        "tokens": usage.tokens.model_dump(),
+    }
+    return web.json_response(await request.app[MANAGER].call("LogCost", json.dumps(record)))
+
+
+def make_app(
+    manager: Manager,
+    waiter: Waiter,
+    task: dict[str, Any],
+    home: Path,
+    task_dir: Path,
+    wait_seconds: float,
+) -> web.Application:
     # Errors are 400 as broker-api.txt says; 503 only while the manager is away.
     errors = json_errors(
         lambda failure: 503 if failure.problem == Problem.UNAVAILABLE else 400,
-        "this broker serves GET /task, GET /tools and POST /step",
+        "this broker serves GET /task, GET /tools and POST /step, /call, /ask, /cost, /usage",
     )
     app = web.Application(middlewares=[errors], client_max_size=MAX_BODY)
     app[MANAGER] = manager
+    app[WAITER] = waiter
+    app[TASK] = task
     app[TASK_DIR] = task_dir
+    app[WAIT_SECONDS] = wait_seconds
+    app[CALLS] = Calls(manager, waiter, task, home, wait_seconds)
     app.router.add_get("/task", get_task)
     app.router.add_get("/tools", get_tools)
     app.router.add_post("/step", post_step)
+    app.router.add_post("/call", post_call)
+    app.router.add_post("/ask", post_ask)
+    app.router.add_post("/cost", post_cost)
+    app.router.add_post("/usage", post_usage)
     return app

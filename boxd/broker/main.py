@@ -2,19 +2,30 @@
 
 import asyncio
 import logging
+import os
 
 from boxd.broker.app import make_app
+from boxd.broker.approvals import ApprovalWaiter
 from boxd.broker.manager_link import ManagerLink
 from boxd.dbus.client import connect_system_bus
 from boxd.ids import check_task_id
 from boxd.paths import box_home, task_dir
 from boxd.socket_activation import serve
 
+# How long an over-budget /call or an /ask waits for the owner before answering "pending".
+DEFAULT_APPROVAL_WAIT_MS = 150_000
+
 
 async def run(task_id: str) -> None:
     check_task_id(task_id)
     bus = await connect_system_bus()
-    app = make_app(ManagerLink(bus, task_id), task_dir(box_home(), task_id))
+    manager = ManagerLink(bus, task_id)
+    waiter = ApprovalWaiter(bus, task_id)
+    await waiter.start()
+    task = (await manager.call("GetTask"))["task"]
+    home = box_home()
+    wait_ms = float(os.environ.get("BOX_APPROVAL_WAIT_MS", DEFAULT_APPROVAL_WAIT_MS))
+    app = make_app(manager, waiter, task, home, task_dir(home, task_id), wait_ms / 1000)
     try:
         await serve(app, f"box-broker@{task_id}.socket")
     finally:

@@ -5,7 +5,7 @@ calls wait for the manager to come back, for a while.
 """
 
 import asyncio
-from typing import Any
+from typing import Any, Protocol
 
 from dbus_fast.aio import MessageBus
 
@@ -14,6 +14,18 @@ from boxd.dbus.interface import BROKER
 from boxd.errors import BoxError, Problem
 
 _PATIENCE_SECONDS = 90.0
+
+
+class Manager(Protocol):
+    """The manager's log as the broker reaches it: ManagerLink over D-Bus, or a test's own."""
+
+    async def call(self, member: str, *args: str) -> Any: ...
+
+
+class Waiter(Protocol):
+    """Waits for the owner's answer to an approval: ApprovalWaiter, or a test's own."""
+
+    async def wait(self, approval: dict[str, Any], seconds: float) -> str: ...
 
 
 class ManagerLink:

@@ -43,6 +43,13 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("id", help="the task id, like t3k9x2a1b2")
         command.add_argument("--json", action="store_true")
 
+    approvals = commands.add_parser("approvals", help="list what tasks wait for you to approve")
+    approvals.add_argument("--json", action="store_true")
+    for name, text in (("approve", "say yes to an approval"), ("deny", "say no to an approval")):
+        command = commands.add_parser(name, help=text)
+        command.add_argument("id", help="the approval id, like t3k9x2a1b2.line-3")
+        command.add_argument("--json", action="store_true")
+
     token = commands.add_parser("token", help="bearer tokens for the HTTP API")
     token_commands = token.add_subparsers(dest="token_command", required=True)
     create = token_commands.add_parser("create", help="make an owner token and print it")
@@ -106,6 +113,13 @@ async def run(arguments: argparse.Namespace) -> int:
     elif command == "stop":
         task = await client.call("StopTask", arguments.id)
         print(show.as_json(task) if as_json else show.task_line(task))
+    elif command == "approvals":
+        pending = await client.call("ListApprovals")
+        print(show.as_json(pending) if as_json else show.approval_table(pending))
+    elif command in ("approve", "deny"):
+        answer = json.dumps({"approved": command == "approve"})
+        approval = await client.call("AnswerApproval", arguments.id, answer)
+        print(show.as_json(approval) if as_json else show.approval_line(approval))
     elif command == "token":
         print(await client.call("CreateToken", arguments.name))
     elif command == "settings":

@@ -60,3 +60,14 @@ def task_details(task: dict[str, Any]) -> str:
     lines.append(f"  steps:       {len(steps)}")
     lines.extend(f"  {step_line(step)}" for step in steps)
     return "\n".join(lines)
+
+
+def approval_line(approval: dict[str, Any]) -> str:
+    cost = f" ({approval['costCents']:g} cents)" if approval.get("costCents") is not None else ""
+    return f"{approval['id']}  {approval['state']:<8} {approval['question']}{cost}"
+
+
+def approval_table(approvals: list[dict[str, Any]]) -> str:
+    if not approvals:
+        return "Nothing waits for your OK."
+    return "\n".join(approval_line(approval) for approval in approvals)

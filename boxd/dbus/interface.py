@@ -39,6 +39,8 @@ def _methods(interface: str, token: bool = False) -> list[Method]:
         Method(interface, "GetTask", (*first, "id"), "task"),
         Method(interface, "ListTasks", first, "tasks"),
         Method(interface, "StopTask", (*first, "id"), "task"),
+        Method(interface, "ListApprovals", first, "approvals"),
+        Method(interface, "AnswerApproval", (*first, "id", "answer"), "approval"),
     ]
 
 
@@ -50,7 +52,13 @@ METHODS: tuple[Method, ...] = (
     *_methods(GATEWAY, token=True),
     Method(BROKER, "GetTask", ("id",), "task"),
     Method(BROKER, "LogStep", ("id", "step"), "event"),
+    Method(BROKER, "BeginCall", ("id", "call"), "begun"),
+    Method(BROKER, "FinishCall", ("id", "result"), "finished"),
+    Method(BROKER, "Ask", ("id", "ask"), "approval"),
+    Method(BROKER, "LogCost", ("id", "cost"), "event"),
 )
+# Emitted on the root object whenever a task asks the owner for an OK.
+APPROVAL_ASKED = "ApprovalAsked"
 
 
 def find_method(interface: str | None, name: str | None) -> Method | None:
@@ -72,6 +80,10 @@ def introspection_xml(children: list[str]) -> str:
             parts.extend(f'   <arg name="{a}" type="s" direction="in"/>' for a in method.args)
             parts.append(f'   <arg name="{method.returns}" type="s" direction="out"/>')
             parts.append("  </method>")
+        if interface == MANAGER:
+            parts.append(
+                f'  <signal name="{APPROVAL_ASKED}"><arg name="approval" type="s"/></signal>'
+            )
         parts.append(" </interface>")
     parts.append(
         ' <interface name="org.freedesktop.DBus.Introspectable">'

@@ -15,8 +15,10 @@ from typing import Any
 
 from dbus_fast import Message
 from dbus_fast.aio import MessageBus
-from pydantic import ValidationError
 
+from boxd.approval import TASK_ENDED, Answer, Approval, ApprovalState, approval_id
+from boxd.apps.registry import find_tool
+from boxd.broker_wire import CallResult, CallStart, CostRecord, Question
 from boxd.caller import Caller, Role
 from boxd.claude_models import DEFAULT_MODEL, resolve_model
 from boxd.dbus import interface as api
@@ -39,7 +41,7 @@ from boxd.manager.worker_unit import (
     worker_unit,
 )
 from boxd.paths import task_dir, task_work_dir, workspaces_dir
-from boxd.plain_errors import invalid
+from boxd.plain_errors import parse
 from boxd.settings import NetworkDefault, change_settings
 from boxd.step import Step
 from boxd.task import Task, TaskState
@@ -132,6 +134,8 @@ class Box:
             "GetTask": self.get_task,
             "ListTasks": self.list_tasks,
             "StopTask": self.stop_task,
+            "ListApprovals": self.list_approvals,
+            "AnswerApproval": self.answer_approval,
         }
         table: dict[tuple[str, str], Callable[[Caller, list[str]], Awaitable[Any]]] = {}
         for name, handler in owner.items():
@@ -142,6 +146,10 @@ class Box:
         table[(api.MANAGER, "CreateToken")] = self.create_token
         table[(api.BROKER, "GetTask")] = self.broker_task
         table[(api.BROKER, "LogStep")] = self.log_step
+        table[(api.BROKER, "BeginCall")] = self.begin_call
+        table[(api.BROKER, "FinishCall")] = self.finish_call
+        table[(api.BROKER, "Ask")] = self.ask
+        table[(api.BROKER, "LogCost")] = self.log_cost
         return table
 
     # The owner's methods.
@@ -155,7 +163,8 @@ class Box:
         ):
             die(Problem.INVALID, f"no workspace {request.workspace}")
         for tool in request.tools:
-            die(Problem.INVALID, f"no tool {tool}: it is not installed on this box")
+            if find_tool(tool) is None:
+                die(Problem.INVALID, f"no tool {tool}: it is not installed on this box")
         hosts = request.hosts
         if hosts is None:
             allowlist = settings.networkDefault == NetworkDefault.ALLOWLIST
@@ -239,10 +248,7 @@ class Box:
         return {"task": task.public(), "steps": [e.data for e in steps]}
 
     async def log_step(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        try:
-            step = Step.model_validate_json(args[1])
-        except ValidationError as error:
-            raise invalid(error) from None
+        step = parse(Step, args[1])
         async with self._locks[args[0]]:
             task = await self._task(args[0])
             if task.state.ended:
@@ -254,6 +260,140 @@ class Box:
             self._changed(task)
             self._objects[task.id].tell(event)
         return event.model_dump(mode="json")
+
+    async def list_approvals(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
+        return [a.public() for a in await self.store.approvals(ApprovalState.PENDING)]
+
+    async def answer_approval(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        answer = parse(Answer, args[1])
+        found = await self.store.approval(args[0])
+        if found is None:
+            die(Problem.NOT_FOUND, f"no approval {args[0]}")
+        async with self._locks[found.task]:
+            approval = await self.store.approval(found.id)
+            assert approval is not None
+            if approval.state != ApprovalState.PENDING:
+                die(
+                    Problem.INVALID,
+                    f"approval {approval.id} was already answered: {approval.state}",
+                )
+            state = ApprovalState.APPROVED if answer.approved else ApprovalState.DENIED
+            await self._answer(await self._task(approval.task), (approval,), state, caller.name)
+            answered = await self.store.approval(approval.id)
+        assert answered is not None
+        return answered.public()
+
+    async def _answer(
+        self, task: Task, approvals: tuple[Approval, ...], state: ApprovalState, by: str
+    ) -> Task:
+        """Answers approvals of one task; the task runs again once nothing of it is pending."""
+        now = time.time()
+        answered = tuple(
+            a.model_copy(update={"state": state, "answeredAt": now, "answeredBy": by})
+            for a in approvals
+        )
+        closing = {a.id for a in answered}
+        still = [
+            a
+            for a in await self.store.approvals(ApprovalState.PENDING, task.id)
+            if a.id not in closing
+        ]
+        if not still and task.state == TaskState.WAITING:
+            task = task.model_copy(update={"state": TaskState.RUNNING})
+        for number, approval in enumerate(answered):
+            data = {"id": approval.id, "state": state.value, "by": by}
+            event = await self.store.save_task(
+                task, EventKind.APPROVAL, data, approvals=(approval,)
+            )
+            if number == len(answered) - 1:
+                self._changed(task)
+            self._objects[task.id].tell(event)
+        return task
+
+    # The broker's calls, costs and questions.
+
+    async def begin_call(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        call = parse(CallStart, args[1])
+        async with self._locks[args[0]]:
+            task = await self._running(args[0])
+            logged = await self.store.answer(task.id, call.key)
+            if logged is None:
+                event = await self.store.save_task(
+                    task, EventKind.TOOL_CALL, call.model_dump(mode="json")
+                )
+                self._objects[task.id].tell(event)
+        return {"answered": logged, "spentCents": task.costCents}
+
+    async def finish_call(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        result = parse(CallResult, args[1])
+        async with self._locks[args[0]]:
+            task = await self._task(args[0])
+            logged = await self.store.answer(task.id, result.key)
+            if logged is None:
+                logged = result.answer()
+                charged = result.costCents if result.ok else 0
+                task = task.model_copy(update={"costCents": task.costCents + charged})
+                event = await self.store.save_task(
+                    task,
+                    EventKind.TOOL_RESULT,
+                    {**result.model_dump(mode="json", exclude_none=True), "costCents": charged},
+                    answer=(result.key, logged),
+                )
+                self._changed(task)
+                self._objects[task.id].tell(event)
+        return {"answered": logged, "spentCents": task.costCents}
+
+    async def log_cost(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        cost = parse(CostRecord, args[1])
+        async with self._locks[args[0]]:
+            task = await self._running(args[0])
+            task = task.model_copy(update={"costCents": task.costCents + cost.cents})
+            event = await self.store.save_task(
+                task, EventKind.COST, cost.model_dump(mode="json", exclude_none=True)
+            )
+            self._changed(task)
+            self._objects[task.id].tell(event)
+        return event.model_dump(mode="json")
+
+    async def ask(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        question = parse(Question, args[1])
+        async with self._locks[args[0]]:
+            task = await self._task(args[0])
+            found = await self.store.approval(approval_id(task.id, question.key))
+            if found is not None:
+                return found.public()
+            if task.state.ended:
+                die(Problem.INVALID, f"task {task.id} has ended ({task.state}); it asks no more")
+            approval = Approval(
+                id=approval_id(task.id, question.key),
+                task=task.id,
+                state=ApprovalState.PENDING,
+                askedAt=time.time(),
+                **question.model_dump(exclude_none=True),
+            )
+            if task.state == TaskState.RUNNING:
+                task = task.model_copy(update={"state": TaskState.WAITING})
+            event = await self.store.save_task(
+                task, EventKind.APPROVAL, approval.public(), approvals=(approval,)
+            )
+            self._changed(task)
+            self._objects[task.id].tell(event)
+        self.bus.send(
+            Message.new_signal(
+                api.ROOT_PATH,
+                api.MANAGER,
+                api.APPROVAL_ASKED,
+                "s",
+                [approval.model_dump_json(exclude_none=True)],
+            )
+        )
+        return approval.public()
+
+    async def _running(self, task_id: str) -> Task:
+        task = await self._task(task_id)
+        if task.state.ended:
+            die(Problem.INVALID, f"task {task.id} has ended ({task.state})")
+        return task
 
     # The task's life.
 
@@ -334,6 +474,9 @@ class Box:
         event = await self.store.save_task(task, EventKind.TASK_STATE, data)
         self._changed(task)
         self._objects[task.id].tell(event)
+        pending = await self.store.approvals(ApprovalState.PENDING, task.id)
+        if pending:
+            await self._answer(task, tuple(pending), ApprovalState.DENIED, TASK_ENDED)
         unit = worker_unit(task.id)
         self.systemd.unwatch(unit)
         for name in (unit, broker_socket_unit(task.id), broker_service_unit(task.id)):

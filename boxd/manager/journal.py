@@ -22,6 +22,22 @@ def story(event: Event) -> str:
         return line
     if event.kind == EventKind.TASK_STEP:
         return f"Task {event.task} step: {data.get('text')}"
+    if event.kind == EventKind.TOOL_CALL:
+        return f"Task {event.task} calls {data.get('tool')} (key {data.get('key')})"
+    if event.kind == EventKind.TOOL_RESULT:
+        outcome = "ok" if data.get("ok") else f"failed: {data.get('error')}"
+        return (
+            f"Task {event.task} {data.get('tool')} (key {data.get('key')}) {outcome}, "
+            f"{data.get('costCents', 0)} cents"
+        )
+    if event.kind == EventKind.COST:
+        return f"Task {event.task} spent {data.get('cents')} cents on {data.get('what')}"
+    if event.kind == EventKind.APPROVAL:
+        if data.get("state") == "pending":
+            return f"Task {event.task} asks the owner: {data.get('question')} ({data.get('id')})"
+        return (
+            f"Task {event.task} approval {data.get('id')} {data.get('state')} by {data.get('by')}"
+        )
     return f"Task {event.task} {event.kind}: {json.dumps(data)[:500]}"
 
 

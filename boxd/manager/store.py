@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from boxd.approval import Approval, ApprovalState
 from boxd.event import Event
 from boxd.manager import journal
 from boxd.settings import Settings
@@ -42,6 +43,21 @@ CREATE TABLE IF NOT EXISTS tokens (
     role TEXT NOT NULL,
     created REAL NOT NULL
 );
+-- The logged result of every answered key, so the same key gets the same result.
+CREATE TABLE IF NOT EXISTS answers (
+    task TEXT NOT NULL,
+    key TEXT NOT NULL,
+    result TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    PRIMARY KEY (task, key)
+);
+CREATE TABLE IF NOT EXISTS approvals (
+    id TEXT PRIMARY KEY,
+    task TEXT NOT NULL,
+    state TEXT NOT NULL,
+    record TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS approvals_by_state ON approvals (state, task);
 CREATE TABLE IF NOT EXISTS settings (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     record TEXT NOT NULL
@@ -85,8 +101,17 @@ class Store:
 
     # Tasks and their events.
 
-    async def save_task(self, task: Task, kind: str, data: dict[str, Any]) -> Event:
-        """Writes the task and one event about it in one transaction."""
+    async def save_task(
+        self,
+        task: Task,
+        kind: str,
+        data: dict[str, Any],
+        *,
+        answer: tuple[str, dict[str, Any]] | None = None,
+        approvals: tuple[Approval, ...] = (),
+    ) -> Event:
+        """Writes the task, one event about it, and what the event decides (the answer to a
+        key, approvals), in one transaction: all of it is on disk, or none."""
 
         def write(db: sqlite3.Connection) -> Event:
             with _transaction(db):
@@ -97,10 +122,59 @@ class Store:
                     (task.id, task.createdAt, task.state.value, task.model_dump_json()),
                 )
                 event = _append(db, task.id, kind, data)
+                if answer is not None:
+                    db.execute(
+                        "INSERT INTO answers (task, key, result, seq) VALUES (?, ?, ?, ?)",
+                        (task.id, answer[0], json.dumps(answer[1]), event.seq),
+                    )
+                for approval in approvals:
+                    db.execute(
+                        "INSERT INTO approvals (id, task, state, record) VALUES (?, ?, ?, ?) "
+                        "ON CONFLICT (id) DO UPDATE SET state = excluded.state, "
+                        "record = excluded.record",
+                        (
+                            approval.id,
+                            approval.task,
+                            approval.state.value,
+                            approval.model_dump_json(),
+                        ),
+                    )
             journal.send(event)
             return event
 
         return await self._run(write)
+
+    async def answer(self, task_id: str, key: str) -> dict[str, Any] | None:
+        def read(db: sqlite3.Connection) -> dict[str, Any] | None:
+            row = db.execute(
+                "SELECT result FROM answers WHERE task = ? AND key = ?", (task_id, key)
+            ).fetchone()
+            return None if row is None else dict(json.loads(row[0]))
+
+        return await self._run(read)
+
+    async def approval(self, approval_id: str) -> Approval | None:
+        def read(db: sqlite3.Connection) -> Approval | None:
+            row = db.execute("SELECT record FROM approvals WHERE id = ?", (approval_id,)).fetchone()
+            return None if row is None else Approval.model_validate_json(row[0])
+
+        return await self._run(read)
+
+    async def approvals(
+        self, state: ApprovalState | None = None, task_id: str | None = None
+    ) -> list[Approval]:
+        def read(db: sqlite3.Connection) -> list[Approval]:
+            query, values = "SELECT record FROM approvals WHERE 1", []
+            if state is not None:
+                query += " AND state = ?"
+                values.append(state.value)
+            if task_id is not None:
+                query += " AND task = ?"
+                values.append(task_id)
+            rows = db.execute(query + " ORDER BY rowid", values).fetchall()
+            return [Approval.model_validate_json(row[0]) for row in rows]
+
+        return await self._run(read)
 
     async def append_event(self, task_id: str, kind: str, data: dict[str, Any]) -> Event:
         def write(db: sqlite3.Connection) -> Event:

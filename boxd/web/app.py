@@ -51,6 +51,19 @@ async def stop_task(request: web.Request) -> web.Response:
     return _json(await _call(request, "StopTask", request.match_info["id"]))
 
 
+async def list_approvals(request: web.Request) -> web.Response:
+    return _json(await _call(request, "ListApprovals"))
+
+
+async def answer_approval(request: web.Request) -> web.Response:
+    token = _token(request)
+    body = (await request.read()).decode("utf-8", errors="replace")
+    answer = await request.app[CLIENT].call_as(
+        token, "AnswerApproval", request.match_info["id"], body
+    )
+    return _json(answer)
+
+
 async def _bus(app: web.Application) -> AsyncIterator[None]:
     bus = await connect_system_bus()
     app[CLIENT] = GatewayClient(bus)
@@ -61,7 +74,8 @@ async def _bus(app: web.Application) -> AsyncIterator[None]:
 def make_app() -> web.Application:
     errors = json_errors(
         lambda failure: failure.problem.http_status,
-        "the API serves GET and POST /api/tasks, GET /api/tasks/{id}, POST /api/tasks/{id}/stop",
+        "the API serves GET and POST /api/tasks, GET /api/tasks/{id}, POST /api/tasks/{id}/stop, "
+        "GET /api/approvals, POST /api/approvals/{id}",
     )
     app = web.Application(middlewares=[errors], client_max_size=MAX_BODY)
     app.cleanup_ctx.append(_bus)
@@ -69,4 +83,6 @@ def make_app() -> web.Application:
     app.router.add_get("/api/tasks", list_tasks)
     app.router.add_get("/api/tasks/{id}", get_task)
     app.router.add_post("/api/tasks/{id}/stop", stop_task)
+    app.router.add_get("/api/approvals", list_approvals)
+    app.router.add_post("/api/approvals/{id}", answer_approval)
     return app

@@ -5,6 +5,7 @@ lines already logged, as a real worker resumes from its steps.
 """
 
 import asyncio
+import json
 import os
 import sys
 from collections.abc import Awaitable, Callable
@@ -76,6 +77,57 @@ async def _fail(argument: str) -> str:
     raise ScriptFailed(argument or "the script said fail")
 
 
+# Commands that talk to the broker get it and their line's key, `line-N`.
+Broker = tuple[BrokerClient, str]
+
+
+async def _until_answered(broker: BrokerClient, path: str, body: dict[str, Any]) -> Any:
+    """A pending answer means the owner has not decided yet: ask again, as long as it takes."""
+    while True:
+        answer = await broker.post(path, body)
+        if not (isinstance(answer, dict) and answer.get("pending")):
+            return answer
+
+
+async def _call(argument: str, broker: Broker) -> str:
+    tool, _, text = argument.partition(" ")
+    try:
+        given = json.loads(text or "{}")
+    except json.JSONDecodeError as error:
+        raise ScriptFailed(f"call {tool}: the input is not JSON: {error}") from None
+    answer = await _until_answered(
+        broker[0], "/call", {"tool": tool, "input": given, "key": broker[1]}
+    )
+    if answer.get("ok"):
+        return f"{tool}: {json.dumps(answer.get('output'))}"
+    return f"{tool} failed: {answer.get('error')}"
+
+
+async def _ask(argument: str, broker: Broker) -> str:
+    answer = await _until_answered(broker[0], "/ask", {"question": argument, "key": broker[1]})
+    return "approved" if answer.get("approved") else "not approved"
+
+
+async def _cost(argument: str, broker: Broker) -> str:
+    amount, _, what = argument.partition(" ")
+    try:
+        cents = float(amount)
+    except ValueError:
+        raise ScriptFailed(f"cost needs a number of cents, not {amount!r}") from None
+    await broker[0].post("/cost", {"cents": cents, "what": what or "unspecified"})
+    return f"spent {amount} cents on {what or 'unspecified'}"
+
+
+async def _usage(argument: str, broker: Broker) -> str:
+    words = argument.split()
+    if not 3 <= len(words) <= 5 or not all(w.isdigit() for w in words[1:]):
+        raise ScriptFailed("usage needs MODEL INPUT OUTPUT [CACHEWRITE CACHEREAD] token counts")
+    counts = [int(w) for w in words[1:]] + [0] * (5 - len(words))
+    tokens = dict(zip(("input", "output", "cacheWrite", "cacheRead"), counts, strict=True))
+    event = await broker[0].post("/usage", {"model": words[0], "tokens": tokens})
+    return f"{words[0]} usage costs {event['data']['cents']:g} cents"
+
+
 COMMANDS: dict[str, Callable[[str], Awaitable[str]]] = {
     "step": _step,
     "write": _write,
@@ -84,8 +136,14 @@ COMMANDS: dict[str, Callable[[str], Awaitable[str]]] = {
     "sleep": _sleep,
     "fail": _fail,
 }
-# Commands of DESIGN.md that need the broker's tools, approvals, cost or network.
-NOT_YET = ("call", "ask", "cost", "usage", "fetch")
+BROKER_COMMANDS: dict[str, Callable[[str, Broker], Awaitable[str]]] = {
+    "call": _call,
+    "ask": _ask,
+    "cost": _cost,
+    "usage": _usage,
+}
+# A command of DESIGN.md that needs the network sandbox, which this box does not have yet.
+NOT_YET = ("fetch",)
 
 
 def last_line_done(steps: list[dict[str, Any]]) -> int:
@@ -107,11 +165,15 @@ async def run(socket_path: str) -> None:
                 continue
             if command in NOT_YET:
                 raise ScriptFailed(f"line {number}: {command} is not available on this box yet")
-            if command not in COMMANDS:
+            if command not in COMMANDS and command not in BROKER_COMMANDS:
                 raise ScriptFailed(f"line {number}: unknown command {command!r}")
             try:
-                text = await COMMANDS[command](argument.strip())
-            except ScriptFailed as failure:
+                if command in BROKER_COMMANDS:
+                    key = f"line-{number}"
+                    text = await BROKER_COMMANDS[command](argument.strip(), (broker, key))
+                else:
+                    text = await COMMANDS[command](argument.strip())
+            except (ScriptFailed, BrokerRefused) as failure:
                 raise ScriptFailed(f"line {number}: {failure}") from None
             await broker.post("/step", {"text": text, "data": {"line": number}})
 

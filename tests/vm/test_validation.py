@@ -52,8 +52,8 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     ("workspace path", {**BASE, "workspace": "../../etc"}, "no workspace ../../etc"),
     (
         "unknown tool",
-        {**BASE, "tools": ["wallet.pay"]},
-        "no tool wallet.pay: it is not installed on this box",
+        {**BASE, "tools": ["weather.now"]},
+        "no tool weather.now: it is not installed on this box",
     ),
     (
         "too many hosts",

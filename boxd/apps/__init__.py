@@ -1,0 +1,1 @@
+"""The apps boxd ships: real tools that tests and the demo use."""

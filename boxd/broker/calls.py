@@ -1,0 +1,221 @@
+"""`POST /call`: a tool run with keys that make it happen once.
+
+- A key already answered in the log returns the logged result; the tool does not run again.
+- A key whose call was cut off (broker killed, power cut) runs again, with the same `ctx.key`.
+- The same tool with the same input while a first call is running or waiting shares that call:
+  approved once, charged once; the later key is answered with the same result.
+- Over budget (calls in flight included), by autonomy, or always for some tools: the owner is
+  asked first; denied never runs the tool; no answer in time returns a pending result, and the
+  approval stays open for the same key or the same tool and input.
+"""
+
+import asyncio
+import json
+import logging
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
+
+from boxd.approval import ApprovalState, Key
+from boxd.apps.registry import find_tool
+from boxd.broker.budget import why_ask
+from boxd.broker.manager_link import Manager, Waiter
+from boxd.errors import Problem, die
+from boxd.plain_errors import describe, parse
+from boxd.sdk import Context, Tool, ToolError
+
+log = logging.getLogger(__name__)
+
+PENDING_CALL = {
+    "ok": False,
+    "pending": True,
+    "error": "Waiting for the box owner to approve this spend. Call this tool again to check.",
+}
+NOT_APPROVED = "not approved"
+
+
+class CallRequest(BaseModel):
+    """The body of `POST /call`."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+    tool: StrictStr
+    input: Any = None
+    key: Key = ""
+
+
+@dataclass
+class _Call:
+    key: str
+    name: str
+    tool: Tool[Any]
+    input: BaseModel
+    app_name: str
+
+
+def _secrets(names: tuple[str, ...]) -> dict[str, str]:
+    """A tool sees only the secrets it declared, as systemd delivered them to the broker."""
+    directory = os.environ.get("CREDENTIALS_DIRECTORY")
+    found: dict[str, str] = {}
+    if not directory:
+        return found
+    for name in names:
+        path = Path(directory) / name
+        if path.is_file():
+            found[name] = path.read_text().rstrip("\n")
+    return found
+
+
+class Calls:
+    def __init__(
+        self,
+        manager: Manager,
+        waiter: Waiter,
+        task: dict[str, Any],
+        home: Path,
+        wait_seconds: float,
+    ) -> None:
+        self._manager = manager
+        self._waiter = waiter
+        self._task = task
+        self._home = home
+        self._wait_seconds = wait_seconds
+        self._spent = float(task.get("costCents", 0))
+        self._reserved: dict[str, float] = {}
+        self._running: dict[str, asyncio.Task[dict[str, Any]]] = {}
+        # (tool, input) -> the key of the first call, running or waiting for an answer.
+        self._first: dict[tuple[str, str], str] = {}
+
+    def _check(self, request: CallRequest) -> _Call:
+        if request.tool not in self._task["tools"]:
+            allowed = ", ".join(self._task["tools"]) or "none"
+            die(Problem.INVALID, f"this task may not call {request.tool} (its tools: {allowed})")
+        found = find_tool(request.tool)
+        if found is None:
+            die(Problem.INVALID, f"no tool {request.tool}: it is not installed on this box")
+        app, tool = found
+        try:
+            value = tool.input.model_validate(request.input if request.input is not None else {})
+        except ValidationError as error:
+            detail = error.errors()[0]
+            detail["loc"] = ("input", *detail["loc"])
+            die(Problem.INVALID, describe(detail))
+        return _Call(request.key, request.tool, tool, value, app.name)
+
+    async def call(self, body: bytes) -> dict[str, Any]:
+        request = parse(CallRequest, body)
+        call = self._check(request)
+        same = (call.name, json.dumps(call.input.model_dump(mode="json"), sort_keys=True))
+        first = self._first.setdefault(same, call.key)
+        result = await self._once(replace(call, key=first))
+        if result.get("pending"):
+            return result
+        if self._first.get(same) == first:
+            del self._first[same]
+        if first != call.key:
+            await self._share(call, first, result)
+        return result
+
+    async def _once(self, call: _Call) -> dict[str, Any]:
+        job = self._running.get(call.key)
+        if job is None:
+            job = asyncio.create_task(self._run(call))
+            self._running[call.key] = job
+            job.add_done_callback(lambda _: self._running.pop(call.key, None))
+        # Shielded: a caller that hangs up does not cut off a tool that others share.
+        return await asyncio.shield(job)
+
+    async def _share(self, call: _Call, first: str, result: dict[str, Any]) -> None:
+        await self._manager.call(
+            "FinishCall",
+            json.dumps(
+                {
+                    "key": call.key,
+                    "tool": call.name,
+                    "ok": result["ok"],
+                    "output": result.get("output"),
+                    "error": result.get("error"),
+                    "costCents": 0,
+                    "sharedWith": first,
+                }
+            ),
+        )
+
+    async def _run(self, call: _Call) -> dict[str, Any]:
+        begun = await self._manager.call(
+            "BeginCall",
+            json.dumps(
+                {"key": call.key, "tool": call.name, "input": call.input.model_dump(mode="json")}
+            ),
+        )
+        if begun["answered"] is not None:
+            return dict(begun["answered"])
+        self._spent = float(begun["spentCents"])
+        cost = float(call.tool.cost(call.input))
+        in_flight = sum(self._reserved.values())
+        self._reserved[call.key] = cost
+        try:
+            question = why_ask(
+                self._task, call.name, call.tool.needs_ok, cost, self._spent + in_flight
+            )
+            if question is not None:
+                approval = await self._manager.call(
+                    "Ask",
+                    json.dumps(
+                        {
+                            "key": call.key,
+                            "question": question,
+                            "costCents": cost,
+                            "tool": call.name,
+                        }
+                    ),
+                )
+                state = await self._waiter.wait(approval, self._wait_seconds)
+                if state == ApprovalState.PENDING:
+                    return PENDING_CALL
+                if state == ApprovalState.DENIED:
+                    return await self._finish(call, False, None, NOT_APPROVED, 0)
+            return await self._execute(call, cost)
+        finally:
+            self._reserved.pop(call.key, None)
+
+    async def _execute(self, call: _Call, cost: float) -> dict[str, Any]:
+        context = Context(
+            key=call.key,
+            task=self._task,
+            secrets=_secrets(call.tool.secrets),
+            state_dir=self._home / "apps" / call.app_name,
+        )
+        try:
+            output = await call.tool.run(call.input, context)
+            json.dumps(output)
+        except ToolError as error:
+            return await self._finish(call, False, None, str(error), 0)
+        except Exception as error:
+            log.exception("%s failed", call.name)
+            return await self._finish(
+                call, False, None, f"{call.name} failed: {type(error).__name__}: {error}", 0
+            )
+        return await self._finish(call, True, output, None, cost)
+
+    async def _finish(
+        self, call: _Call, ok: bool, output: Any, error: str | None, cost: float
+    ) -> dict[str, Any]:
+        finished = await self._manager.call(
+            "FinishCall",
+            json.dumps(
+                {
+                    "key": call.key,
+                    "tool": call.name,
+                    "ok": ok,
+                    "output": output,
+                    "error": error,
+                    "costCents": cost,
+                }
+            ),
+        )
+        self._spent = float(finished["spentCents"])
+        return dict(finished["answered"])

@@ -1,0 +1,51 @@
+"""What the broker and the manager say to each other about calls, costs and questions."""
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, StrictBool, StrictStr
+
+from boxd.approval import AskRequest, Key, cents
+
+
+class CallStart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: Key
+    tool: StrictStr
+    input: Any = None
+
+
+class CallResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: Key
+    tool: StrictStr
+    ok: StrictBool
+    output: Any = None
+    error: StrictStr | None = None
+    costCents: Annotated[float, BeforeValidator(cents)] = 0
+    # The key of the call whose run this one shared.
+    sharedWith: StrictStr | None = None
+
+    def answer(self) -> dict[str, Any]:
+        """What the caller sees, now and every time it asks with this key again."""
+        if self.ok:
+            return {"ok": True, "output": self.output}
+        return {"ok": False, "error": self.error or "the tool failed"}
+
+
+class CostRecord(BaseModel):
+    """The data of a `cost` event: spending in US cents, not rounded."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cents: Annotated[float, BeforeValidator(lambda v: cents(v, "cents"))]
+    what: StrictStr
+    model: StrictStr | None = None
+    tokens: dict[str, int] | None = None
+
+
+class Question(AskRequest):
+    """An /ask, or the OK an over-budget /call needs; `tool` names the call it is for."""
+
+    tool: StrictStr | None = None

@@ -1,0 +1,84 @@
+"""What a model call cost, from its token counts and the model's list prices."""
+
+import re
+from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+
+from boxd.errors import Problem, die
+
+
+@dataclass(frozen=True)
+class Price:
+    """US dollars per million tokens."""
+
+    input: float
+    output: float
+    cache_write: float
+    cache_read: float
+
+
+_OPUS_4_5 = Price(input=5, output=25, cache_write=6.25, cache_read=0.50)
+_OPUS_4 = Price(input=15, output=75, cache_write=18.75, cache_read=1.50)
+_SONNET = Price(input=3, output=15, cache_write=3.75, cache_read=0.30)
+_HAIKU_4_5 = Price(input=1, output=5, cache_write=1.25, cache_read=0.10)
+_HAIKU_3_5 = Price(input=0.80, output=4, cache_write=1, cache_read=0.08)
+_HAIKU_3 = Price(input=0.25, output=1.25, cache_write=0.30, cache_read=0.03)
+
+# Anthropic's list prices (https://www.anthropic.com/pricing and the "Pricing" page of the
+# Claude docs) as known in February 2026; check them there before trusting a bill. Cache write
+# is the 5-minute cache write. Not modelled: the 1-hour cache write (2x input), the long-context
+# rates some models charge above 200k input tokens, batch discounts.
+PRICES: dict[str, Price] = {
+    "claude-opus-4-6": _OPUS_4_5,
+    "claude-opus-4-5": _OPUS_4_5,
+    "claude-opus-4-1": _OPUS_4,
+    "claude-opus-4": _OPUS_4,
+    "claude-opus-4-0": _OPUS_4,
+    "claude-sonnet-4-6": _SONNET,
+    "claude-sonnet-4-5": _SONNET,
+    "claude-sonnet-4": _SONNET,
+    "claude-sonnet-4-0": _SONNET,
+    "claude-3-7-sonnet": _SONNET,
+    "claude-haiku-4-5": _HAIKU_4_5,
+    "claude-3-5-haiku": _HAIKU_3_5,
+    "claude-3-haiku": _HAIKU_3,
+}
+
+# Models are also named with their snapshot date, e.g. claude-sonnet-4-5-20250929.
+_DATED = re.compile(r"-\d{8}\Z")
+
+Count = Annotated[StrictInt, Field(ge=0)]
+
+
+class Tokens(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: Count
+    output: Count
+    cacheWrite: Count = 0
+    cacheRead: Count = 0
+
+
+def price_of(model: str) -> Price:
+    found = PRICES.get(_DATED.sub("", model))
+    if found is None:
+        die(
+            Problem.INVALID,
+            f"unknown model {model}: the box has prices for {', '.join(sorted(PRICES))}",
+        )
+    return found
+
+
+def price_cents(model: str, tokens: Tokens) -> float:
+    """US cents at list price, not rounded: many small calls must add up to the right sum."""
+    price = price_of(model)
+    micro_dollars = (
+        tokens.input * price.input
+        + tokens.output * price.output
+        + tokens.cacheWrite * price.cache_write
+        + tokens.cacheRead * price.cache_read
+    )
+    # Tokens times dollars per million tokens is in millionths of a dollar; a cent is 10,000.
+    return micro_dollars / 10_000
