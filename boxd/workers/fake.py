@@ -17,6 +17,10 @@ import aiohttp
 from boxd.workers.broker_client import BrokerClient, BrokerRefused
 
 MAX_OUTPUT = 4000
+# How long a call keeps trying to reach a broker that went away: systemd starts it again on the
+# next connection, in well under a second.
+RECONNECTS = 50
+RECONNECT_SECONDS = 0.2
 
 
 class ScriptFailed(Exception):
@@ -82,9 +86,19 @@ Broker = tuple[BrokerClient, str]
 
 
 async def _until_answered(broker: BrokerClient, path: str, body: dict[str, Any]) -> Any:
-    """A pending answer means the owner has not decided yet: ask again, as long as it takes."""
+    """A pending answer means the owner has not decided yet: ask again, as long as it takes.
+    A broker that went away mid-call (killed, restarted) is asked again with the same key,
+    which is what makes the call happen once."""
+    lost = 0
     while True:
-        answer = await broker.post(path, body)
+        try:
+            answer = await broker.post(path, body)
+        except aiohttp.ClientConnectionError:
+            lost += 1
+            if lost > RECONNECTS:
+                raise
+            await asyncio.sleep(RECONNECT_SECONDS)
+            continue
         if not (isinstance(answer, dict) and answer.get("pending")):
             return answer
 
