@@ -234,3 +234,25 @@ def test_cost_and_usage_add_up(machine: Machine, token: str) -> None:
     machine.run("journalctl", "--sync")
     costs = machine.run("journalctl", f"BOX_TASK={task['id']}", "BOX_EVENT=cost", "-o", "cat")
     assert costs.stdout.splitlines()[0] == f"Task {task['id']} spent 12.5 cents on paper"
+
+
+def test_the_owner_hears_when_a_task_asks(machine: Machine, token: str) -> None:
+    monitor = machine.spawn(
+        "busctl",
+        "--json=short",
+        "monitor",
+        "--match=type='signal',sender='org.boxd.Box1',member='ApprovalAsked'",
+    )
+    try:
+        machine.run("sleep", "0.5")
+        task = start_fake(machine, token, "ask Is anyone listening?")
+        approval = pending(machine, task["id"])
+        machine.run("sleep", "0.5")
+    finally:
+        monitor.terminate()
+    output, _ = monitor.communicate(timeout=10)
+    heard = [json.loads(json.loads(line)["payload"]["data"][0]) for line in output.splitlines()]
+    assert [a["id"] for a in heard] == [approval["id"]]
+    assert heard[0]["question"] == "Is anyone listening?"
+    boxctl(machine, "deny", approval["id"])
+    assert [s["text"] for s in finish(machine, task["id"])["steps"]] == ["not approved"]
