@@ -1,0 +1,438 @@
+"""How fast a task's broker answers `POST /step` and `POST /call`, next to the floor: a SQLite
+insert and commit (WAL, `synchronous=FULL`) followed by `syncfs` on the task's directory, the
+least a durable step can cost, measured in the same machine, run and directory.
+
+Run as root from the repository: `python -m bench.broker`. It boots a test machine, installs this
+checkout, makes a token, copies this file in and measures there; a minute or two in all.
+
+- One task: a fake task with `tools: ["echo.say"]` and the prompt `sleep 3600` keeps its broker
+  up. A client running as the task's own user (`runuser -u box-<id>`) sends 300 sequential
+  `POST /step` to `BOX_SOCKET`, then 300 sequential `POST /call` of `echo.say`, each with a
+  fresh key so the tool runs and both ends of the call are logged. Printed: p50 and p99 latency
+  and requests per second of each kind. Then the floor, one operation at a time, 300 times.
+- 20 tasks at once: 20 such tasks, 20 clients in parallel (each as its own task's user), 100
+  requests of each kind each; printed: aggregate requests per second and pooled p50 and p99.
+  Then the floor in 20 processes at once, each on its own database in its own task's directory.
+- The ratios: boxd p50 / floor p50, and floor ops/s / boxd steps/s.
+
+Every client waits, after a few warm-up requests that are not counted, for one common start
+time, so the parallel runs overlap fully and Python's start-up is not timed. Every loop is
+bounded in count and in time; the tasks are stopped with `boxctl stop` at the end.
+"""
+
+import argparse
+import asyncio
+import ctypes
+import json
+import os
+import shutil
+import sqlite3
+import sys
+import time
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+BOX_HOME = Path("/var/lib/box")
+API = "http://127.0.0.1:7700/api/tasks"
+TOOL = "echo.say"
+ONE_COUNT = 300
+TASKS = 20
+EACH_COUNT = 100
+WARM_UP = 3
+# Bounds: one request, one client's or floor process's whole run, one process from outside.
+REQUEST_SECONDS = 30.0
+RUN_SECONDS = 120.0
+PROCESS_SECONDS = RUN_SECONDS + 60.0
+# Lead time before the common start, for every process to start Python and warm up.
+LEAD_SECONDS = 4.0
+KINDS = ("step", "call")
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def wait_until(at: float) -> None:
+    pause = at - time.time()
+    if pause > 0:
+        time.sleep(pause)
+
+
+def report(latencies: list[float], started: float, ended: float) -> None:
+    """What a client or floor process prints for the orchestrator: one line of JSON."""
+    print(json.dumps({"latencies": latencies, "started": started, "ended": ended}), flush=True)
+
+
+# --- the client, run as the task's user ---------------------------------------------------------
+
+
+async def client(socket: str, kind: str, count: int, label: str, at: float) -> None:
+    """`count` sequential requests of one kind to the broker at `socket`, each timed."""
+    timeout = aiohttp.ClientTimeout(total=REQUEST_SECONDS)
+    connector = aiohttp.UnixConnector(path=socket)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+
+        async def send(number: str) -> None:
+            if kind == "step":
+                path = "/step"
+                body: dict[str, Any] = {"text": f"bench {label} {number}", "data": {"n": number}}
+            else:
+                path = "/call"
+                body = {"tool": TOOL, "input": {"text": "hi"}, "key": f"bench-{label}-{number}"}
+            async with session.post(f"http://box{path}", json=body) as response:
+                answer = await response.json(content_type=None)
+            if response.status != 200:
+                sys.exit(f"POST {path} answered {response.status}: {answer}")
+            if kind == "call" and answer != {"ok": True, "output": {"text": "hi"}}:
+                sys.exit(f"POST /call {TOOL} answered {answer}")
+
+        for number in range(WARM_UP):
+            await send(f"warm-{number}")
+        await asyncio.to_thread(wait_until, at)
+        latencies: list[float] = []
+        started = time.time()
+        deadline = time.monotonic() + RUN_SECONDS
+        for number in range(count):
+            if time.monotonic() > deadline:
+                break
+            begun = time.perf_counter()
+            await send(str(number))
+            latencies.append(time.perf_counter() - begun)
+        report(latencies, started, time.time())
+
+
+# --- the floor, run as root ---------------------------------------------------------------------
+
+
+def floor(directory: Path, name: str, count: int, at: float) -> None:
+    """`count` times, one at a time: insert a row and commit (WAL, synchronous=FULL), then
+    syncfs on `directory`. The database is `name` in `directory`."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with closing(sqlite3.connect(directory / name, isolation_level=None)) as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY, data TEXT)")
+            wait_until(at)
+            latencies: list[float] = []
+            started = time.time()
+            deadline = time.monotonic() + RUN_SECONDS
+            for number in range(count):
+                if time.monotonic() > deadline:
+                    break
+                begun = time.perf_counter()
+                data = json.dumps({"text": f"floor {number}", "data": {"n": number}})
+                db.execute("BEGIN")
+                db.execute("INSERT INTO events (data) VALUES (?)", (data,))
+                db.execute("COMMIT")
+                if libc.syncfs(fd) != 0:
+                    sys.exit(f"syncfs on {directory} failed: {os.strerror(ctypes.get_errno())}")
+                latencies.append(time.perf_counter() - begun)
+            report(latencies, started, time.time())
+    finally:
+        os.close(fd)
+
+
+# --- the orchestrator, run as root in the machine -----------------------------------------------
+
+
+@dataclass
+class Task:
+    id: str
+    user: str
+
+    @property
+    def directory(self) -> Path:
+        return BOX_HOME / "tasks" / self.id
+
+    @property
+    def socket(self) -> Path:
+        return self.directory / "broker.sock"
+
+
+@dataclass
+class Figures:
+    """One kind of operation, measured in one or more processes at once."""
+
+    latencies: list[float]
+    seconds: float
+
+    @classmethod
+    def of(cls, reports: list[dict[str, Any]]) -> "Figures":
+        latencies = [value for one in reports for value in one["latencies"]]
+        started = min(one["started"] for one in reports)
+        ended = max(one["ended"] for one in reports)
+        return cls(latencies, ended - started)
+
+    @property
+    def p50(self) -> float:
+        return percentile(self.latencies, 0.5)
+
+    @property
+    def per_second(self) -> float:
+        return len(self.latencies) / self.seconds
+
+    def line(self, name: str) -> str:
+        return (
+            f"  {name:<52} p50 {self.p50 * 1000:6.2f} ms   "
+            f"p99 {percentile(self.latencies, 0.99) * 1000:6.2f} ms   "
+            f"{self.per_second:7.1f}/s  ({len(self.latencies)} in {self.seconds:.2f} s)"
+        )
+
+
+async def run_all(commands: list[list[str]], expected: int) -> Figures:
+    """Runs the processes at once, each printing one report, and pools their figures."""
+    processes = [
+        await asyncio.create_subprocess_exec(
+            *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        for command in commands
+    ]
+
+    async def finish(process: asyncio.subprocess.Process) -> tuple[bytes, bytes]:
+        try:
+            return await asyncio.wait_for(process.communicate(), PROCESS_SECONDS)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            raise
+
+    try:
+        outputs = await asyncio.gather(*(finish(process) for process in processes))
+    except TimeoutError:
+        sys.exit(f"a process did not finish within {PROCESS_SECONDS:g} s")
+    reports = []
+    for command, process, (stdout, stderr) in zip(commands, processes, outputs, strict=True):
+        if process.returncode != 0:
+            sys.exit(
+                f"{' '.join(command)} exited with status {process.returncode}: "
+                f"{stderr.decode(errors='replace').strip()}"
+            )
+        reports.append(json.loads(stdout.decode().splitlines()[-1]))
+    figures = Figures.of(reports)
+    if len(figures.latencies) != expected:
+        print(f"  (bounded by time: {len(figures.latencies)} of {expected} done)")
+    return figures
+
+
+def client_command(task: Task, kind: str, count: int, label: str, at: float) -> list[str]:
+    return [
+        "runuser",
+        "-u",
+        task.user,
+        "--",
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--client",
+        str(task.socket),
+        "--kind",
+        kind,
+        "--count",
+        str(count),
+        "--label",
+        label,
+        "--at",
+        repr(at),
+    ]
+
+
+def floor_command(directory: Path, name: str, count: int, at: float) -> list[str]:
+    return [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--floor",
+        str(directory),
+        "--db",
+        name,
+        "--count",
+        str(count),
+        "--at",
+        repr(at),
+    ]
+
+
+async def start_tasks(token: str, count: int) -> list[Task]:
+    headers = {"Authorization": f"Bearer {token}"}
+    body = {"title": "bench broker", "prompt": "sleep 3600", "worker": "fake", "tools": [TOOL]}
+    tasks: list[Task] = []
+    timeout = aiohttp.ClientTimeout(total=REQUEST_SECONDS)
+    async with aiohttp.ClientSession(timeout=timeout) as http:
+        for _ in range(count):
+            async with http.post(API, json=body, headers=headers) as response:
+                task = await response.json()
+            if response.status != 201 or task["state"] != "running":
+                sys.exit(f"the task did not start: {task}")
+            tasks.append(Task(task["id"], task["user"]))
+    deadline = time.monotonic() + 60
+    while not all(task.socket.is_socket() for task in tasks):
+        if time.monotonic() > deadline:
+            sys.exit("the tasks' broker sockets did not appear within 60 s")
+        await asyncio.sleep(0.1)
+    return tasks
+
+
+def file_system(path: Path) -> str:
+    """The type and device of the mount that holds `path`, as /proc/self/mounts says."""
+    best = ("", "?", "?")
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        device, point, kind = line.split()[:3]
+        inside = str(path) == point or str(path).startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best[0]):
+            best = (point, kind, device)
+    return f"{best[1]} ({best[2]} on {best[0]})"
+
+
+async def measure(token: str, one_count: int, task_count: int, each_count: int) -> None:
+    tasks = await start_tasks(token, task_count)
+    try:
+        await _measure(tasks, one_count, each_count)
+    finally:
+        for task in tasks:
+            for suffix in ("", "-wal", "-shm"):
+                (task.directory / f"bench-floor.db{suffix}").unlink(missing_ok=True)
+            await stop_task(task)
+
+
+async def stop_task(task: Task) -> None:
+    stop = await asyncio.create_subprocess_exec(
+        "boxctl",
+        "stop",
+        task.id,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        _, said = await asyncio.wait_for(stop.communicate(), REQUEST_SECONDS)
+    except TimeoutError:
+        stop.kill()
+        await stop.wait()
+        print(f"boxctl stop {task.id} did not finish within {REQUEST_SECONDS:g} s")
+        return
+    if stop.returncode != 0:
+        print(f"boxctl stop {task.id}: {said.decode(errors='replace').strip()}")
+
+
+async def _measure(tasks: list[Task], one_count: int, each_count: int) -> None:
+    one = tasks[0]
+    print(f"broker round trips; BOX_HOME {BOX_HOME} is {file_system(BOX_HOME)}")
+    print(f"{os.cpu_count()} CPUs; floor: SQLite insert + commit (WAL, synchronous=FULL), syncfs")
+    print()
+
+    print(f"one task, {one_count} requests of each kind, one at a time")
+    single: dict[str, Figures] = {}
+    for kind in KINDS:
+        at = time.time() + LEAD_SECONDS
+        single[kind] = await run_all([client_command(one, kind, one_count, "one", at)], one_count)
+    at = time.time() + LEAD_SECONDS
+    single["floor"] = await run_all(
+        [floor_command(one.directory, "bench-floor.db", one_count, at)], one_count
+    )
+    print(single["step"].line("POST /step"))
+    print(single["call"].line(f"POST /call {TOOL}"))
+    print(single["floor"].line(f"floor in {one.directory}"))
+    print()
+
+    total = len(tasks) * each_count
+    print(
+        f"{len(tasks)} tasks at once, {each_count} requests of each kind per task ({total} in all)"
+    )
+    many: dict[str, Figures] = {}
+    for kind in KINDS:
+        at = time.time() + LEAD_SECONDS
+        commands = [client_command(task, kind, each_count, "many", at) for task in tasks]
+        many[kind] = await run_all(commands, total)
+    at = time.time() + LEAD_SECONDS
+    commands = [floor_command(t.directory, "bench-floor.db", each_count, at) for t in tasks]
+    many["floor"] = await run_all(commands, total)
+    print(many["step"].line("POST /step, all clients"))
+    print(many["call"].line(f"POST /call {TOOL}, all clients"))
+    print(many["floor"].line(f"floor, {len(tasks)} processes, one database each"))
+    print()
+
+    print("ratios")
+    at_once = f"{len(tasks)} tasks at once"
+    ratios = [
+        *(
+            (f"boxd {kind} p50 / floor p50, one task", single[kind].p50 / single["floor"].p50)
+            for kind in KINDS
+        ),
+        *(
+            (f"boxd {kind} p50 / floor p50, {at_once}", many[kind].p50 / many["floor"].p50)
+            for kind in KINDS
+        ),
+        (
+            "floor ops/s / boxd steps/s, one task",
+            single["floor"].per_second / single["step"].per_second,
+        ),
+        (
+            f"floor ops/s / boxd steps/s, {at_once}",
+            many["floor"].per_second / many["step"].per_second,
+        ),
+    ]
+    for name, ratio in ratios:
+        print(f"  {name:<52} {ratio:6.2f}")
+
+
+# --- the host side ------------------------------------------------------------------------------
+
+
+def run_in_machine(one_count: int, task_count: int, each_count: int) -> None:
+    from tests.vm.machine import Machine, install_boxd
+
+    with Machine() as machine:
+        install_boxd(machine)
+        token = machine.run("boxctl", "token", "create", "--name", "bench").stdout.strip()
+        target = machine.root / "tmp" / "broker.py"
+        shutil.copy(__file__, target)
+        # The clients run as the tasks' users.
+        target.chmod(0o644)
+        done = machine.run(
+            "/opt/boxd/venv/bin/python",
+            "/tmp/broker.py",
+            "--inside",
+            token,
+            "--count",
+            str(one_count),
+            "--tasks",
+            str(task_count),
+            "--each",
+            str(each_count),
+            timeout=900,
+        )
+        print(done.stdout, end="")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--inside", metavar="TOKEN", help="measure here, with this token")
+    parser.add_argument("--client", metavar="SOCKET", help="be one client of this broker")
+    parser.add_argument("--floor", metavar="DIR", help="be one floor process in this directory")
+    parser.add_argument("--kind", choices=KINDS, default="step", help="the client's requests")
+    parser.add_argument("--label", default="one", help="the client's part of its keys")
+    parser.add_argument("--db", default="bench-floor.db", help="the floor's database file")
+    parser.add_argument("--at", type=float, default=0.0, help="when to start (time.time())")
+    parser.add_argument("--count", type=int, default=ONE_COUNT, help="requests, one task")
+    parser.add_argument("--tasks", type=int, default=TASKS, help="tasks at once")
+    parser.add_argument("--each", type=int, default=EACH_COUNT, help="requests per task at once")
+    arguments = parser.parse_args()
+    if arguments.client:
+        asyncio.run(
+            client(arguments.client, arguments.kind, arguments.count, arguments.label, arguments.at)
+        )
+    elif arguments.floor:
+        floor(Path(arguments.floor), arguments.db, arguments.count, arguments.at)
+    elif arguments.inside:
+        asyncio.run(measure(arguments.inside, arguments.count, arguments.tasks, arguments.each))
+    else:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        run_in_machine(arguments.count, arguments.tasks, arguments.each)
+
+
+if __name__ == "__main__":
+    main()
