@@ -28,6 +28,8 @@ install -D -m 0644 "$source_tree/polkit/org.boxd.Box1.policy" \
 install -D -m 0644 "$source_tree/polkit/50-boxd.rules" /etc/polkit-1/rules.d/50-boxd.rules
 
 systemd-sysusers /usr/lib/sysusers.d/boxd.conf
+# Brokers load the vault from here and do not start without it; boxd makes it too.
+install -d -m 0700 /var/lib/box/vault
 systemctl reload dbus.service
 systemctl daemon-reload
 systemctl enable --now boxd.service boxd-web.socket

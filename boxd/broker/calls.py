@@ -26,6 +26,7 @@ from boxd.broker.manager_link import Manager, Waiter
 from boxd.errors import Problem, die
 from boxd.plain_errors import describe, parse
 from boxd.sdk import Context, Tool, ToolError
+from boxd.secret_names import SECRET_NAME, credential_name
 
 log = logging.getLogger(__name__)
 
@@ -57,15 +58,16 @@ class _Call:
 
 
 def _secrets(names: tuple[str, ...]) -> dict[str, str]:
-    """A tool sees only the secrets it declared, as systemd delivered them to the broker."""
+    """A tool sees only the secrets it declared, by their vault names, from what systemd
+    decrypted for this broker (`LoadCredentialEncrypted=` in box-broker@.service)."""
     directory = os.environ.get("CREDENTIALS_DIRECTORY")
     found: dict[str, str] = {}
     if not directory:
         return found
     for name in names:
-        path = Path(directory) / name
-        if path.is_file():
-            found[name] = path.read_text().rstrip("\n")
+        path = Path(directory) / credential_name(name)
+        if SECRET_NAME.fullmatch(name) and path.is_file():
+            found[name] = path.read_text(encoding="utf-8")
     return found
 
 

@@ -1,8 +1,9 @@
-"""boxctl: start, list, show, follow and stop tasks; tokens and settings. Talks to boxd over
-D-Bus, so polkit decides: root and members of boxd-owner may use it."""
+"""boxctl: start, list, show, follow and stop tasks; tokens, settings and the vault. Talks to
+boxd over D-Bus, so polkit decides: root and members of boxd-owner may use it."""
 
 import argparse
 import asyncio
+import getpass
 import json
 import sys
 from typing import Any
@@ -11,7 +12,7 @@ from boxd.cli import show
 from boxd.cli.follow import follow
 from boxd.dbus.client import BoxClient, connect_system_bus
 from boxd.dbus.interface import MANAGER
-from boxd.errors import BoxError
+from boxd.errors import BoxError, Problem, die
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,7 +62,31 @@ def _parser() -> argparse.ArgumentParser:
     change = settings_commands.add_parser("set", help="change one setting")
     change.add_argument("name", help="defaultBudgetCents, defaultHosts, networkDefault, ...")
     change.add_argument("value", help="a JSON value, or plain text for a string")
+
+    vault = commands.add_parser("vault", help="the secrets that tools use; values never show")
+    vault_commands = vault.add_subparsers(dest="vault_command", required=True)
+    put = vault_commands.add_parser("set", help="set a secret, its value read from stdin")
+    put.add_argument("name", help="like mail.password")
+    remove = vault_commands.add_parser("rm", help="remove a secret")
+    remove.add_argument("name")
+    names = vault_commands.add_parser("ls", help="list the secrets' names")
+    names.add_argument("--json", action="store_true")
     return parser
+
+
+def _secret_value(name: str) -> str:
+    """The value from stdin without its trailing newline; typed at a terminal, not echoed."""
+    if sys.stdin.isatty():
+        return getpass.getpass(f"{name}: ")
+    try:
+        value = sys.stdin.buffer.read().decode()
+    except UnicodeDecodeError:
+        die(Problem.INVALID, f"the value of {name} is not UTF-8 text; encode it, e.g. with base64")
+    if value.endswith("\n"):
+        value = value[:-1].removesuffix("\r")
+    if "\0" in value:
+        die(Problem.INVALID, f"the value of {name} holds a NUL byte; encode it, e.g. with base64")
+    return value
 
 
 def _value(text: str) -> Any:
@@ -133,6 +158,19 @@ async def run(arguments: argparse.Namespace) -> int:
         else:
             for name, value in settings.items():
                 print(f"{name}: {json.dumps(value)}")
+    elif command == "vault":
+        if arguments.vault_command == "set":
+            await client.call("SetSecret", arguments.name, _secret_value(arguments.name))
+        elif arguments.vault_command == "rm":
+            await client.call("RemoveSecret", arguments.name)
+        else:
+            names = await client.call("ListSecrets")
+            if as_json:
+                print(show.as_json(names))
+            else:
+                print(
+                    "\n".join(names) or "The vault is empty. boxctl vault set NAME < FILE adds one."
+                )
     return 0
 
 

@@ -49,6 +49,10 @@ METHODS: tuple[Method, ...] = (
     Method(MANAGER, "GetSettings", (), "settings"),
     Method(MANAGER, "SetSettings", ("changes",), "settings"),
     Method(MANAGER, "CreateToken", ("name",), "token"),
+    # The vault: the owner's only, like everything on this interface. Values go in, never out.
+    Method(MANAGER, "SetSecret", ("name", "value"), "secret"),
+    Method(MANAGER, "RemoveSecret", ("name",), "secret"),
+    Method(MANAGER, "ListSecrets", (), "names"),
     *_methods(GATEWAY, token=True),
     Method(BROKER, "GetTask", ("id",), "task"),
     Method(BROKER, "LogStep", ("id", "step"), "event"),

@@ -34,6 +34,7 @@ from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError
 from boxd.manager.tokens import check_token_name, new_token, token_hash
 from boxd.manager.users import ensure_user, user_name
+from boxd.manager.vault import Vault
 from boxd.manager.worker_unit import (
     broker_service_unit,
     broker_socket_unit,
@@ -63,6 +64,7 @@ class Box:
         self.store = store
         self.bus = bus
         self.systemd = systemd
+        self.vault = Vault(home)
         self._objects: dict[str, TaskObject] = {}
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._brokers: dict[str, str] = {}
@@ -75,6 +77,7 @@ class Box:
             folder.mkdir(parents=True, exist_ok=True)
         os.chmod(self.home, 0o755)
         os.chmod(self.home / "tasks", 0o755)
+        self.vault.open()
         await self.systemd.subscribe()
         for task in await self.store.tasks():
             self._export(task)
@@ -144,6 +147,9 @@ class Box:
         table[(api.MANAGER, "GetSettings")] = self.get_settings
         table[(api.MANAGER, "SetSettings")] = self.set_settings
         table[(api.MANAGER, "CreateToken")] = self.create_token
+        table[(api.MANAGER, "SetSecret")] = self.vault.set_secret
+        table[(api.MANAGER, "RemoveSecret")] = self.vault.remove_secret
+        table[(api.MANAGER, "ListSecrets")] = self.vault.list_secrets
         table[(api.BROKER, "GetTask")] = self.broker_task
         table[(api.BROKER, "LogStep")] = self.log_step
         table[(api.BROKER, "BeginCall")] = self.begin_call

@@ -63,6 +63,10 @@ MASKED_UNITS: tuple[str, ...] = ("apt-daily.timer", "apt-daily-upgrade.timer")
 PROVIDED_BY_DEBIAN = frozenset({"systemd-python"})
 
 VENV = "/opt/boxd/venv"
+# The tests' own servers (a real SMTP server for the mail app), in a venv of their own so that
+# nothing boxd imports comes from them. Test machines have no network: it must be in the image.
+TEST_VENV = "/opt/boxd-test/venv"
+TEST_PACKAGES: tuple[str, ...] = ("aiosmtpd>=1.4",)
 HOSTNAME = "boxd-test"
 HOST_CA_DIR = Path("/usr/local/share/ca-certificates")
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -324,6 +328,24 @@ def _build(root: Path, dependencies: Sequence[str]) -> None:
                 logfile,
                 "installing the Python dependencies from PyPI",
             )
+        log(f"creating {TEST_VENV} for the tests' servers: " + ", ".join(TEST_PACKAGES))
+        _run_logged(
+            _in_image(root, "python3", "-m", "venv", TEST_VENV),
+            logfile,
+            "creating the tests' Python venv",
+        )
+        _run_logged(
+            _in_image(
+                root,
+                f"{TEST_VENV}/bin/pip",
+                "install",
+                "--no-cache-dir",
+                "--disable-pip-version-check",
+                *TEST_PACKAGES,
+            ),
+            logfile,
+            "installing the tests' Python packages from PyPI",
+        )
         _run_logged(_in_image(root, "apt-get", "clean"), logfile, "cleaning the apt cache")
 
     log(f"image ready in {time.monotonic() - started:.0f} s")

@@ -1,0 +1,259 @@
+"""The vault with the real systemd-creds, polkit and LoadCredentialEncrypted=: the owner's
+secrets reach the tools that declare them, through a real SMTP server, and nowhere else."""
+
+import base64
+import binascii
+import json
+import secrets
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.vm.box_api import BOXCTL, boxctl, busctl_call, finish, start_fake, wait_for_step
+from tests.vm.image import TEST_VENV
+from tests.vm.machine import Machine
+
+VAULT = "/var/lib/box/vault"
+REFUSED = "Only the box's owner may do this"
+SMTP_PORT = 2525
+SMTP_USER = "box"
+SMTP_DIR = "/run/smtp-test"
+SEND = 'call mail.send {"to": "ann@example.com", "subject": "Hi", "body": "Hello"}'
+
+
+def vault_set(
+    machine: Machine, name: str, value: str, user: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """`boxctl vault set NAME` with the value on stdin, the way a person pipes it in."""
+    return machine.run(BOXCTL, "vault", "set", name, user=user, input=value, check=check)
+
+
+def vault_names(machine: Machine) -> list[str]:
+    names = json.loads(boxctl(machine, "vault", "ls", "--json").stdout)
+    assert isinstance(names, list)
+    return names
+
+
+def contains(text: str, value: str) -> bool:
+    """The value in clear, or base64-encoded as systemd-creds writes its files."""
+    return value in text or value.encode() in _unbase64(text)
+
+
+def _unbase64(text: str) -> bytes:
+    try:
+        return base64.b64decode(text)
+    except (binascii.Error, ValueError):
+        return b""
+
+
+@dataclass(frozen=True)
+class Smtp:
+    password: str
+    server: str
+    inbox: str
+
+    def messages(self, machine: Machine) -> list[dict[str, Any]]:
+        done = machine.run("cat", self.inbox, check=False)
+        return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+@pytest.fixture(scope="module")
+def smtp(machine: Machine) -> Iterator[Smtp]:
+    """A real SMTP server on 127.0.0.1 in the machine, where the brokers run; it takes mail
+    only after a login with a password made for this test."""
+    password = secrets.token_urlsafe(24)
+    folder = machine.root / SMTP_DIR.lstrip("/")
+    folder.mkdir(mode=0o700, exist_ok=True)
+    shutil.copyfile(Path(__file__).with_name("smtp_server.py"), folder / "server.py")
+    (folder / "password").write_text(password)
+    (folder / "password").chmod(0o600)
+    inbox = f"{SMTP_DIR}/inbox.jsonl"
+    # Type=notify: systemd-run returns once the server listens. The password stays in its file:
+    # a command line would show in the journal as the unit's description.
+    machine.run(
+        "systemd-run",
+        "--unit=smtp-test",
+        "--property=Type=notify",
+        f"{TEST_VENV}/bin/python",
+        f"{SMTP_DIR}/server.py",
+        str(SMTP_PORT),
+        SMTP_USER,
+        f"{SMTP_DIR}/password",
+        inbox,
+    )
+    try:
+        yield Smtp(password=password, server=f"127.0.0.1:{SMTP_PORT}", inbox=inbox)
+    finally:
+        machine.run("systemctl", "stop", "smtp-test.service", check=False)
+
+
+def test_set_list_and_remove_with_boxctl(machine: Machine, owner: str) -> None:
+    value = secrets.token_urlsafe(24)
+    vault_set(machine, "test.api-key", value + "\n", user=owner)
+    vault_set(machine, "test.other", "something else", user=owner)
+    listed = boxctl(machine, "vault", "ls", user=owner).stdout.splitlines()
+    assert {"test.api-key", "test.other"} <= set(listed)
+    assert listed == sorted(listed)
+    assert {"test.api-key", "test.other"} <= set(vault_names(machine))
+    sealed = f"{VAULT}/test.api-key.cred"
+    assert machine.run("stat", "-c", "%U %a", VAULT).stdout.split() == ["root", "700"]
+    assert machine.run("stat", "-c", "%U %a", sealed).stdout.split() == ["root", "600"]
+    assert not contains(machine.run("cat", sealed).stdout, value)
+    # Encrypted with the host's key under the name systemd gives it in a broker; boxctl took
+    # the newline off the end.
+    decrypt = ("systemd-creds", "decrypt", "--name=vault_test.api-key.cred", sealed, "-")
+    assert machine.run(*decrypt).stdout == value
+    vault_set(machine, "test.api-key", "replaced", user=owner)
+    assert machine.run(*decrypt).stdout == "replaced"
+    assert boxctl(machine, "vault", "rm", "test.api-key", user=owner).stdout == ""
+    boxctl(machine, "vault", "rm", "test.other")
+    assert not {"test.api-key", "test.other"} & set(vault_names(machine))
+    again = boxctl(machine, "vault", "rm", "test.api-key", check=False)
+    assert again.returncode == 1
+    assert again.stderr.strip() == "boxctl: no secret test.api-key in the vault"
+    leftovers = machine.run("ls", "-A", VAULT).stdout.split()
+    assert not [name for name in leftovers if name.startswith("test.")]
+
+
+def test_bad_names_and_values_are_refused_in_plain_words(machine: Machine) -> None:
+    bad = vault_set(machine, "../etc/shadow", "x", check=False)
+    assert bad.returncode == 1
+    assert "'../etc/shadow' is not a secret name" in bad.stderr
+    empty = vault_set(machine, "test.empty", "\n", check=False)
+    assert empty.stderr.strip() == (
+        "boxctl: the value of test.empty is empty; boxctl vault rm test.empty removes it"
+    )
+    big = "A" * 65_537
+    large = vault_set(machine, "test.large", big, check=False)
+    assert large.returncode == 1
+    assert large.stderr.strip() == (
+        "boxctl: the value of test.large is 65537 bytes; a secret holds at most 65536 bytes"
+    )
+    assert not {"test.empty", "test.large"} & set(vault_names(machine))
+
+
+def test_only_the_owner_may_use_the_vault(machine: Machine, owner: str) -> None:
+    machine.run("sh", "-c", "id stranger >/dev/null 2>&1 || useradd -m stranger")
+    for args in (("set", "test.stolen"), ("rm", "test.stolen"), ("ls",)):
+        refused = machine.run(BOXCTL, "vault", *args, user="stranger", input="value", check=False)
+        assert refused.returncode == 1
+        assert refused.stderr.startswith(f"boxctl: {REFUSED}")
+    over_busctl = busctl_call(
+        machine, "SetSecret", "test.stolen", "v", user="stranger", check=False
+    )
+    assert over_busctl.returncode != 0 and REFUSED in over_busctl.stderr
+    assert "test.stolen" not in vault_names(machine)
+    # Secrets are set by the owner and read by brokers only: the files are root's.
+    peek = machine.run("ls", VAULT, user=owner, check=False)
+    assert peek.returncode != 0 and "Permission denied" in peek.stderr
+
+
+def test_the_vault_is_on_the_manager_interface_only(machine: Machine) -> None:
+    shown = machine.run(
+        "busctl", "introspect", "--list", "org.boxd.Box1", "/org/boxd/Box1"
+    ).stdout.splitlines()
+    methods = {line.split()[0] for line in shown if " method " in f" {line} "}
+    assert {".SetSecret", ".RemoveSecret", ".ListSecrets"} <= methods
+    manager = machine.run(
+        "busctl", "introspect", "--list", "org.boxd.Box1", "/org/boxd/Box1", "org.boxd.Box1.Gateway"
+    ).stdout
+    assert "Secret" not in manager
+
+
+def test_a_broker_starts_with_an_empty_vault(machine: Machine, token: str) -> None:
+    for name in vault_names(machine):
+        boxctl(machine, "vault", "rm", name)
+    assert machine.run("ls", "-A", VAULT).stdout == ""
+    task = start_fake(machine, token, "step nothing secret here")
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    assert [s["text"] for s in ended["steps"]] == ["nothing secret here"]
+
+
+def test_a_secret_set_with_boxctl_reaches_the_mail_tool(
+    machine: Machine, token: str, owner: str, smtp: Smtp
+) -> None:
+    mail = {
+        "mail.server": smtp.server,
+        "mail.user": SMTP_USER,
+        "mail.password": smtp.password,
+        "mail.from": "box@example.com",
+    }
+    for name, value in mail.items():
+        vault_set(machine, name, value + "\n", user=owner)
+    try:
+        _mail_goes_out(machine, token, owner, smtp)
+    finally:
+        for name in set(mail) & set(vault_names(machine)):
+            boxctl(machine, "vault", "rm", name)
+
+
+def _mail_goes_out(machine: Machine, token: str, owner: str, smtp: Smtp) -> None:
+    task = start_fake(machine, token, f"{SEND}\nsh env", tools=["mail.send"])
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    sent, environment = (s["text"] for s in ended["steps"])
+    assert sent.startswith("mail.send: ")
+    assert json.loads(sent.removeprefix("mail.send: ")) == {
+        "sent": True,
+        "messageId": f"<{task['id']}.line-1@boxd>",
+        "to": "ann@example.com",
+    }
+    [message] = smtp.messages(machine)
+    assert message["login"] == SMTP_USER
+    assert (message["from"], message["to"]) == ("box@example.com", ["ann@example.com"])
+    assert "Subject: Hi" in message["message"]
+    assert f"Message-ID: <{task['id']}.line-1@boxd>" in message["message"]
+
+    # The password went to the mail server and nowhere else a task or a log could show it.
+    assert f"BOX_TASK={task['id']}" in environment
+    assert "CREDENTIALS_DIRECTORY" not in environment
+    assert smtp.password not in environment
+    assert smtp.password not in json.dumps(ended)
+    machine.run("journalctl", "--sync")
+    for output in ("short", "verbose"):
+        journal = machine.run("journalctl", "-b", "--no-pager", "-o", output).stdout
+        assert f"secret mail.password set by {owner}" in journal
+        assert smtp.password not in journal
+    database = machine.run(
+        "sh", "-c", "cat /var/lib/box/box.db /var/lib/box/box.db-wal 2>/dev/null", check=False
+    )
+    assert smtp.password not in database.stdout
+
+    # A broker started after the password left the vault sends without it, and the server,
+    # which wants a login, refuses.
+    boxctl(machine, "vault", "rm", "mail.password")
+    task = start_fake(machine, token, SEND, tools=["mail.send"])
+    ended = finish(machine, task["id"])
+    [step] = ended["steps"]
+    assert step["text"].startswith("mail.send failed: the mail server 127.0.0.1:2525 refused")
+    assert "530" in step["text"]
+    assert len(smtp.messages(machine)) == 1
+
+
+def test_only_the_broker_holds_the_secrets(machine: Machine, token: str, owner: str) -> None:
+    value = secrets.token_urlsafe(24)
+    vault_set(machine, "test.held", value, user=owner)
+    try:
+        task = start_fake(machine, token, "step up\nsleep 60", tools=["mail.send"])
+        wait_for_step(machine, task["id"])
+        broker = f"box-broker@{task['id']}.service"
+        held = f"/run/credentials/{broker}"
+        listing = machine.run("ls", "-l", held).stdout
+        assert "vault_test.held.cred" in listing and "boxd-broker" in listing
+        assert machine.run("cat", f"{held}/vault_test.held.cred").stdout == value
+        peek = machine.run("ls", held, user=task["user"], check=False)
+        assert peek.returncode != 0
+        for unit in (f"box-task-{task['id']}.service", broker):
+            pid = machine.run("systemctl", "show", "-p", "MainPID", "--value", unit).stdout
+            environ = machine.run("cat", f"/proc/{pid.strip()}/environ").stdout
+            assert value not in environ
+            assert ("CREDENTIALS_DIRECTORY" in environ) == (unit == broker)
+        boxctl(machine, "stop", task["id"])
+    finally:
+        boxctl(machine, "vault", "rm", "test.held")
