@@ -22,8 +22,6 @@ from boxd.broker_wire import CallResult, CallStart, CostRecord, Question
 from boxd.caller import Caller, Role
 from boxd.claude_models import DEFAULT_MODEL, resolve_model
 from boxd.dbus import interface as api
-from boxd.dbus.bus_daemon import connection_pid, connection_uid
-from boxd.dbus.polkit import check_authorization
 from boxd.dbus.task_object import TaskObject
 from boxd.errors import BoxError, Problem, die
 from boxd.event import EventKind
@@ -33,7 +31,7 @@ from boxd.manager.last_words import last_words
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError
 from boxd.manager.tokens import check_token_name, new_token, token_hash
-from boxd.manager.users import ensure_user, user_name
+from boxd.manager.users import ensure_user
 from boxd.manager.vault import Vault
 from boxd.manager.worker_unit import (
     broker_service_unit,
@@ -67,7 +65,6 @@ class Box:
         self.vault = Vault(home)
         self._objects: dict[str, TaskObject] = {}
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._brokers: dict[str, str] = {}
         self._background: set[asyncio.Task[None]] = set()
 
     # Start-up and recovery.
@@ -104,32 +101,6 @@ class Box:
                         )
             else:
                 self._check_soon(task.id)
-
-    # Who may call what.
-
-    async def authorize(self, message: Message, method: api.Method) -> Caller:
-        sender = message.sender or ""
-        if method.interface == api.MANAGER:
-            await check_authorization(self.bus, sender, api.MANAGE_ACTION)
-            return Caller(Role.OWNER, user_name(await connection_uid(self.bus, sender)))
-        if method.interface == api.GATEWAY:
-            token = message.body[0]
-            found = await self.store.token_role(token_hash(token)) if token else None
-            if found is None:
-                die(Problem.UNAUTHORIZED, "a valid bearer token is required (boxctl token create)")
-            return Caller(Role(found[1]), found[0])
-        task_id = message.body[0]
-        if await self._broker_unit(sender) != broker_service_unit(task_id):
-            die(Problem.FORBIDDEN, f"only the broker of task {task_id} may do this")
-        return Caller(Role.BROKER, sender, task=task_id)
-
-    async def _broker_unit(self, sender: str) -> str | None:
-        if sender not in self._brokers:
-            unit = await self.systemd.unit_of_pid(await connection_pid(self.bus, sender))
-            if unit is None:
-                return None
-            self._brokers[sender] = unit
-        return self._brokers[sender]
 
     def routes(self) -> dict[tuple[str, str], Callable[[Caller, list[str]], Awaitable[Any]]]:
         owner = {

@@ -11,6 +11,7 @@ from dbus_fast.aio import MessageBus
 from boxd.dbus.interface import BUS_NAME
 from boxd.dbus.server import Server
 from boxd.errors import Problem, die
+from boxd.manager.authorize import Authorizer
 from boxd.manager.box import Box
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd
@@ -39,7 +40,7 @@ async def run() -> None:
     systemd = Systemd(bus)
     box = Box(home, store, bus, systemd)
     await box.open()
-    server = Server(bus, box.authorize)
+    server = Server(bus, Authorizer(bus, store, systemd))
     for (interface, name), handler in box.routes().items():
         server.handle(interface, name, handler)
     if await bus.request_name(BUS_NAME) != RequestNameReply.PRIMARY_OWNER:

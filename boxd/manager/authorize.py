@@ -1,0 +1,50 @@
+"""Who is calling: polkit decides for the owner's interface, the bearer token for the gateway's,
+and the calling process's systemd unit for a broker's (only box-broker@<id> acts for <id>)."""
+
+from dbus_fast import Message
+from dbus_fast.aio import MessageBus
+
+from boxd.caller import Caller, Role
+from boxd.dbus import interface as api
+from boxd.dbus.bus_daemon import connection_pid, connection_uid
+from boxd.dbus.polkit import check_authorization
+from boxd.errors import Problem, die
+from boxd.manager.store import Store
+from boxd.manager.systemd import Systemd
+from boxd.manager.tokens import token_hash
+from boxd.manager.users import user_name
+from boxd.manager.worker_unit import broker_service_unit
+
+
+class Authorizer:
+    def __init__(self, bus: MessageBus, store: Store, systemd: Systemd) -> None:
+        self._bus = bus
+        self._store = store
+        self._systemd = systemd
+        # Unique bus names are never reused while the bus runs, so a broker's unit is looked
+        # up once per connection.
+        self._brokers: dict[str, str] = {}
+
+    async def __call__(self, message: Message, method: api.Method) -> Caller:
+        sender = message.sender or ""
+        if method.interface == api.MANAGER:
+            await check_authorization(self._bus, sender, api.MANAGE_ACTION)
+            return Caller(Role.OWNER, user_name(await connection_uid(self._bus, sender)))
+        if method.interface == api.GATEWAY:
+            token = message.body[0]
+            found = await self._store.token_role(token_hash(token)) if token else None
+            if found is None:
+                die(Problem.UNAUTHORIZED, "a valid bearer token is required (boxctl token create)")
+            return Caller(Role(found[1]), found[0])
+        task_id = message.body[0]
+        if await self._broker_unit(sender) != broker_service_unit(task_id):
+            die(Problem.FORBIDDEN, f"only the broker of task {task_id} may do this")
+        return Caller(Role.BROKER, sender, task=task_id)
+
+    async def _broker_unit(self, sender: str) -> str | None:
+        if sender not in self._brokers:
+            unit = await self._systemd.unit_of_pid(await connection_pid(self._bus, sender))
+            if unit is None:
+                return None
+            self._brokers[sender] = unit
+        return self._brokers[sender]
