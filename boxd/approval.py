@@ -4,7 +4,7 @@ again with the same key finds the same approval, also after a restart."""
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, StrictStr, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, StrictBool, StrictStr, field_validator
 
 from boxd.task_request import plain
 
@@ -85,7 +85,7 @@ class Answer(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    approved: bool
+    approved: StrictBool
 
 
 def approval_id(task_id: str, call_key: str) -> str:

@@ -142,8 +142,7 @@ async def run(arguments: argparse.Namespace) -> int:
         pending = await client.call("ListApprovals")
         print(show.as_json(pending) if as_json else show.approval_table(pending))
     elif command in ("approve", "deny"):
-        answer = json.dumps({"approved": command == "approve"})
-        approval = await client.call("AnswerApproval", arguments.id, answer)
+        approval = await client.call("AnswerApproval", arguments.id, command == "approve")
         print(show.as_json(approval) if as_json else show.approval_line(approval))
     elif command == "token":
         print(await client.call("CreateToken", arguments.name))

@@ -24,7 +24,7 @@ class BoxClient:
         self.bus = bus
         self.interface = interface
 
-    async def call(self, member: str, *args: str) -> Any:
+    async def call(self, member: str, *args: Any) -> Any:
         method = find_method(self.interface, member)
         if method is None:
             raise RuntimeError(f"{self.interface} has no method {member}")
@@ -51,7 +51,7 @@ class GatewayClient(BoxClient):
     def __init__(self, bus: MessageBus) -> None:
         super().__init__(bus, GATEWAY)
 
-    async def call_as(self, token: str, member: str, *args: str) -> Any:
+    async def call_as(self, token: str, member: str, *args: Any) -> Any:
         return await self.call(member, token, *args)
 
 

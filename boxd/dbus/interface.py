@@ -24,12 +24,21 @@ def task_path(task_id: str) -> str:
 class Method:
     interface: str
     name: str
+    # Each argument is a string unless its name says otherwise: `approved:b`.
     args: tuple[str, ...]
     returns: str
 
     @property
+    def types(self) -> tuple[str, ...]:
+        return tuple(arg.partition(":")[2] or "s" for arg in self.args)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(arg.partition(":")[0] for arg in self.args)
+
+    @property
     def signature(self) -> str:
-        return "s" * len(self.args)
+        return "".join(self.types)
 
 
 def _methods(interface: str, token: bool = False) -> list[Method]:
@@ -40,7 +49,7 @@ def _methods(interface: str, token: bool = False) -> list[Method]:
         Method(interface, "ListTasks", first, "tasks"),
         Method(interface, "StopTask", (*first, "id"), "task"),
         Method(interface, "ListApprovals", first, "approvals"),
-        Method(interface, "AnswerApproval", (*first, "id", "answer"), "approval"),
+        Method(interface, "AnswerApproval", (*first, "id", "approved:b"), "approval"),
     ]
 
 
@@ -81,7 +90,10 @@ def introspection_xml(children: list[str]) -> str:
             if method.interface != interface:
                 continue
             parts.append(f'  <method name="{method.name}">')
-            parts.extend(f'   <arg name="{a}" type="s" direction="in"/>' for a in method.args)
+            parts.extend(
+                f'   <arg name="{name}" type="{kind}" direction="in"/>'
+                for name, kind in zip(method.names, method.types, strict=True)
+            )
             parts.append(f'   <arg name="{method.returns}" type="s" direction="out"/>')
             parts.append("  </method>")
         if interface == MANAGER:

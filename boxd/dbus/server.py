@@ -20,7 +20,7 @@ from boxd.errors import BoxError, Problem
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Caller, list[str]], Awaitable[Any]]
+Handler = Callable[[Caller, list[Any]], Awaitable[Any]]
 Authorizer = Callable[[Message, Method], Awaitable[Caller]]
 
 
@@ -52,7 +52,7 @@ class Server:
             return Message.new_error(
                 message,
                 ErrorType.INVALID_ARGS.value,
-                f"{method.name} takes {len(method.args)} string(s): {', '.join(method.args)}",
+                f"{method.name} takes ({method.signature}): {', '.join(method.names)}",
             )
         task = asyncio.create_task(self._serve(message, method))
         self._running.add(task)

@@ -16,7 +16,7 @@ from typing import Any
 from dbus_fast import Message
 from dbus_fast.aio import MessageBus
 
-from boxd.approval import TASK_ENDED, Answer, Approval, ApprovalState, approval_id
+from boxd.approval import TASK_ENDED, Approval, ApprovalState, approval_id
 from boxd.apps.registry import find_tool
 from boxd.broker_wire import CallResult, CallStart, CostRecord, Question
 from boxd.caller import Caller, Role
@@ -241,8 +241,8 @@ class Box:
     async def list_approvals(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
         return [a.public() for a in await self.store.approvals(ApprovalState.PENDING)]
 
-    async def answer_approval(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        answer = parse(Answer, args[1])
+    async def answer_approval(self, caller: Caller, args: list[Any]) -> dict[str, Any]:
+        approved: bool = args[1]
         found = await self.store.approval(args[0])
         if found is None:
             die(Problem.NOT_FOUND, f"no approval {args[0]}")
@@ -254,7 +254,7 @@ class Box:
                     Problem.INVALID,
                     f"approval {approval.id} was already answered: {approval.state}",
                 )
-            state = ApprovalState.APPROVED if answer.approved else ApprovalState.DENIED
+            state = ApprovalState.APPROVED if approved else ApprovalState.DENIED
             await self._answer(await self._task(approval.task), (approval,), state, caller.name)
             answered = await self.store.approval(approval.id)
         assert answered is not None

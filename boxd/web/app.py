@@ -6,9 +6,11 @@ from typing import Any
 
 from aiohttp import web
 
+from boxd.approval import Answer
 from boxd.dbus.client import GatewayClient, connect_system_bus
 from boxd.errors import Problem, die
 from boxd.json_errors import MAX_BODY, json_errors
+from boxd.plain_errors import parse
 
 CLIENT = web.AppKey("client", GatewayClient)
 NO_TOKEN = "send Authorization: Bearer <token> (boxctl token create makes one)"
@@ -57,11 +59,11 @@ async def list_approvals(request: web.Request) -> web.Response:
 
 async def answer_approval(request: web.Request) -> web.Response:
     token = _token(request)
-    body = (await request.read()).decode("utf-8", errors="replace")
-    answer = await request.app[CLIENT].call_as(
-        token, "AnswerApproval", request.match_info["id"], body
+    answer = parse(Answer, await request.read())
+    approval = await request.app[CLIENT].call_as(
+        token, "AnswerApproval", request.match_info["id"], answer.approved
     )
-    return _json(answer)
+    return _json(approval)
 
 
 async def _bus(app: web.Application) -> AsyncIterator[None]:

@@ -138,6 +138,24 @@ def test_only_the_owner_answers(machine: Machine, token: str) -> None:
     machine.run("sh", "-c", "id stranger >/dev/null 2>&1 || useradd -m stranger")
     refused = boxctl(machine, "approve", approval["id"], user="stranger", check=False)
     assert refused.returncode == 1 and "Only the box's owner may do this" in refused.stderr
+    over_busctl = machine.run(
+        "busctl",
+        "call",
+        "org.boxd.Box1",
+        "/org/boxd/Box1",
+        "org.boxd.Box1.Manager",
+        "AnswerApproval",
+        "sb",
+        approval["id"],
+        "true",
+        user="stranger",
+        check=False,
+    )
+    assert over_busctl.returncode != 0 and "Only the box's owner" in over_busctl.stderr
+    status, refused_body = http(
+        machine, "POST", f"/api/approvals/{approval['id']}", token, '{"approved": "yes"}'
+    )
+    assert (status, refused_body) == (400, {"error": "approved: input should be a valid boolean"})
     assert (
         http(machine, "POST", f"/api/approvals/{approval['id']}", None, '{"approved": true}')[0]
         == 401
