@@ -294,7 +294,8 @@ class Box:
         async with self._locks[args[0]]:
             task = await self._running(args[0])
             logged = await self.store.answer(task.id, call.key)
-            if logged is None:
+            # One tool.call line per key, however often a pending call is asked again.
+            if logged is None and not await self.store.call_logged(task.id, call.key):
                 event = await self.store.save_task(
                     task, EventKind.TOOL_CALL, call.model_dump(mode="json")
                 )

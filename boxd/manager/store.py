@@ -153,6 +153,19 @@ class Store:
 
         return await self._run(read)
 
+    async def call_logged(self, task_id: str, key: str) -> bool:
+        """Whether a call with this key was begun before (it may have been cut off)."""
+
+        def read(db: sqlite3.Connection) -> bool:
+            row = db.execute(
+                "SELECT 1 FROM events WHERE task = ? AND kind = 'tool.call' "
+                "AND json_extract(data, '$.key') = ? LIMIT 1",
+                (task_id, key),
+            ).fetchone()
+            return row is not None
+
+        return await self._run(read)
+
     async def approval(self, approval_id: str) -> Approval | None:
         def read(db: sqlite3.Connection) -> Approval | None:
             row = db.execute("SELECT record FROM approvals WHERE id = ?", (approval_id,)).fetchone()
