@@ -48,7 +48,7 @@ class CallRequest(BaseModel):
     key: Key = ""
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Call:
     key: str
     name: str
@@ -188,7 +188,7 @@ class Calls:
         context = Context(
             key=call.key,
             task=self._task,
-            secrets=_secrets(call.tool.secrets),
+            secrets=await asyncio.to_thread(_secrets, call.tool.secrets),
             state_dir=self._home / "apps" / call.app_name,
         )
         try:

@@ -51,6 +51,18 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("id", help="the approval id, like t3k9x2a1b2.line-3")
         command.add_argument("--json", action="store_true")
 
+    workspace = commands.add_parser("workspace", help="the folders tasks work on")
+    workspace_commands = workspace.add_subparsers(dest="workspace_command", required=True)
+    listing = workspace_commands.add_parser("ls", help="list workspaces")
+    listing.add_argument("--json", action="store_true")
+    for name, text in (
+        ("create", "make an empty workspace"),
+        ("rm", "move a workspace to BOX_HOME/trash"),
+    ):
+        command = workspace_commands.add_parser(name, help=text)
+        command.add_argument("name", help="the workspace's name")
+        command.add_argument("--json", action="store_true")
+
     token = commands.add_parser("token", help="bearer tokens for the HTTP API")
     token_commands = token.add_subparsers(dest="token_command", required=True)
     create = token_commands.add_parser("create", help="make an owner token and print it")
@@ -144,6 +156,17 @@ async def run(arguments: argparse.Namespace) -> int:
     elif command in ("approve", "deny"):
         approval = await client.call("AnswerApproval", arguments.id, command == "approve")
         print(show.as_json(approval) if as_json else show.approval_line(approval))
+    elif command == "workspace":
+        if arguments.workspace_command == "ls":
+            found = await client.call("ListWorkspaces")
+            lines = [f"{w['name']:<20} {w['path']}" for w in found]
+        elif arguments.workspace_command == "create":
+            found = await client.call("CreateWorkspace", arguments.name)
+            lines = [f"{found['name']:<20} {found['path']}"]
+        else:
+            found = await client.call("RemoveWorkspace", arguments.name)
+            lines = [f"{found['name']} moved to {found['trash']}"]
+        print(show.as_json(found) if as_json else "\n".join(lines))
     elif command == "token":
         print(await client.call("CreateToken", arguments.name))
     elif command == "settings":

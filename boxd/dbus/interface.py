@@ -50,11 +50,14 @@ def _methods(interface: str, token: bool = False) -> list[Method]:
         Method(interface, "StopTask", (*first, "id"), "task"),
         Method(interface, "ListApprovals", first, "approvals"),
         Method(interface, "AnswerApproval", (*first, "id", "approved:b"), "approval"),
+        Method(interface, "ListWorkspaces", first, "workspaces"),
+        Method(interface, "CreateWorkspace", (*first, "name"), "workspace"),
     ]
 
 
 METHODS: tuple[Method, ...] = (
     *_methods(MANAGER),
+    Method(MANAGER, "RemoveWorkspace", ("name",), "removed"),
     Method(MANAGER, "GetSettings", (), "settings"),
     Method(MANAGER, "SetSettings", ("changes",), "settings"),
     Method(MANAGER, "CreateToken", ("name",), "token"),

@@ -5,7 +5,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -39,7 +38,8 @@ from boxd.manager.worker_unit import (
     worker_properties,
     worker_unit,
 )
-from boxd.paths import task_dir, task_work_dir, workspaces_dir
+from boxd.manager.workspaces import Workspaces
+from boxd.paths import task_dir, task_work_dir
 from boxd.plain_errors import parse
 from boxd.settings import NetworkDefault, change_settings
 from boxd.step import Step
@@ -48,7 +48,6 @@ from boxd.task_request import Worker, parse_task_request
 
 log = logging.getLogger(__name__)
 
-_WORKSPACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 DROID_MISSING = (
     "This box cannot run Droid tasks yet: the Droid worker is not installed here. "
     "Start the task with worker fake, or wait for the Droid worker."
@@ -63,6 +62,7 @@ class Box:
         self.bus = bus
         self.systemd = systemd
         self.vault = Vault(home)
+        self.workspaces = Workspaces(home)
         self._objects: dict[str, TaskObject] = {}
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._background: set[asyncio.Task[None]] = set()
@@ -70,8 +70,8 @@ class Box:
     # Start-up and recovery.
 
     async def open(self) -> None:
-        for folder in (self.home / "tasks", workspaces_dir(self.home) / "home"):
-            folder.mkdir(parents=True, exist_ok=True)
+        (self.home / "tasks").mkdir(parents=True, exist_ok=True)
+        self.workspaces.open()
         os.chmod(self.home, 0o755)
         os.chmod(self.home / "tasks", 0o755)
         self.vault.open()
@@ -110,11 +110,14 @@ class Box:
             "StopTask": self.stop_task,
             "ListApprovals": self.list_approvals,
             "AnswerApproval": self.answer_approval,
+            "ListWorkspaces": self.list_workspaces,
+            "CreateWorkspace": self.create_workspace,
         }
         table: dict[tuple[str, str], Callable[[Caller, list[str]], Awaitable[Any]]] = {}
         for name, handler in owner.items():
             table[(api.MANAGER, name)] = handler
             table[(api.GATEWAY, name)] = _without_token(handler)
+        table[(api.MANAGER, "RemoveWorkspace")] = self.remove_workspace
         table[(api.MANAGER, "GetSettings")] = self.get_settings
         table[(api.MANAGER, "SetSettings")] = self.set_settings
         table[(api.MANAGER, "CreateToken")] = self.create_token
@@ -134,10 +137,7 @@ class Box:
     async def create_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         request = parse_task_request(args[0])
         settings = await self.store.settings()
-        if (
-            not _WORKSPACE_NAME.fullmatch(request.workspace)
-            or not (workspaces_dir(self.home) / request.workspace).is_dir()
-        ):
+        if not self.workspaces.exists(request.workspace):
             die(Problem.INVALID, f"no workspace {request.workspace}")
         for tool in request.tools:
             if find_tool(tool) is None:
@@ -237,6 +237,17 @@ class Box:
             self._changed(task)
             self._objects[task.id].tell(event)
         return event.model_dump(mode="json")
+
+    async def list_workspaces(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
+        return [self.workspaces.describe(name) for name in self.workspaces.names()]
+
+    async def create_workspace(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        return await self.workspaces.create(args[0])
+
+    async def remove_workspace(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        unfinished = (TaskState.QUEUED, TaskState.RUNNING, TaskState.WAITING)
+        busy = [t.id for t in await self.store.tasks(unfinished) if t.workspace == args[0]]
+        return await self.workspaces.remove(args[0], busy)
 
     async def list_approvals(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
         return [a.public() for a in await self.store.approvals(ApprovalState.PENDING)]

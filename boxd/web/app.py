@@ -11,6 +11,7 @@ from boxd.dbus.client import GatewayClient, connect_system_bus
 from boxd.errors import Problem, die
 from boxd.json_errors import MAX_BODY, json_errors
 from boxd.plain_errors import parse
+from boxd.workspace_request import NewWorkspace
 
 CLIENT = web.AppKey("client", GatewayClient)
 NO_TOKEN = "send Authorization: Bearer <token> (boxctl token create makes one)"
@@ -66,6 +67,16 @@ async def answer_approval(request: web.Request) -> web.Response:
     return _json(approval)
 
 
+async def list_workspaces(request: web.Request) -> web.Response:
+    return _json(await _call(request, "ListWorkspaces"))
+
+
+async def create_workspace(request: web.Request) -> web.Response:
+    token = _token(request)
+    body = parse(NewWorkspace, await request.read())
+    return _json(await request.app[CLIENT].call_as(token, "CreateWorkspace", body.name), 201)
+
+
 async def _bus(app: web.Application) -> AsyncIterator[None]:
     bus = await connect_system_bus()
     app[CLIENT] = GatewayClient(bus)
@@ -77,7 +88,7 @@ def make_app() -> web.Application:
     errors = json_errors(
         lambda failure: failure.problem.http_status,
         "the API serves GET and POST /api/tasks, GET /api/tasks/{id}, POST /api/tasks/{id}/stop, "
-        "GET /api/approvals, POST /api/approvals/{id}",
+        "GET /api/approvals, POST /api/approvals/{id}, GET and POST /api/workspaces",
     )
     app = web.Application(middlewares=[errors], client_max_size=MAX_BODY)
     app.cleanup_ctx.append(_bus)
@@ -86,5 +97,7 @@ def make_app() -> web.Application:
     app.router.add_get("/api/tasks/{id}", get_task)
     app.router.add_post("/api/tasks/{id}/stop", stop_task)
     app.router.add_get("/api/approvals", list_approvals)
+    app.router.add_get("/api/workspaces", list_workspaces)
+    app.router.add_post("/api/workspaces", create_workspace)
     app.router.add_post("/api/approvals/{id}", answer_approval)
     return app

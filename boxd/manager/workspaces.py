@@ -1,0 +1,70 @@
+"""Workspaces: folders in BOX_HOME/workspaces that tasks work on copies of.
+
+`home` exists from the start and stays. Removing a workspace never deletes files: the folder
+moves to BOX_HOME/trash, where the owner can take anything back.
+"""
+
+import asyncio
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from boxd.errors import Problem, die
+from boxd.paths import workspaces_dir
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+HOME = "home"
+
+
+def check_name(name: str) -> str:
+    if not NAME.fullmatch(name):
+        die(
+            Problem.INVALID,
+            f"{name!r} is not a workspace name: use up to 100 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit",
+        )
+    return name
+
+
+class Workspaces:
+    def __init__(self, home: Path) -> None:
+        self._root = workspaces_dir(home)
+        self._trash = home / "trash"
+
+    def open(self) -> None:
+        (self._root / HOME).mkdir(parents=True, exist_ok=True)
+
+    def exists(self, name: str) -> bool:
+        return NAME.fullmatch(name) is not None and (self._root / name).is_dir()
+
+    def names(self) -> list[str]:
+        return sorted(p.name for p in self._root.iterdir() if p.is_dir() and NAME.fullmatch(p.name))
+
+    def describe(self, name: str) -> dict[str, Any]:
+        return {"name": name, "path": str(self._root / name)}
+
+    async def create(self, name: str) -> dict[str, Any]:
+        check_name(name)
+        try:
+            (self._root / name).mkdir(mode=0o755)
+        except FileExistsError:
+            die(Problem.INVALID, f"workspace {name} already exists")
+        return self.describe(name)
+
+    async def remove(self, name: str, busy: list[str]) -> dict[str, Any]:
+        """Moves the folder to the trash; `busy` are the unfinished tasks working on it."""
+        if not self.exists(check_name(name)):
+            die(Problem.NOT_FOUND, f"no workspace {name}")
+        if name == HOME:
+            die(Problem.INVALID, "home is the box's default workspace; it cannot be removed")
+        if busy:
+            die(
+                Problem.INVALID,
+                f"workspace {name} has unfinished tasks ({', '.join(busy)}); stop them first",
+            )
+        self._trash.mkdir(mode=0o700, exist_ok=True)
+        target = self._trash / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        await asyncio.to_thread(shutil.move, self._root / name, target)
+        return {"name": name, "trash": str(target)}
