@@ -39,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
         ("show", "show a task and its steps"),
         ("follow", "print a task's steps live until it ends"),
         ("stop", "stop a running task"),
+        ("undo", "take a task's changes out of its workspace"),
     ):
         command = commands.add_parser(name, help=text)
         command.add_argument("id", help="the task id, like t3k9x2a1b2")
@@ -147,8 +148,8 @@ async def run(arguments: argparse.Namespace) -> int:
         print(show.as_json(task) if as_json else show.task_details(task))
     elif command == "follow":
         return await _follow(client, arguments.id, as_json)
-    elif command == "stop":
-        task = await client.call("StopTask", arguments.id)
+    elif command in ("stop", "undo"):
+        task = await client.call("StopTask" if command == "stop" else "UndoTask", arguments.id)
         print(show.as_json(task) if as_json else show.task_line(task))
     elif command == "approvals":
         pending = await client.call("ListApprovals")

@@ -48,6 +48,7 @@ def _methods(interface: str, token: bool = False) -> list[Method]:
         Method(interface, "GetTask", (*first, "id"), "task"),
         Method(interface, "ListTasks", first, "tasks"),
         Method(interface, "StopTask", (*first, "id"), "task"),
+        Method(interface, "UndoTask", (*first, "id"), "task"),
         Method(interface, "ListApprovals", first, "approvals"),
         Method(interface, "AnswerApproval", (*first, "id", "approved:b"), "approval"),
         Method(interface, "ListWorkspaces", first, "workspaces"),

@@ -27,6 +27,7 @@ from boxd.event import EventKind
 from boxd.ids import check_task_id, new_task_id, task_user
 from boxd.manager.exit_words import why_failed
 from boxd.manager.last_words import last_words
+from boxd.manager.layers import MAX_DONE, Layers, layer_name
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError
 from boxd.manager.tokens import check_token_name, new_token, token_hash
@@ -39,7 +40,7 @@ from boxd.manager.worker_unit import (
     worker_unit,
 )
 from boxd.manager.workspaces import Workspaces
-from boxd.paths import task_dir, task_work_dir
+from boxd.paths import task_dir
 from boxd.plain_errors import parse
 from boxd.settings import NetworkDefault, change_settings
 from boxd.step import Step
@@ -53,6 +54,14 @@ DROID_MISSING = (
     "Start the task with worker fake, or wait for the Droid worker."
 )
 STOPPED = "Stopped by its owner."
+UNDONE_WHILE_RUNNING = "Stopped by its owner, to undo it."
+
+
+def _full(workspace: str) -> str:
+    return (
+        f"Workspace {workspace} already holds {MAX_DONE} finished tasks, the most it can "
+        "stack: undo some of them, or start the task on another workspace."
+    )
 
 
 class Box:
@@ -63,6 +72,8 @@ class Box:
         self.systemd = systemd
         self.vault = Vault(home)
         self.workspaces = Workspaces(home)
+        self.layers = Layers(home)
+        self._joins: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._objects: dict[str, TaskObject] = {}
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._background: set[asyncio.Task[None]] = set()
@@ -94,7 +105,7 @@ class Box:
                 log.info("task %s has no worker unit; starting it again to resume", task.id)
                 async with self._locks[task.id]:
                     try:
-                        await self._start_units(task)
+                        await self._start_units(task, await self._layers_seen(task))
                     except (BoxError, SystemdError, OSError) as error:
                         await self._end(
                             task, TaskState.FAILED, f"The task could not resume: {error}"
@@ -108,6 +119,7 @@ class Box:
             "GetTask": self.get_task,
             "ListTasks": self.list_tasks,
             "StopTask": self.stop_task,
+            "UndoTask": self.undo_task,
             "ListApprovals": self.list_approvals,
             "AnswerApproval": self.answer_approval,
             "ListWorkspaces": self.list_workspaces,
@@ -196,6 +208,42 @@ class Box:
                 die(Problem.INVALID, f"task {task.id} has already ended: it is {task.state}")
             task = await self._end(task, TaskState.FAILED, STOPPED)
         return task.public()
+
+    async def undo_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """Takes a task's changes out of its workspace; tasks after it keep theirs. A task still
+        running is stopped first."""
+        task = await self._task(args[0])
+        async with self._locks[task.id]:
+            task = await self._task(task.id)
+            if task.state == TaskState.UNDONE:
+                die(Problem.INVALID, f"task {task.id} is already undone")
+            if not task.state.ended:
+                task = await self._end(task, TaskState.FAILED, UNDONE_WHILE_RUNNING)
+            found = await self.store.layer_of(task.id)
+            joined = found is not None and found[1]
+            task = task.model_copy(update={"state": TaskState.UNDONE})
+            event = await self.store.save_task(
+                task,
+                EventKind.TASK_STATE,
+                {"state": "undone", "by": caller.name},
+                drop_layer=joined,
+            )
+            self._changed(task)
+            self._objects[task.id].tell(event)
+        if found is not None and joined:
+            await self._forget_layer(task.workspace, task.id, found[0])
+        return task.public()
+
+    async def _forget_layer(self, workspace: str, task_id: str, number: int) -> None:
+        """Deletes an undone layer's files, unless a running task still stacks it: its view
+        must not change under it. Then the files stay, out of every new task's stack."""
+        unfinished = (TaskState.QUEUED, TaskState.RUNNING, TaskState.WAITING)
+        if any(task_id in t.saw for t in await self.store.tasks(unfinished)):
+            log.info(
+                "layer %s of task %s stays on disk while tasks that saw it run", number, task_id
+            )
+            return
+        await self.layers.remove(workspace, layer_name(number))
 
     async def get_settings(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         return (await self.store.settings()).model_dump(mode="json")
@@ -404,8 +452,12 @@ class Box:
         async with self._locks[task.id]:
             if task.worker == Worker.DROID:
                 return await self._end(task, TaskState.FAILED, DROID_MISSING)
+            stack = await self.store.stack(task.workspace)
+            if len(stack) >= MAX_DONE:
+                return await self._end(task, TaskState.FAILED, _full(task.workspace))
+            task = task.model_copy(update={"saw": [done for _, done in stack]})
             try:
-                await self._start_units(task)
+                await self._start_units(task, [layer_name(number) for number, _ in stack])
             except (BoxError, SystemdError, OSError) as error:
                 return await self._end(task, TaskState.FAILED, f"The task could not start: {error}")
             task = task.model_copy(update={"state": TaskState.RUNNING})
@@ -414,14 +466,12 @@ class Box:
             self._objects[task.id].tell(event)
             return task
 
-    async def _start_units(self, task: Task) -> None:
+    async def _start_units(self, task: Task, layers: list[str]) -> None:
         user = task_user(task.id)
         directory = task_dir(self.home, task.id)
-        work = task_work_dir(self.home, task.id)
         directory.mkdir(mode=0o755, exist_ok=True)
-        uid, gid = await ensure_user(user, directory)
-        work.mkdir(mode=0o700, exist_ok=True)
-        os.chown(work, uid, gid)
+        uid, _ = await ensure_user(user, directory)
+        await self.layers.mount(task.id, task.workspace, layers, uid)
         await self.systemd.start_unit(broker_socket_unit(task.id))
         # Started now rather than on the worker's first connection, so the broker's start-up
         # overlaps the worker's instead of following it.
@@ -429,6 +479,16 @@ class Box:
         unit = worker_unit(task.id)
         self.systemd.watch(unit, partial(self._check_soon, task.id))
         await self.systemd.start_transient(unit, worker_properties(self.home, task))
+
+    async def _layers_seen(self, task: Task) -> list[str]:
+        """The layers a task saw when it started, to mount its view again after a restart."""
+        names = []
+        for done in task.saw:
+            found = await self.store.layer_of(done)
+            if found is None or not found[1]:
+                die(Problem.FAILED, f"task {done}, whose changes it saw, was undone since")
+            names.append(layer_name(found[0]))
+        return names
 
     def _check_soon(self, task_id: str) -> None:
         job = asyncio.create_task(self._check(task_id))
@@ -455,26 +515,51 @@ class Box:
             log.exception("could not follow the worker of task %s", task_id)
 
     async def _end(self, task: Task, state: TaskState, error: str | None) -> Task:
-        """Records the end, then closes the broker's socket and lets the units go."""
+        """Stops the worker, then records the end: a done task's changes join its workspace in
+        the same transaction; anything else's are thrown away. Then the broker's socket closes."""
+        unit = worker_unit(task.id)
+        self.systemd.unwatch(unit)
+        await self._let_go(unit)
+        recorded = False
+        try:
+            await self.layers.unmount(task.id)
+            if state == TaskState.DONE:
+                async with self._joins[task.workspace]:
+                    layer = await self.store.next_layer(task.workspace)
+                    await self.layers.join(task.id, task.workspace, layer_name(layer))
+                    task = await self._record_end(task, state, error, layer)
+                    recorded = True
+        except (BoxError, OSError) as failure:
+            message = failure.message if isinstance(failure, BoxError) else str(failure)
+            state, error = TaskState.FAILED, f"Its changes could not be kept: {message}"
+        if not recorded:
+            task = await self._record_end(task, state, error, None)
+            await self.layers.discard(task.id)
+        pending = await self.store.approvals(ApprovalState.PENDING, task.id)
+        if pending:
+            await self._answer(task, tuple(pending), ApprovalState.DENIED, TASK_ENDED)
+        for name in (broker_socket_unit(task.id), broker_service_unit(task.id)):
+            await self._let_go(name)
+        return task
+
+    async def _record_end(
+        self, task: Task, state: TaskState, error: str | None, layer: int | None
+    ) -> Task:
         task = task.model_copy(update={"state": state, "error": error, "endedAt": time.time()})
         data: dict[str, Any] = {"state": state.value}
         if error:
             data["error"] = error
-        event = await self.store.save_task(task, EventKind.TASK_STATE, data)
+        event = await self.store.save_task(task, EventKind.TASK_STATE, data, layer=layer)
         self._changed(task)
         self._objects[task.id].tell(event)
-        pending = await self.store.approvals(ApprovalState.PENDING, task.id)
-        if pending:
-            await self._answer(task, tuple(pending), ApprovalState.DENIED, TASK_ENDED)
-        unit = worker_unit(task.id)
-        self.systemd.unwatch(unit)
-        for name in (unit, broker_socket_unit(task.id), broker_service_unit(task.id)):
-            try:
-                await self.systemd.stop_unit(name)
-                await self.systemd.reset_failed(name)
-            except SystemdError as failure:
-                log.warning("could not clean up %s: %s", name, failure)
         return task
+
+    async def _let_go(self, unit: str) -> None:
+        try:
+            await self.systemd.stop_unit(unit)
+            await self.systemd.reset_failed(unit)
+        except SystemdError as failure:
+            log.warning("could not clean up %s: %s", unit, failure)
 
 
 def _without_token(

@@ -58,6 +58,15 @@ CREATE TABLE IF NOT EXISTS approvals (
     record TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS approvals_by_state ON approvals (state, task);
+-- The layers of each workspace's stack, one per done task; undo sets active to 0, and the
+-- number is never used again, so a layer's name is its own for good.
+CREATE TABLE IF NOT EXISTS layers (
+    workspace TEXT NOT NULL,
+    number INTEGER NOT NULL,
+    task TEXT NOT NULL UNIQUE,
+    active INTEGER NOT NULL,
+    PRIMARY KEY (workspace, number)
+);
 CREATE TABLE IF NOT EXISTS settings (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     record TEXT NOT NULL
@@ -109,6 +118,8 @@ class Store:
         *,
         answer: tuple[str, dict[str, Any]] | None = None,
         approvals: tuple[Approval, ...] = (),
+        layer: int | None = None,
+        drop_layer: bool = False,
     ) -> Event:
         """Writes the task, one event about it, and what the event decides (the answer to a
         key, approvals), in one transaction: all of it is on disk, or none."""
@@ -127,6 +138,13 @@ class Store:
                         "INSERT INTO answers (task, key, result, seq) VALUES (?, ?, ?, ?)",
                         (task.id, answer[0], json.dumps(answer[1]), event.seq),
                     )
+                if layer is not None:
+                    db.execute(
+                        "INSERT INTO layers (workspace, number, task, active) VALUES (?, ?, ?, 1)",
+                        (task.workspace, layer, task.id),
+                    )
+                if drop_layer:
+                    db.execute("UPDATE layers SET active = 0 WHERE task = ?", (task.id,))
                 for approval in approvals:
                     db.execute(
                         "INSERT INTO approvals (id, task, state, record) VALUES (?, ?, ?, ?) "
@@ -143,6 +161,39 @@ class Store:
             return event
 
         return await self._run(write)
+
+    async def stack(self, workspace: str) -> list[tuple[int, str]]:
+        """The workspace's layers as (number, task), newest first."""
+
+        def read(db: sqlite3.Connection) -> list[tuple[int, str]]:
+            rows = db.execute(
+                "SELECT number, task FROM layers WHERE workspace = ? AND active = 1 "
+                "ORDER BY number DESC",
+                (workspace,),
+            ).fetchall()
+            return [(int(row[0]), str(row[1])) for row in rows]
+
+        return await self._run(read)
+
+    async def next_layer(self, workspace: str) -> int:
+        def read(db: sqlite3.Connection) -> int:
+            row = db.execute(
+                "SELECT COALESCE(MAX(number), 0) + 1 FROM layers WHERE workspace = ?", (workspace,)
+            ).fetchone()
+            return int(row[0])
+
+        return await self._run(read)
+
+    async def layer_of(self, task_id: str) -> tuple[int, bool] | None:
+        """The task's layer number and whether it is in its workspace's stack."""
+
+        def read(db: sqlite3.Connection) -> tuple[int, bool] | None:
+            row = db.execute(
+                "SELECT number, active FROM layers WHERE task = ?", (task_id,)
+            ).fetchone()
+            return None if row is None else (int(row[0]), bool(row[1]))
+
+        return await self._run(read)
 
     async def answer(self, task_id: str, key: str) -> dict[str, Any] | None:
         def read(db: sqlite3.Connection) -> dict[str, Any] | None:

@@ -15,6 +15,8 @@ from boxd.paths import broker_socket, task_work_dir
 from boxd.task import Task
 from boxd.task_request import Worker
 
+WORK_GROUP = "boxd-work"
+
 
 def worker_unit(task_id: str) -> str:
     return f"box-task-{task_id}.service"
@@ -47,6 +49,10 @@ def worker_properties(home: Path, task: Task) -> list[tuple[str, Variant]]:
         ("ExecStart", Variant("a(sasb)", [[command[0], command, False]])),
         ("RemainAfterExit", Variant("b", True)),
         ("User", Variant("s", task_user(task.id))),
+        # Every task's files belong to group boxd-work and are group-writable, so a later
+        # task can change what an earlier one, or the owner, left in the workspace.
+        ("Group", Variant("s", WORK_GROUP)),
+        ("UMask", Variant("u", 0o002)),
         ("Slice", Variant("s", task_slice(task.id))),
         ("WorkingDirectory", Variant("s", work)),
         (

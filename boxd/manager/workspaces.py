@@ -5,6 +5,8 @@ moves to BOX_HOME/trash, where the owner can take anything back.
 """
 
 import asyncio
+import grp
+import os
 import re
 import shutil
 import time
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from boxd.errors import Problem, die
+from boxd.manager.worker_unit import WORK_GROUP
 from boxd.paths import workspaces_dir
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -34,7 +37,21 @@ class Workspaces:
         self._trash = home / "trash"
 
     def open(self) -> None:
-        (self._root / HOME).mkdir(parents=True, exist_ok=True)
+        self._root.mkdir(parents=True, exist_ok=True)
+        if not (self._root / HOME).is_dir():
+            self._make(self._root / HOME)
+
+    @staticmethod
+    def _make(folder: Path) -> None:
+        """A workspace folder belongs to group boxd-work, setgid, so what is put in it can be
+        changed by the tasks (their workers run with that group)."""
+        folder.mkdir(mode=0o775)
+        try:
+            gid = grp.getgrnam(WORK_GROUP).gr_gid
+        except KeyError:
+            return  # Not installed (unit tests): the folder stays its maker's.
+        os.chown(folder, -1, gid)
+        os.chmod(folder, 0o2775)
 
     def exists(self, name: str) -> bool:
         return NAME.fullmatch(name) is not None and (self._root / name).is_dir()
@@ -48,7 +65,7 @@ class Workspaces:
     async def create(self, name: str) -> dict[str, Any]:
         check_name(name)
         try:
-            (self._root / name).mkdir(mode=0o755)
+            self._make(self._root / name)
         except FileExistsError:
             die(Problem.INVALID, f"workspace {name} already exists")
         return self.describe(name)

@@ -67,6 +67,10 @@ async def answer_approval(request: web.Request) -> web.Response:
     return _json(approval)
 
 
+async def undo_task(request: web.Request) -> web.Response:
+    return _json(await _call(request, "UndoTask", request.match_info["id"]))
+
+
 async def list_workspaces(request: web.Request) -> web.Response:
     return _json(await _call(request, "ListWorkspaces"))
 
@@ -87,8 +91,9 @@ async def _bus(app: web.Application) -> AsyncIterator[None]:
 def make_app() -> web.Application:
     errors = json_errors(
         lambda failure: failure.problem.http_status,
-        "the API serves GET and POST /api/tasks, GET /api/tasks/{id}, POST /api/tasks/{id}/stop, "
-        "GET /api/approvals, POST /api/approvals/{id}, GET and POST /api/workspaces",
+        "the API serves GET and POST /api/tasks, GET /api/tasks/{id}, "
+        "POST /api/tasks/{id}/stop and /undo, GET /api/approvals, POST /api/approvals/{id}, "
+        "GET and POST /api/workspaces",
     )
     app = web.Application(middlewares=[errors], client_max_size=MAX_BODY)
     app.cleanup_ctx.append(_bus)
@@ -96,6 +101,7 @@ def make_app() -> web.Application:
     app.router.add_get("/api/tasks", list_tasks)
     app.router.add_get("/api/tasks/{id}", get_task)
     app.router.add_post("/api/tasks/{id}/stop", stop_task)
+    app.router.add_post("/api/tasks/{id}/undo", undo_task)
     app.router.add_get("/api/approvals", list_approvals)
     app.router.add_get("/api/workspaces", list_workspaces)
     app.router.add_post("/api/workspaces", create_workspace)

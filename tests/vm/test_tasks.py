@@ -37,8 +37,11 @@ def test_http_task_runs_as_its_own_user_and_ends_done(machine: Machine, token: s
         f"box-{task['id']}",
         "wrote out.txt",
     ]
-    work = f"/var/lib/box/tasks/{task['id']}/work/out.txt"
-    assert machine.run("stat", "-c", "%U %s", work).stdout.split() == [task["user"], "8"]
+    # Its changes joined the workspace: the next task sees them.
+    after = start_fake(machine, token, "sh cat out.txt; echo; stat -c '%U %G %a' out.txt")
+    assert after["saw"][0] == task["id"]
+    seen = finish(machine, after["id"])
+    assert seen["steps"][0]["text"] == f"hi there\n{task['user']} boxd-work 664"
     status, listed = http(machine, "GET", "/api/tasks", token)
     assert status == 200
     assert task["id"] in [t["id"] for t in listed]

@@ -1,0 +1,118 @@
+"""Workspace layers: each task works on an overlay of its workspace as it stood when it started.
+
+A workspace's stack is its base (`BOX_HOME/workspaces/<name>`, the owner's files) plus one layer
+per done task (`BOX_HOME/layers/<name>/<n>`, newest on top). A task's view is overlayfs with its
+own upper directory over that stack, mounted on the worker's working directory. Done: the upper
+directory joins the stack. Failed: it is thrown away. Undone: the layer leaves the stack; files
+that later tasks changed are full copies in their own layers, so they keep theirs.
+
+The kernel stacks at most 500 lower layers: the base and 499 done tasks. The mount options are
+one page long at most on kernels before 6.8, so layers have short names (base 36 numbers) and
+are mounted from inside the layer store by relative name.
+"""
+
+import asyncio
+import os
+import shutil
+from pathlib import Path
+
+from boxd.errors import Problem, die
+from boxd.paths import task_dir, task_work_dir, workspaces_dir
+
+MAX_DONE = 499
+_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def layer_name(number: int) -> str:
+    name = ""
+    while True:
+        number, digit = divmod(number, 36)
+        name = _DIGITS[digit] + name
+        if number == 0:
+            return name
+
+
+async def _run(*argv: str, cwd: Path | None = None) -> str | None:
+    """Runs a command; returns its complaint, or None when it succeeded."""
+    process = await asyncio.create_subprocess_exec(
+        *argv, cwd=cwd, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+    )
+    _, stderr = await process.communicate()
+    return None if process.returncode == 0 else stderr.decode(errors="replace").strip()
+
+
+class Layers:
+    def __init__(self, home: Path) -> None:
+        self.home = home
+
+    def store(self, workspace: str) -> Path:
+        return self.home / "layers" / workspace
+
+    def _upper(self, task_id: str) -> Path:
+        return task_dir(self.home, task_id) / "upper"
+
+    def _scratch(self, task_id: str) -> Path:
+        return task_dir(self.home, task_id) / "overlay-work"
+
+    async def mount(self, task_id: str, workspace: str, stack: list[str], uid: int) -> None:
+        """Mounts the task's view: its upper directory over `stack` (layer names, newest first)
+        over the base. Mounting again after a restart keeps what the task already wrote."""
+        view = task_work_dir(self.home, task_id)
+        if await asyncio.to_thread(os.path.ismount, view):
+            return
+        store = self.store(workspace)
+        store.mkdir(parents=True, exist_ok=True)
+        upper = self._upper(task_id)
+        upper.mkdir(mode=0o700, exist_ok=True)
+        os.chown(upper, uid, -1)
+        self._scratch(task_id).mkdir(mode=0o700, exist_ok=True)
+        view.mkdir(mode=0o700, exist_ok=True)
+        # BOX_HOME/workspaces/<name>, seen from BOX_HOME/layers/<name>.
+        base = f"../../{workspaces_dir(self.home).name}/{workspace}"
+        options = (
+            f"lowerdir={':'.join([*stack, base])},upperdir={upper},workdir={self._scratch(task_id)}"
+        )
+        failed = await _run(
+            "mount", "-t", "overlay", "overlay", "-o", options, str(view), cwd=store
+        )
+        if failed:
+            die(
+                Problem.FAILED,
+                f"could not mount the task's copy of workspace {workspace}: {failed}",
+            )
+
+    async def unmount(self, task_id: str) -> None:
+        view = task_work_dir(self.home, task_id)
+        if await asyncio.to_thread(os.path.ismount, view):
+            # Lazy: a process the worker left behind must not keep the layer from joining.
+            failed = await _run("umount", "--lazy", str(view))
+            if failed:
+                die(Problem.FAILED, f"could not unmount {view}: {failed}")
+
+    async def join(self, task_id: str, workspace: str, name: str) -> None:
+        """Puts the done task's upper directory on top of the stack, under `name`."""
+        target = self.store(workspace) / name
+
+        def move() -> None:
+            # A layer left by a join cut off before it was recorded is no one's.
+            if target.exists():
+                shutil.rmtree(target)
+            self._upper(task_id).rename(target)
+            shutil.rmtree(self._scratch(task_id), ignore_errors=True)
+            fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+        await asyncio.to_thread(move)
+
+    async def discard(self, task_id: str) -> None:
+        def remove() -> None:
+            shutil.rmtree(self._upper(task_id), ignore_errors=True)
+            shutil.rmtree(self._scratch(task_id), ignore_errors=True)
+
+        await asyncio.to_thread(remove)
+
+    async def remove(self, workspace: str, name: str) -> None:
+        await asyncio.to_thread(shutil.rmtree, self.store(workspace) / name, True)
