@@ -1,0 +1,77 @@
+"""Workspaces as layers: each task its own copy; done joins, failed leaves nothing, undo leaves."""
+
+import json
+
+from tests.vm.box_api import boxctl, finish, http, start_fake, wait_for_step
+from tests.vm.machine import Machine
+
+
+def new_workspace(machine: Machine, token: str, name: str) -> None:
+    status, _ = http(machine, "POST", "/api/workspaces", token, json.dumps({"name": name}))
+    assert status == 201
+
+
+def files(machine: Machine, token: str, workspace: str) -> str:
+    """What a new task sees in the workspace: each file with its contents."""
+    task = start_fake(
+        machine,
+        token,
+        'sh for f in $(ls); do echo "$f=$(cat $f)"; done',
+        workspace=workspace,
+    )
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    text = ended["steps"][0]["text"]
+    return "" if text.startswith("ran ") else str(text)
+
+
+def test_done_joins_and_undo_leaves_while_later_tasks_keep_theirs(
+    machine: Machine, token: str
+) -> None:
+    new_workspace(machine, token, "stack")
+    machine.run("sh", "-c", "echo base > /var/lib/box/workspaces/stack/b.txt")
+    first = start_fake(
+        machine, token, "write a.txt first\nwrite c.txt first\ndelete b.txt", workspace="stack"
+    )
+    assert finish(machine, first["id"])["state"] == "done"
+    second = start_fake(machine, token, "sh cat a.txt\nwrite c.txt second", workspace="stack")
+    assert second["saw"] == [first["id"]]
+    ended = finish(machine, second["id"])
+    assert ended["steps"][0]["text"] == "first"
+    assert files(machine, token, "stack") == "a.txt=first\nc.txt=second"
+
+    undone = json.loads(boxctl(machine, "undo", first["id"], "--json").stdout)
+    assert undone["state"] == "undone"
+    # a.txt was the first task's alone; c.txt the second rewrote keeps the second's words;
+    # b.txt, which the first deleted, is back.
+    assert files(machine, token, "stack") == "b.txt=base\nc.txt=second"
+    again = boxctl(machine, "undo", first["id"], check=False)
+    assert again.stderr.strip() == f"boxctl: task {first['id']} is already undone"
+    status, over_http = http(machine, "POST", f"/api/tasks/{second['id']}/undo", token)
+    assert status == 200 and over_http["state"] == "undone"
+    assert files(machine, token, "stack") == "b.txt=base"
+
+
+def test_a_failed_task_leaves_nothing(machine: Machine, token: str) -> None:
+    new_workspace(machine, token, "failing")
+    task = start_fake(machine, token, "write junk.txt junk\nfail on purpose", workspace="failing")
+    assert finish(machine, task["id"])["state"] == "failed"
+    assert files(machine, token, "failing") == ""
+    assert machine.run("ls", "/var/lib/box/layers/failing").stdout.count("\n") == 1
+
+
+def test_a_running_tasks_writes_are_its_own(machine: Machine, token: str) -> None:
+    new_workspace(machine, token, "beside")
+    busy = start_fake(machine, token, "write draft.txt unfinished\nsleep 60", workspace="beside")
+    wait_for_step(machine, busy["id"])
+    assert files(machine, token, "beside") == ""
+    undone = json.loads(boxctl(machine, "undo", busy["id"], "--json").stdout)
+    assert undone["state"] == "undone"
+    assert undone["error"] == "Stopped by its owner, to undo it."
+    assert (
+        machine.run(
+            "systemctl", "is-active", f"box-task-{busy['id']}.service", check=False
+        ).stdout.strip()
+        != "active"
+    )
+    assert files(machine, token, "beside") == ""
