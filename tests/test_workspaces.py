@@ -16,7 +16,8 @@ async def test_create_list_and_remove_to_the_trash(tmp_path: Path) -> None:
     }
     (tmp_path / "workspaces" / "notes" / "keep.txt").write_text("mine")
     assert spaces.names() == ["home", "notes"]
-    removed = await spaces.remove("notes", busy=[])
+    spaces.check_removable("notes", busy=[])
+    removed = await spaces.move_to_trash("notes", tmp_path / "layers" / "notes")
     assert not spaces.exists("notes")
     assert (Path(removed["trash"]) / "keep.txt").read_text() == "mine"
 
@@ -37,7 +38,7 @@ async def test_refusals(
     spaces.open()
     await spaces.create("notes")
     with pytest.raises(BoxError) as caught:
-        await spaces.remove(name, busy)
+        spaces.check_removable(name, busy)
     assert caught.value.problem == problem and words in caught.value.message
 
 

@@ -175,6 +175,15 @@ class Store:
 
         return await self._run(read)
 
+    async def drop_workspace_layers(self, workspace: str) -> None:
+        """A removed workspace's layers leave every stack, so a new one of that name is new."""
+
+        def write(db: sqlite3.Connection) -> None:
+            with _transaction(db):
+                db.execute("UPDATE layers SET active = 0 WHERE workspace = ?", (workspace,))
+
+        await self._run(write)
+
     async def next_layer(self, workspace: str) -> int:
         def read(db: sqlite3.Connection) -> int:
             row = db.execute(

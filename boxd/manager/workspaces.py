@@ -70,8 +70,8 @@ class Workspaces:
             die(Problem.INVALID, f"workspace {name} already exists")
         return self.describe(name)
 
-    async def remove(self, name: str, busy: list[str]) -> dict[str, Any]:
-        """Moves the folder to the trash; `busy` are the unfinished tasks working on it."""
+    def check_removable(self, name: str, busy: list[str]) -> None:
+        """`busy` are the unfinished tasks working on the workspace."""
         if not self.exists(check_name(name)):
             die(Problem.NOT_FOUND, f"no workspace {name}")
         if name == HOME:
@@ -81,7 +81,17 @@ class Workspaces:
                 Problem.INVALID,
                 f"workspace {name} has unfinished tasks ({', '.join(busy)}); stop them first",
             )
+
+    async def move_to_trash(self, name: str, layers: Path) -> dict[str, Any]:
+        """Moves the base folder, and the layers of the tasks done on it, to the trash."""
         self._trash.mkdir(mode=0o700, exist_ok=True)
         target = self._trash / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        await asyncio.to_thread(shutil.move, self._root / name, target)
-        return {"name": name, "trash": str(target)}
+
+        def move() -> None:
+            target.mkdir(mode=0o700)
+            shutil.move(self._root / name, target / "base")
+            if layers.is_dir():
+                shutil.move(layers, target / "layers")
+
+        await asyncio.to_thread(move)
+        return {"name": name, "trash": str(target / "base")}
