@@ -1,6 +1,8 @@
 """The body of `POST /api/tasks` and of D-Bus `CreateTask`: every field, default and limit of
 start-a-task.txt. The manager is the only place it is checked, so both doors share the rules."""
 
+import base64
+import binascii
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -12,6 +14,7 @@ from pydantic import (
     StrictStr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
@@ -71,11 +74,34 @@ class DroidOptions(BaseModel):
     autonomy: Autonomy = Autonomy.LOW
 
 
+MAX_FILES = 8
+MAX_FILES_BYTES = 5 * 1024 * 1024
+
+
+def _file_name(value: object) -> str:
+    if not isinstance(value, str):
+        raise plain("files: a name must be a string")
+    if value in ("", ".", "..") or "/" in value or "\0" in value or len(value.encode()) > 255:
+        raise plain(f"files: {value!r} is not a plain file name")
+    return value
+
+
+def _content(value: object) -> bytes:
+    if not isinstance(value, str):
+        raise plain("files: content must be base64 text")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise plain("files: content is not valid base64") from None
+
+
 class SharedFile(BaseModel):
+    """A file shared to a new task: a plain name and its contents, base64 on the wire."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: StrictStr
-    content: StrictStr
+    name: Annotated[str, BeforeValidator(_file_name)]
+    content: Annotated[bytes, BeforeValidator(_content)]
 
 
 class TaskRequest(BaseModel):
@@ -120,13 +146,38 @@ class TaskRequest(BaseModel):
             raise plain(f"{info.field_name} is over {MAX_LABEL} characters")
         return value
 
-    @field_validator("folder", "folders", "files")
+    @field_validator("folder", "folders")
     @classmethod
     def _not_yet(cls, value: object, info: Any) -> object:
         if value is not None:
-            what = "shared files" if info.field_name == "files" else "personal folders"
-            raise plain(f"{info.field_name}: {what} are not available on this box yet")
+            raise plain(f"{info.field_name}: personal folders are not available on this box yet")
         return value
+
+    @field_validator("files")
+    @classmethod
+    def _files(cls, files: list[SharedFile] | None) -> list[SharedFile] | None:
+        if files is None:
+            return None
+        if not 1 <= len(files) <= MAX_FILES:
+            raise plain(f"files: share 1 to {MAX_FILES} files, not {len(files)}")
+        names = [file.name for file in files]
+        for name in names:
+            if names.count(name) > 1:
+                raise plain(f"files: two files are named {name!r}")
+        if sum(len(file.content) for file in files) > MAX_FILES_BYTES:
+            raise plain("files: the files are over 5 MB in all")
+        return files
+
+    @model_validator(mode="after")
+    def _files_bring_their_own_workspace(self) -> "TaskRequest":
+        if self.files is not None:
+            for other in ("workspace", "folder", "folders"):
+                if other in self.model_fields_set:
+                    raise plain(
+                        "files go to a new workspace of their own, so a task with files "
+                        f"cannot also name {other}"
+                    )
+        return self
 
 
 def parse_task_request(body: str | bytes) -> TaskRequest:

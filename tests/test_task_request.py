@@ -1,5 +1,6 @@
 """Every rule of start-a-task.txt that the request model enforces, with its words."""
 
+import base64
 import json
 from typing import Any
 
@@ -116,7 +117,44 @@ def test_types_are_named() -> None:
     )
 
 
-@pytest.mark.parametrize("field", ["folder", "folders", "files"])
-def test_personal_and_shared_files_are_refused_until_they_exist(field: str) -> None:
+@pytest.mark.parametrize("field", ["folder", "folders"])
+def test_personal_folders_are_refused_until_they_exist(field: str) -> None:
     value: object = "/home/owner/notes" if field == "folder" else []
     assert "are not available on this box yet" in refused(body(**{field: value}))
+
+
+def shared(name: str = "notes.md", content: bytes = b"hello") -> dict[str, str]:
+    return {"name": name, "content": base64.b64encode(content).decode()}
+
+
+def test_shared_files() -> None:
+    request = parse_task_request(body(files=[shared(), shared("b.txt", b"")]))
+    assert request.files is not None
+    assert [(f.name, f.content) for f in request.files] == [("notes.md", b"hello"), ("b.txt", b"")]
+
+
+@pytest.mark.parametrize(
+    ("files", "words"),
+    [
+        ([], "files: share 1 to 8 files, not 0"),
+        ([shared(f"f{i}") for i in range(9)], "files: share 1 to 8 files, not 9"),
+        ([shared("a/b")], "files: 'a/b' is not a plain file name"),
+        ([shared("..")], "files: '..' is not a plain file name"),
+        ([shared("")], "files: '' is not a plain file name"),
+        ([{"name": "a", "content": "not base64!"}], "files: content is not valid base64"),
+        ([shared("a"), shared("a")], "files: two files are named 'a'"),
+        (
+            [shared("a", b"x" * (3 * 1024 * 1024)), shared("b", b"y" * (2 * 1024 * 1024 + 1))],
+            "files: the files are over 5 MB in all",
+        ),
+        ([{"name": "a"}], "files.0.content is missing"),
+    ],
+)
+def test_shared_files_refused(files: list[dict[str, str]], words: str) -> None:
+    assert refused(body(files=files)) == words
+
+
+def test_shared_files_bring_their_own_workspace() -> None:
+    assert refused(body(files=[shared()], workspace="home")) == (
+        "files go to a new workspace of their own, so a task with files cannot also name workspace"
+    )

@@ -151,7 +151,7 @@ class Box:
     async def create_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         request = parse_task_request(args[0])
         settings = await self.store.settings()
-        if not self.workspaces.exists(request.workspace):
+        if request.files is None and not self.workspaces.exists(request.workspace):
             die(Problem.INVALID, f"no workspace {request.workspace}")
         for tool in request.tools:
             if find_tool(tool) is None:
@@ -162,13 +162,22 @@ class Box:
             hosts = list(settings.defaultHosts) if allowlist else []
         droid = request.worker == Worker.DROID
         task_id = new_task_id()
+        workspace = request.workspace
+        shared: list[dict[str, Any]] = []
+        if request.files is not None:
+            # Shared files make a workspace of their own; the log keeps names and sizes only.
+            workspace = f"files-{task_id}"
+            await self.workspaces.create(workspace)
+            await self.workspaces.put(workspace, {f.name: f.content for f in request.files})
+            shared = [{"name": f.name, "size": len(f.content)} for f in request.files]
+            await self._show(workspace)
         task = Task(
             id=task_id,
             title=request.title,
             prompt=request.prompt,
             state=TaskState.QUEUED,
             user=task_user(task_id),
-            workspace=request.workspace,
+            workspace=workspace,
             worker=request.worker,
             tools=list(request.tools),
             hosts=hosts,
@@ -186,7 +195,12 @@ class Box:
         await self.store.save_task(
             task,
             EventKind.TASK_STATE,
-            {"state": task.state.value, "title": task.title, "by": caller.name},
+            {
+                "state": task.state.value,
+                "title": task.title,
+                "by": caller.name,
+                **({"files": shared} if shared else {}),
+            },
         )
         self._export(task)
         return (await self._start(task)).public()

@@ -70,6 +70,21 @@ class Workspaces:
             die(Problem.INVALID, f"workspace {name} already exists")
         return self.describe(name)
 
+    async def put(self, name: str, files: dict[str, bytes]) -> None:
+        """Writes files into a workspace's base, group-writable for the tasks."""
+        folder = self._root / name
+
+        def write() -> None:
+            for file_name, content in files.items():
+                path = folder / file_name
+                with path.open("wb") as handle:
+                    handle.write(content)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.chmod(path, 0o664)
+
+        await asyncio.to_thread(write)
+
     def check_removable(self, name: str, busy: list[str]) -> None:
         """`busy` are the unfinished tasks working on the workspace."""
         if not self.exists(check_name(name)):

@@ -1,5 +1,6 @@
 """Workspaces as layers: each task its own copy; done joins, failed leaves nothing, undo leaves."""
 
+import base64
 import json
 
 from tests.vm.box_api import boxctl, finish, http, start_fake, wait_for_step
@@ -81,3 +82,60 @@ def test_a_running_tasks_writes_are_its_own(machine: Machine, token: str) -> Non
         != "active"
     )
     assert files(machine, token, "beside") == ""
+
+
+def test_files_shared_to_a_new_task(machine: Machine, token: str) -> None:
+    content = b"private words 7f3a\n"
+    files = [
+        {"name": "notes.md", "content": base64.b64encode(content).decode()},
+        {"name": "empty.txt", "content": ""},
+    ]
+    task = start_fake(machine, token, "sh wc -c notes.md empty.txt", files=files)
+    assert task["workspace"] == f"files-{task['id']}"
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    assert ended["steps"][0]["text"].split() == ["19", "notes.md", "0", "empty.txt", "19", "total"]
+    view = f"/var/lib/box/views/files-{task['id']}/notes.md"
+    assert machine.run("cat", view).stdout == content.decode()
+    dump = machine.run(
+        "sh", "-c", "cat /var/lib/box/box.db /var/lib/box/box.db-wal 2>/dev/null", check=False
+    ).stdout
+    assert "private words" not in dump and base64.b64encode(content).decode() not in dump
+    assert '"files":[{"name":"notes.md","size":19},{"name":"empty.txt","size":0}]' in dump
+    status, refused = http(
+        machine,
+        "POST",
+        "/api/tasks",
+        token,
+        json.dumps(
+            {
+                "title": "t",
+                "prompt": "step x",
+                "worker": "fake",
+                "workspace": "home",
+                "files": files,
+            }
+        ),
+    )
+    assert (status, refused) == (
+        400,
+        {
+            "error": "files go to a new workspace of their own, so a "
+            "task with files cannot also name workspace"
+        },
+    )
+    status, refused = http(
+        machine,
+        "POST",
+        "/api/tasks",
+        token,
+        json.dumps(
+            {
+                "title": "t",
+                "prompt": "step x",
+                "worker": "fake",
+                "files": [{"name": "../x", "content": ""}],
+            }
+        ),
+    )
+    assert (status, refused) == (400, {"error": "files: '../x' is not a plain file name"})
