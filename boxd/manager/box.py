@@ -87,8 +87,6 @@ class Box:
         os.chmod(self.home / "tasks", 0o755)
         self.vault.open()
         await self.systemd.subscribe()
-        for workspace in self.workspaces.names():
-            await self._show(workspace)
         for task in await self.store.tasks():
             self._export(task)
 
@@ -170,7 +168,6 @@ class Box:
             await self.workspaces.create(workspace)
             await self.workspaces.put(workspace, {f.name: f.content for f in request.files})
             shared = [{"name": f.name, "size": len(f.content)} for f in request.files]
-            await self._show(workspace)
         task = Task(
             id=task_id,
             title=request.title,
@@ -247,7 +244,6 @@ class Box:
             self._changed(task)
             self._objects[task.id].tell(event)
         if found is not None and joined:
-            await self._show(task.workspace)
             await self._forget_layer(task.workspace, task.id, found[0])
         return task.public()
 
@@ -307,9 +303,7 @@ class Box:
         return [self.workspaces.describe(name) for name in self.workspaces.names()]
 
     async def create_workspace(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        made = await self.workspaces.create(args[0])
-        await self._show(args[0])
-        return made
+        return await self.workspaces.create(args[0])
 
     async def remove_workspace(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         name = args[0]
@@ -317,17 +311,8 @@ class Box:
         busy = [t.id for t in await self.store.tasks(unfinished) if t.workspace == name]
         self.workspaces.check_removable(name, busy)
         async with self._joins[name]:
-            await self.layers.hide(name)
             await self.store.drop_workspace_layers(name)
             return await self.workspaces.move_to_trash(name, self.layers.store(name))
-
-    async def _show(self, workspace: str) -> None:
-        """Mounts the owner's view of the workspace as it stands now."""
-        try:
-            stack = await self.store.stack(workspace)
-            await self.layers.show(workspace, [layer_name(number) for number, _ in stack])
-        except BoxError as failure:
-            log.warning("%s", failure.message)
 
     async def list_approvals(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
         return [a.public() for a in await self.store.approvals(ApprovalState.PENDING)]
@@ -561,7 +546,6 @@ class Box:
                     await self.layers.join(task.id, task.workspace, layer_name(layer))
                     task = await self._record_end(task, state, error, layer)
                     recorded = True
-                    await self._show(task.workspace)
         except (BoxError, OSError) as failure:
             message = failure.message if isinstance(failure, BoxError) else str(failure)
             state, error = TaskState.FAILED, f"Its changes could not be kept: {message}"

@@ -81,42 +81,6 @@ class Layers:
                 f"could not mount the task's copy of workspace {workspace}: {failed}",
             )
 
-    def view(self, workspace: str) -> Path:
-        return self.home / "views" / workspace
-
-    async def show(self, workspace: str, stack: list[str]) -> None:
-        """Mounts the owner's read-only view of the workspace as tasks would see it now: the
-        done layers in `stack` (newest first) over the base. Called whenever the stack changes;
-        someone still inside the old view keeps it until they leave."""
-        view = self.view(workspace)
-        view.mkdir(parents=True, exist_ok=True)
-        await self.hide(workspace)
-        if stack:
-            store = self.store(workspace)
-            base = f"../../{workspaces_dir(self.home).name}/{workspace}"
-            argv = [
-                "mount",
-                "-t",
-                "overlay",
-                "overlay",
-                "-o",
-                f"ro,lowerdir={':'.join([*stack, base])}",
-                str(view),
-            ]
-            failed = await _run(*argv, cwd=store)
-        else:
-            base_dir = workspaces_dir(self.home) / workspace
-            failed = await _run("mount", "--bind", "-o", "ro", str(base_dir), str(view))
-        if failed:
-            die(Problem.FAILED, f"could not show workspace {workspace} in {view}: {failed}")
-
-    async def hide(self, workspace: str) -> None:
-        view = self.view(workspace)
-        while await asyncio.to_thread(os.path.ismount, view):
-            failed = await _run("umount", "--lazy", str(view))
-            if failed:
-                die(Problem.FAILED, f"could not unmount {view}: {failed}")
-
     async def unmount(self, task_id: str) -> None:
         view = task_work_dir(self.home, task_id)
         if await asyncio.to_thread(os.path.ismount, view):
