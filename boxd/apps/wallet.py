@@ -6,6 +6,7 @@ its first booking instead of paying twice.
 
 import asyncio
 import sqlite3
+import threading
 import time
 from contextlib import closing
 from pathlib import Path
@@ -43,15 +44,22 @@ class Balance(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+_SETUP = threading.Lock()
+
+
 def _open(state_dir: Path) -> sqlite3.Connection:
     state_dir.mkdir(parents=True, exist_ok=True)
     # Autocommit mode, so the transactions below are exactly the BEGINs written here; the long
     # timeout lets concurrent calls queue for the write lock instead of failing.
     db = sqlite3.connect(state_dir / LEDGER, timeout=30, isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
+    # Switching a new ledger to WAL and creating its table take locks that SQLite's busy
+    # timeout does not wait for; calls racing to do it first take turns here.
+    with _SETUP:
+        if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            db.execute("PRAGMA journal_mode=WAL")
+        db.execute(_SCHEMA)
     # A booking the call reported must survive a power cut, or a rerun would pay again.
     db.execute("PRAGMA synchronous=FULL")
-    db.execute(_SCHEMA)
     return db
 
 
