@@ -84,3 +84,10 @@ def wait_for_step(machine: Machine, task_id: str, count: int = 1, timeout: float
         "sys.exit('no step in time')\n"
     )
     machine.run("/opt/boxd/venv/bin/python", "-c", script, timeout=timeout + 10)
+
+
+def database_bytes(machine: Machine) -> str:
+    """The box's database and its WAL as raw text, to prove what the record does not hold."""
+    return machine.run(
+        "sh", "-c", "cat /var/lib/box/box.db /var/lib/box/box.db-wal 2>/dev/null", check=False
+    ).stdout

@@ -3,7 +3,7 @@
 import base64
 import json
 
-from tests.vm.box_api import boxctl, finish, http, start_fake, wait_for_step
+from tests.vm.box_api import boxctl, database_bytes, finish, http, start_fake, wait_for_step
 from tests.vm.machine import Machine
 
 
@@ -91,9 +91,7 @@ def test_files_shared_to_a_new_task(machine: Machine, token: str) -> None:
     assert ended["steps"][0]["text"].split() == ["19", "notes.md", "0", "empty.txt", "19", "total"]
     base = f"/var/lib/box/workspaces/files-{task['id']}/notes.md"
     assert machine.run("cat", base).stdout == content.decode()
-    dump = machine.run(
-        "sh", "-c", "cat /var/lib/box/box.db /var/lib/box/box.db-wal 2>/dev/null", check=False
-    ).stdout
+    dump = database_bytes(machine)
     assert "private words" not in dump and base64.b64encode(content).decode() not in dump
     assert '"files":[{"name":"notes.md","size":19},{"name":"empty.txt","size":0}]' in dump
     status, refused = http(

@@ -14,7 +14,15 @@ from typing import Any
 
 import pytest
 
-from tests.vm.box_api import BOXCTL, boxctl, busctl_call, finish, start_fake, wait_for_step
+from tests.vm.box_api import (
+    BOXCTL,
+    boxctl,
+    busctl_call,
+    database_bytes,
+    finish,
+    start_fake,
+    wait_for_step,
+)
 from tests.vm.image import TEST_VENV
 from tests.vm.machine import Machine
 
@@ -220,10 +228,8 @@ def _mail_goes_out(machine: Machine, token: str, owner: str, smtp: Smtp) -> None
         journal = machine.run("journalctl", "-b", "--no-pager", "-o", output).stdout
         assert f"secret mail.password set by {owner}" in journal
         assert smtp.password not in journal
-    database = machine.run(
-        "sh", "-c", "cat /var/lib/box/box.db /var/lib/box/box.db-wal 2>/dev/null", check=False
-    )
-    assert smtp.password not in database.stdout
+    database = database_bytes(machine)
+    assert smtp.password not in database
 
     # A broker started after the password left the vault sends without it, and the server,
     # which wants a login, refuses.
