@@ -30,6 +30,25 @@ def _hosts(value: object) -> list[str]:
         raise plain(error.message.replace("hosts", "defaultHosts", 1)) from None
 
 
+# A task's worker unit gets these as MemoryMax=, TasksMax= and CPUQuota=. The defaults leave
+# room for what agents run (node, compilers, test suites) without letting one task starve the box.
+MIB = 1024 * 1024
+MIN_MEMORY_BYTES = 64 * MIB
+MAX_MEMORY_BYTES = 1024 * 1024 * MIB
+MIN_TASKS, MAX_TASKS = 16, 65536
+MIN_CPU_PERCENT, MAX_CPU_PERCENT = 1, 100 * 1024
+
+
+def _whole(field: str, what: str, low: int, high: int) -> BeforeValidator:
+    def check(value: object) -> int:
+        # bool is an int to Python but never a limit; 2.0 is not a whole number on the wire.
+        if type(value) is not int or not low <= value <= high:
+            raise plain(f"{field} must be {what} from {low} to {high}")
+        return value
+
+    return BeforeValidator(check)
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -39,6 +58,20 @@ class Settings(BaseModel):
     defaultHosts: Annotated[list[str], BeforeValidator(_hosts)] = []
     networkDefault: NetworkDefault = NetworkDefault.NONE
     agentFolders: list[StrictStr] = []
+    taskMemoryMaxBytes: Annotated[
+        int,
+        _whole("taskMemoryMaxBytes", "a whole number of bytes", MIN_MEMORY_BYTES, MAX_MEMORY_BYTES),
+    ] = 4096 * MIB
+    taskTasksMax: Annotated[
+        int, _whole("taskTasksMax", "a whole number of processes", MIN_TASKS, MAX_TASKS)
+    ] = 1024
+    # Percent of one CPU core: 200 lets a task keep two cores busy.
+    taskCPUPercent: Annotated[
+        int,
+        _whole(
+            "taskCPUPercent", "a whole percentage of one core", MIN_CPU_PERCENT, MAX_CPU_PERCENT
+        ),
+    ] = 200
 
     @field_validator("agentFolders")
     @classmethod

@@ -1,4 +1,4 @@
-"""Serving an aiohttp app on the listening sockets systemd passed in, until stopped."""
+"""The listening sockets systemd passed in, and serving an aiohttp app on them until stopped."""
 
 import socket
 
@@ -9,13 +9,26 @@ from boxd.errors import Problem, die
 from boxd.stopping import until_stopped
 
 
-async def serve(app: web.Application, unit: str) -> None:
-    fds = daemon.listen_fds()
-    if not fds:
+def passed_sockets(unit: str) -> dict[str, list[socket.socket]]:
+    """The sockets systemd passed, by their FileDescriptorName (a socket unit's own name unless
+    it sets one)."""
+    named: dict[str, list[socket.socket]] = {}
+    for fd, name in daemon.listen_fds_with_names().items():
+        named.setdefault(name, []).append(socket.socket(fileno=fd))
+    if not named:
         die(Problem.FAILED, f"this service is started by {unit}, which passes its socket")
+    return named
+
+
+async def serve(
+    app: web.Application, unit: str, sockets: list[socket.socket] | None = None
+) -> None:
+    """Serves the app on `sockets`, or on every socket systemd passed."""
+    if sockets is None:
+        sockets = [s for group in passed_sockets(unit).values() for s in group]
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    for fd in fds:
-        await web.SockSite(runner, socket.socket(fileno=fd)).start()
+    for sock in sockets:
+        await web.SockSite(runner, sock).start()
     await until_stopped()
     await runner.cleanup()

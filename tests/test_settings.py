@@ -10,6 +10,9 @@ def test_seed_defaults() -> None:
         "defaultHosts": [],
         "networkDefault": "none",
         "agentFolders": [],
+        "taskMemoryMaxBytes": 4 * 1024**3,
+        "taskTasksMax": 1024,
+        "taskCPUPercent": 200,
     }
 
 
@@ -27,6 +30,18 @@ def test_change_keeps_the_rest() -> None:
         ({"networkDefault": "open"}, "networkDefault: input should be 'none' or 'allowlist'"),
         ({"agentFolders": ["notes"]}, "agentFolders: 'notes' is not an absolute path"),
         ({"colour": "red"}, "unknown field colour"),
+        (
+            {"taskMemoryMaxBytes": 1000},
+            "taskMemoryMaxBytes must be a whole number of bytes from 67108864 to 1099511627776",
+        ),
+        (
+            {"taskTasksMax": 2.5},
+            "taskTasksMax must be a whole number of processes from 16 to 65536",
+        ),
+        (
+            {"taskCPUPercent": True},
+            "taskCPUPercent must be a whole percentage of one core from 1 to 102400",
+        ),
     ],
 )
 def test_bad_changes_are_refused_whole(changes: dict[str, object], message: str) -> None:

@@ -10,8 +10,11 @@ from boxd.broker.manager_link import ManagerLink
 from boxd.dbus.client import connect_system_bus
 from boxd.ids import check_task_id
 from boxd.paths import box_home, task_dir
-from boxd.socket_activation import serve
+from boxd.socket_activation import passed_sockets, serve
 
+# The FileDescriptorName of the task's proxy sockets (units/box-egress-*@.socket).
+EGRESS_HTTP = "egress-http"
+EGRESS_SOCKS = "egress-socks"
 # How long an over-budget /call or an /ask waits for the owner before answering "pending".
 DEFAULT_APPROVAL_WAIT_MS = 150_000
 
@@ -26,8 +29,12 @@ async def run(task_id: str) -> None:
     home = box_home()
     wait_ms = float(os.environ.get("BOX_APPROVAL_WAIT_MS", DEFAULT_APPROVAL_WAIT_MS))
     app = make_app(manager, waiter, task, home, task_dir(home, task_id), wait_ms / 1000)
+    passed = passed_sockets(f"box-broker@{task_id}.socket")
+    passed.pop(EGRESS_HTTP, None)
+    passed.pop(EGRESS_SOCKS, None)
+    api = [sock for group in passed.values() for sock in group]
     try:
-        await serve(app, f"box-broker@{task_id}.socket")
+        await serve(app, f"box-broker@{task_id}.socket", api)
     finally:
         bus.disconnect()
 

@@ -25,6 +25,7 @@ from boxd.dbus.task_object import TaskObject
 from boxd.errors import BoxError, Problem, die
 from boxd.event import EventKind
 from boxd.ids import check_task_id, new_task_id, task_user
+from boxd.manager import netns
 from boxd.manager.exit_words import why_failed
 from boxd.manager.last_words import last_words
 from boxd.manager.layers import MAX_DONE, Layers, layer_name
@@ -36,6 +37,7 @@ from boxd.manager.vault import Vault
 from boxd.manager.worker_unit import (
     broker_service_unit,
     broker_socket_unit,
+    egress_socket_units,
     worker_properties,
     worker_unit,
 )
@@ -489,13 +491,17 @@ class Box:
         directory.mkdir(mode=0o755, exist_ok=True)
         uid, _ = await ensure_user(user, directory)
         await self.layers.mount(task.id, task.workspace, layers, uid)
+        await netns.ensure(task.id)
         await self.systemd.start_unit(broker_socket_unit(task.id))
+        for egress in egress_socket_units(task.id):
+            await self.systemd.start_unit(egress)
         # Started now rather than on the worker's first connection, so the broker's start-up
         # overlaps the worker's instead of following it.
         await self.systemd.start_unit(broker_service_unit(task.id))
         unit = worker_unit(task.id)
         self.systemd.watch(unit, partial(self._check_soon, task.id))
-        await self.systemd.start_transient(unit, worker_properties(self.home, task))
+        settings = await self.store.settings()
+        await self.systemd.start_transient(unit, worker_properties(self.home, task, settings))
 
     async def _layers_seen(self, task: Task) -> list[str]:
         """The layers a task saw when it started, to mount its view again after a restart."""
@@ -555,8 +561,16 @@ class Box:
         pending = await self.store.approvals(ApprovalState.PENDING, task.id)
         if pending:
             await self._answer(task, tuple(pending), ApprovalState.DENIED, TASK_ENDED)
-        for name in (broker_socket_unit(task.id), broker_service_unit(task.id)):
+        for name in (
+            broker_socket_unit(task.id),
+            *egress_socket_units(task.id),
+            broker_service_unit(task.id),
+        ):
             await self._let_go(name)
+        try:
+            await netns.remove(task.id)
+        except BoxError as failure:
+            log.warning("%s", failure.message)
         return task
 
     async def _record_end(

@@ -11,7 +11,10 @@ from pathlib import Path
 from dbus_fast import Variant
 
 from boxd.ids import task_user
+from boxd.manager.netns import proxy_environment
+from boxd.manager.sandbox import sandbox_properties
 from boxd.paths import broker_socket, task_work_dir
+from boxd.settings import Settings
 from boxd.task import Task
 from boxd.task_request import Worker
 
@@ -24,6 +27,11 @@ def worker_unit(task_id: str) -> str:
 
 def broker_socket_unit(task_id: str) -> str:
     return f"box-broker@{task_id}.socket"
+
+
+def egress_socket_units(task_id: str) -> list[str]:
+    """The task's proxy sockets, bound inside its network namespace, served by its broker."""
+    return [f"box-egress-http@{task_id}.socket", f"box-egress-socks@{task_id}.socket"]
 
 
 def broker_service_unit(task_id: str) -> str:
@@ -40,7 +48,7 @@ def worker_command(task: Task) -> list[str]:
     raise ValueError(f"no command for worker {task.worker}")
 
 
-def worker_properties(home: Path, task: Task) -> list[tuple[str, Variant]]:
+def worker_properties(home: Path, task: Task, settings: Settings) -> list[tuple[str, Variant]]:
     work = str(task_work_dir(home, task.id))
     command = worker_command(task)
     return [
@@ -64,12 +72,9 @@ def worker_properties(home: Path, task: Task) -> list[tuple[str, Variant]]:
                     f"BOX_TASK={task.id}",
                     f"HOME={work}",
                     "PYTHONUNBUFFERED=1",
+                    *proxy_environment(),
                 ],
             ),
         ),
-        ("ProtectSystem", Variant("s", "strict")),
-        ("ProtectHome", Variant("s", "yes")),
-        ("PrivateTmp", Variant("b", True)),
-        ("NoNewPrivileges", Variant("b", True)),
-        ("ReadWritePaths", Variant("as", [work])),
+        *sandbox_properties(home, task.id, settings),
     ]

@@ -1,0 +1,81 @@
+"""Each task's own network namespace, `/run/netns/box-<id>`: loopback only.
+
+The worker joins it (NetworkNamespacePath=), and systemd binds the task's proxy sockets inside
+it on 127.0.0.1, so the only way out of it is through the broker. It lives in /run, outside any
+process: it survives a boxd restart, and a machine restart clears it, which `ensure` redoes.
+"""
+
+import asyncio
+from pathlib import Path
+
+from boxd.errors import Problem, die
+
+NETNS_DIR = Path("/run/netns")
+# Where the task's HTTP proxy and SOCKS5 proxy listen inside its namespace.
+HTTP_PROXY_PORT = 3128
+SOCKS_PROXY_PORT = 1080
+
+
+def netns_name(task_id: str) -> str:
+    return f"box-{task_id}"
+
+
+def netns_path(task_id: str) -> Path:
+    return NETNS_DIR / netns_name(task_id)
+
+
+def proxy_environment() -> list[str]:
+    """What points the worker's programs at its proxies; many only read the lower-case forms,
+    some only the upper-case ones. Nothing but loopback goes direct."""
+    http = f"http://127.0.0.1:{HTTP_PROXY_PORT}"
+    socks = f"socks5h://127.0.0.1:{SOCKS_PROXY_PORT}"
+    direct = "localhost,127.0.0.1,::1"
+    pairs = {"HTTP_PROXY": http, "HTTPS_PROXY": http, "ALL_PROXY": socks, "NO_PROXY": direct}
+    return [f"{name}={value}" for name, value in pairs.items()] + [
+        f"{name.lower()}={value}" for name, value in pairs.items()
+    ]
+
+
+async def _ip(*argv: str) -> str | None:
+    """Runs `ip`; returns its complaint, or None when it succeeded."""
+    try:
+        process = await asyncio.create_subprocess_exec(
+            "ip",
+            *argv,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    except FileNotFoundError:
+        return "the ip command (iproute2) is not installed"
+    _, stderr = await process.communicate()
+    if process.returncode == 0:
+        return None
+    return stderr.decode(errors="replace").strip() or f"ip exited with {process.returncode}"
+
+
+async def ensure(task_id: str) -> Path:
+    """Makes the task's namespace with loopback up, or finds it already made. A leftover file
+    that is not a namespace any more (a cut-off `ip netns add`) is replaced."""
+    name = netns_name(task_id)
+    path = netns_path(task_id)
+    if await asyncio.to_thread(path.exists):
+        if await _ip("-n", name, "link", "set", "lo", "up") is None:
+            return path
+        await _ip("netns", "delete", name)
+    failed = await _ip("netns", "add", name)
+    if failed:
+        die(Problem.FAILED, f"could not make the task's network namespace {name}: {failed}")
+    failed = await _ip("-n", name, "link", "set", "lo", "up")
+    if failed:
+        die(Problem.FAILED, f"could not bring up loopback in network namespace {name}: {failed}")
+    return path
+
+
+async def remove(task_id: str) -> None:
+    """Removes the namespace's name; the kernel frees it once the last process in it is gone."""
+    name = netns_name(task_id)
+    if not await asyncio.to_thread(netns_path(task_id).exists):
+        return
+    failed = await _ip("netns", "delete", name)
+    if failed:
+        die(Problem.FAILED, f"could not remove the task's network namespace {name}: {failed}")
