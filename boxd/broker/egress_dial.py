@@ -8,6 +8,7 @@ answers a public address for the check and 127.0.0.1 for the connection never ge
 
 import asyncio
 import errno
+import os
 import socket
 from collections.abc import Awaitable, Callable
 
@@ -107,8 +108,9 @@ class Dialer:
         return addresses
 
     async def open(self, target: Target) -> Stream:
-        """A connection to the target, or Refused, or Unreachable."""
-        failure = Unreachable(f"{target} did not answer")
+        """A connection to the target, or Refused, or Unreachable (its message says why, after
+        "could not connect to <target>: ")."""
+        failure = Unreachable("it did not answer")
         for address in await self.addresses(target):
             try:
                 async with asyncio.timeout(CONNECT_SECONDS):
@@ -117,16 +119,18 @@ class Dialer:
                     )
             except TimeoutError:
                 failure = Unreachable(
-                    f"{target} did not answer within {CONNECT_SECONDS:.0f} s", errno.ETIMEDOUT
+                    f"it did not answer within {CONNECT_SECONDS:.0f} s", errno.ETIMEDOUT
                 )
             except OSError as error:
-                failure = Unreachable(f"{target} cannot be reached: {_words(error)}", error.errno)
+                failure = Unreachable(_words(error), error.errno)
         raise failure
 
 
 def _words(error: BaseException) -> str:
+    # asyncio's connect errors read "Connect call failed ('127.0.0.1', 80)"; the errno's own
+    # words say what happened.
     if isinstance(error, socket.gaierror):
         return str(error.strerror or error).lower()
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror.lower()
+    if isinstance(error, OSError) and error.errno:
+        return os.strerror(error.errno).lower()
     return str(error) or type(error).__name__
