@@ -191,6 +191,8 @@ async def test_bad_requests_get_400_in_plain_words() -> None:
     assert b"'hello' is not an HTTP request line" in body
     head, body = await answer_to(b"GET http://example.com/ HTTP/1.1\r\nno colon\r\n\r\n")
     assert b"the header line 'no colon' is not a header" in body
+    head, body = await answer_to(b"GET http://example.com/a\rX: y HTTP/1.1\r\n\r\n")
+    assert b"the request head has control characters in it" in body
     head, body = await answer_to(b"GET http://u:p@example.com/ HTTP/1.1\r\n\r\n")
     assert b"a user name or password in the URL is not passed on" in body
 

@@ -14,6 +14,7 @@ from boxd.broker.egress_target import BadTarget, Target, parse_authority
 MAX_HEAD = 64 * 1024
 HEAD_SECONDS = 60.0
 _METHOD = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _FIELD = re.compile(r"([A-Za-z0-9!#$%&'*+.^_`|~-]+):[ \t]*(.*?)[ \t]*")
 # Hop-by-hop: they describe the task's connection to the proxy, not the request. Proxy-* carry
 # what the task says to the proxy, which the origin has no business reading.
@@ -92,6 +93,9 @@ async def read_head(reader: asyncio.StreamReader) -> list[str]:
             if size > MAX_HEAD:
                 raise BadRequest(f"the request head is over {MAX_HEAD // 1024} KiB", 431)
             text = line.decode("latin-1").rstrip("\r\n")
+            # A stray CR or NUL would let one line pass for two on the origin's side.
+            if _CONTROL.search(text):
+                raise BadRequest("the request head has control characters in it")
             if not text:
                 if lines:
                     return lines
