@@ -45,6 +45,9 @@ def _check_address(rule: str, host: str) -> bool:
         address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    # ::ffff:127.0.0.1 is 127.0.0.1 to the kernel, but not is_loopback to Python 3.11.
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
     if address.is_loopback:
         _refuse(rule, "is a loopback address: tasks never reach the box itself")
     if address.is_link_local:
@@ -80,7 +83,8 @@ def check_host(raw: object) -> str:
         _refuse(raw, "is a whole top-level domain, not a host")
     if labels[-1].isdigit():
         _refuse(raw, f"is not a host; {_EXAMPLES}")
-    return f"*.{host}" if wildcard else host if port is None else f"{host}:{port}"
+    suffix = "" if port is None else f":{port}"
+    return f"*.{host}{suffix}" if wildcard else f"{host}{suffix}"
 
 
 def check_hosts(raw: object) -> list[str]:

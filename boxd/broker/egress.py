@@ -1,0 +1,91 @@
+"""A task's way out to the network: the HTTP proxy and the SOCKS5 proxy its broker serves on the
+sockets systemd binds on 127.0.0.1 inside the task's network namespace.
+
+Both check every target against the task's hosts, resolve names in the broker (the task has no
+DNS) and never reach the box itself. A refusal is reported to on_refusal, then answered.
+"""
+
+import asyncio
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from boxd.broker.address_screen import AddressCheck, never_reached
+from boxd.broker.egress_dial import Dialer, Refusal, Resolver
+from boxd.broker.egress_target import IPAddress
+from boxd.broker.host_rules import HostRules
+from boxd.broker.http_proxy import HttpProxy
+from boxd.broker.socks5 import Socks5Proxy
+
+__all__ = ["Egress", "IPAddress", "Refusal", "Resolver", "task_hosts"]
+
+# Reads from the task's side of a connection: the proxies copy in chunks this big.
+STREAM_LIMIT = 256 * 1024
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class Egress:
+    """`address_check` says which addresses no task reaches; tests relax it to reach their own
+    servers on 127.0.0.1. It is a constructor argument only: nothing a task sends, and no
+    setting or environment variable, can change it."""
+
+    def __init__(
+        self,
+        hosts: list[str],
+        on_refusal: Refusal,
+        *,
+        resolver: Resolver | None = None,
+        own_addresses: Callable[[], Awaitable[set[IPAddress]]] | None = None,
+        address_check: AddressCheck = never_reached,
+    ) -> None:
+        dialer = Dialer(HostRules(hosts), resolver, own_addresses, address_check)
+        self._http = HttpProxy(dialer, on_refusal)
+        self._socks = Socks5Proxy(dialer, on_refusal)
+        self._servers: list[asyncio.Server] = []
+        self._connections: set[asyncio.Task[None]] = set()
+
+    async def serve_http(self, sock: socket.socket) -> asyncio.Server:
+        """Serves the HTTP proxy on an already-listening socket (the one systemd passes)."""
+        return await self._serve(self._http.handle, sock)
+
+    async def serve_socks(self, sock: socket.socket) -> asyncio.Server:
+        """Serves SOCKS5 on an already-listening socket (the one systemd passes)."""
+        return await self._serve(self._socks.handle, sock)
+
+    async def close(self) -> None:
+        """Stops listening and ends every open connection: Server.close() alone leaves them
+        running in Python 3.11."""
+        for server in self._servers:
+            server.close()
+        for connection in self._connections:
+            connection.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        for server in self._servers:
+            await server.wait_closed()
+
+    async def _serve(self, handle: Handler, sock: socket.socket) -> asyncio.Server:
+        async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            assert task is not None  # asyncio runs each connection in a task of its own
+            self._connections.add(task)
+            try:
+                await handle(reader, writer)
+            finally:
+                self._connections.discard(task)
+
+        sock.setblocking(False)
+        server = await asyncio.start_server(tracked, sock=sock, limit=STREAM_LIMIT)
+        self._servers.append(server)
+        return server
+
+
+def task_hosts(task: dict[str, Any]) -> list[str]:
+    """The hosts a task's egress allows, from its public JSON: a Droid task at low autonomy
+    gets none (its model traffic goes through the model gateway, not here); medium and high
+    keep the task's hosts, as does a task without Droid settings (the fake worker)."""
+    hosts = [str(host) for host in task.get("hosts") or []]
+    droid = task.get("droid")
+    if isinstance(droid, dict) and droid.get("autonomy", "low") == "low":
+        return []
+    return hosts

@@ -1,0 +1,136 @@
+"""Opening a connection for a task: check the target against its hosts, resolve the name here
+(the task has no DNS), refuse addresses no task reaches, then connect to the very address that
+was checked.
+
+Connecting by address, never by name again, is what keeps DNS rebinding out: a resolver that
+answers a public address for the check and 127.0.0.1 for the connection never gets asked twice.
+"""
+
+import asyncio
+import errno
+import os
+import socket
+from collections.abc import Awaitable, Callable
+
+from boxd.broker.address_screen import AddressCheck, never_reached, own_address_refusal
+from boxd.broker.egress_target import IPAddress, Target, make_target
+from boxd.broker.host_rules import HostRules
+from boxd.broker.own_addresses import own_addresses as read_own_addresses
+
+# (name, port) -> the addresses to try, in order.
+Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
+OwnAddresses = Callable[[], Awaitable[set[IPAddress]]]
+# Told of every refusal before the task is answered: (target "host:port", reason in plain words).
+Refusal = Callable[[str, str], Awaitable[None]]
+
+RESOLVE_SECONDS = 10.0
+CONNECT_SECONDS = 10.0
+# Big buffers for the upstream side: a pipe copies in reads of this size.
+STREAM_LIMIT = 256 * 1024
+
+
+class Refused(Exception):
+    """The task may not go there; the message is the reason, in plain words."""
+
+
+class Unreachable(Exception):
+    """The task may go there, but the target did not answer; `code` is the errno, if any."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+async def system_resolver(name: str, port: int) -> list[IPAddress]:
+    # getaddrinfo runs in the loop's thread pool: it blocks, but not the event loop.
+    infos = await asyncio.get_running_loop().getaddrinfo(
+        name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+    )
+    found: list[IPAddress] = []
+    for _, _, _, _, sockaddr in infos:
+        target = make_target(str(sockaddr[0]), port)
+        if target.address is not None and target.address not in found:
+            found.append(target.address)
+    return found
+
+
+Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+class Dialer:
+    def __init__(
+        self,
+        rules: HostRules,
+        resolver: Resolver | None = None,
+        own_addresses: OwnAddresses | None = None,
+        address_check: AddressCheck = never_reached,
+    ) -> None:
+        self.rules = rules
+        self.resolver = resolver or system_resolver
+        self.own_addresses = own_addresses or read_own_addresses
+        self.address_check = address_check
+
+    async def addresses(self, target: Target) -> list[IPAddress]:
+        """The addresses a target may be reached at, or Refused, or Unreachable."""
+        reason = self.rules.refusal(target)
+        if reason is not None:
+            raise Refused(reason)
+        if target.address is not None:
+            addresses = [target.address]
+        else:
+            assert target.name is not None  # a valid target has a name or an address
+            addresses = await self._resolve(target.name, target.port)
+        try:
+            own = await self.own_addresses()
+        except OSError as error:
+            # Without the box's own addresses no answer is safe; say so rather than guess.
+            raise Refused(f"the broker cannot read this box's own addresses: {error}") from None
+        # One bad address refuses the name: a name that points at the box is a trick, not a
+        # host with a spare address.
+        for address in addresses:
+            why = self.address_check(address) or own_address_refusal(address, own)
+            if why is not None:
+                if target.name is not None:
+                    raise Refused(f"{target.name} resolves to {address}, {why}")
+                raise Refused(f"{address} is {why}")
+        return addresses
+
+    async def _resolve(self, name: str, port: int) -> list[IPAddress]:
+        try:
+            async with asyncio.timeout(RESOLVE_SECONDS):
+                addresses = await self.resolver(name, port)
+        except TimeoutError:
+            raise Unreachable(f"looking up {name} took over {RESOLVE_SECONDS:.0f} s") from None
+        except (OSError, UnicodeError) as error:
+            raise Unreachable(f"{name} cannot be looked up: {_words(error)}") from None
+        if not addresses:
+            raise Unreachable(f"{name} has no address")
+        return addresses
+
+    async def open(self, target: Target) -> Stream:
+        """A connection to the target, or Refused, or Unreachable (its message says why, after
+        "could not connect to <target>: ")."""
+        failure = Unreachable("it did not answer")
+        for address in await self.addresses(target):
+            try:
+                async with asyncio.timeout(CONNECT_SECONDS):
+                    return await asyncio.open_connection(
+                        str(address), target.port, flags=socket.AI_NUMERICHOST, limit=STREAM_LIMIT
+                    )
+            except TimeoutError:
+                failure = Unreachable(
+                    f"it did not answer within {CONNECT_SECONDS:.0f} s", errno.ETIMEDOUT
+                )
+            except OSError as error:
+                failure = Unreachable(_words(error), error.errno)
+        raise failure
+
+
+def _words(error: BaseException) -> str:
+    # asyncio's connect errors read "Connect call failed ('127.0.0.1', 80)"; the errno's own
+    # words say what happened.
+    if isinstance(error, socket.gaierror):
+        return str(error.strerror or error).lower()
+    if isinstance(error, OSError) and error.errno:
+        return os.strerror(error.errno).lower()
+    return str(error) or type(error).__name__

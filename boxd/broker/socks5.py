@@ -1,0 +1,137 @@
+"""The SOCKS5 proxy a task's ALL_PROXY points at (RFC 1928): no authentication, CONNECT only,
+to targets the task's hosts allow.
+
+SOCKS replies carry a code, not words, so a refusal's reason reaches the task's log through
+on_refusal; the task itself reads 0x02, "connection not allowed by ruleset".
+"""
+
+import asyncio
+import errno
+import ipaddress
+import logging
+import struct
+
+from boxd.broker.egress_dial import Dialer, Refusal, Refused, Unreachable
+from boxd.broker.egress_target import MAX_NAME, Target, make_target
+from boxd.broker.pipe import close, pipe
+
+log = logging.getLogger(__name__)
+
+VERSION = 5
+NO_AUTH = 0x00
+NO_ACCEPTABLE_METHOD = 0xFF
+CONNECT, BIND, UDP_ASSOCIATE = 0x01, 0x02, 0x03
+IPV4, DOMAIN, IPV6 = 0x01, 0x03, 0x04
+
+SUCCEEDED = 0x00
+GENERAL_FAILURE = 0x01
+NOT_ALLOWED = 0x02
+NETWORK_UNREACHABLE = 0x03
+HOST_UNREACHABLE = 0x04
+CONNECTION_REFUSED = 0x05
+COMMAND_NOT_SUPPORTED = 0x07
+ADDRESS_TYPE_NOT_SUPPORTED = 0x08
+
+# The greeting and request are a few bytes; a client that sends nothing is not kept forever.
+HANDSHAKE_SECONDS = 60.0
+
+_COMMANDS = {BIND: "BIND", UDP_ASSOCIATE: "UDP ASSOCIATE"}
+_UNREACHABLE_CODES = {
+    errno.ECONNREFUSED: CONNECTION_REFUSED,
+    errno.ENETUNREACH: NETWORK_UNREACHABLE,
+    errno.EHOSTUNREACH: HOST_UNREACHABLE,
+    errno.ETIMEDOUT: HOST_UNREACHABLE,
+}
+
+
+class _Unsupported(Exception):
+    """The request cannot be read as SOCKS5; `code` is the reply, or None for no reply."""
+
+    def __init__(self, message: str, code: int | None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def reply(code: int, bound: tuple[str, int] | None = None) -> bytes:
+    """A reply with the address the broker connected from, or 0.0.0.0:0 when it did not."""
+    address = ipaddress.ip_address(bound[0]) if bound else ipaddress.IPv4Address(0)
+    kind = IPV4 if address.version == 4 else IPV6
+    port = bound[1] if bound else 0
+    return bytes([VERSION, code, 0, kind]) + address.packed + struct.pack("!H", port)
+
+
+async def _greet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    version, count = await reader.readexactly(2)
+    if version != VERSION:
+        raise _Unsupported(f"the client speaks SOCKS version {version}, not 5", None)
+    methods = await reader.readexactly(count)
+    if NO_AUTH not in methods:
+        writer.write(bytes([VERSION, NO_ACCEPTABLE_METHOD]))
+        raise _Unsupported("the client offered no method without authentication", None)
+    writer.write(bytes([VERSION, NO_AUTH]))
+
+
+async def _request(reader: asyncio.StreamReader) -> tuple[int, Target]:
+    version, command, _, kind = await reader.readexactly(4)
+    if version != VERSION:
+        raise _Unsupported(f"the request is SOCKS version {version}, not 5", GENERAL_FAILURE)
+    if kind == IPV4:
+        host = str(ipaddress.IPv4Address(await reader.readexactly(4)))
+    elif kind == IPV6:
+        host = str(ipaddress.IPv6Address(await reader.readexactly(16)))
+    elif kind == DOMAIN:
+        (length,) = await reader.readexactly(1)
+        host = (await reader.readexactly(length)).decode("utf-8", "replace")[:MAX_NAME]
+    else:
+        raise _Unsupported(f"address type {kind} is not SOCKS5's", ADDRESS_TYPE_NOT_SUPPORTED)
+    (port,) = struct.unpack("!H", await reader.readexactly(2))
+    return command, make_target(host, port)
+
+
+class Socks5Proxy:
+    def __init__(self, dialer: Dialer, on_refusal: Refusal) -> None:
+        self.dialer = dialer
+        self.on_refusal = on_refusal
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await self._serve(reader, writer)
+        except (OSError, asyncio.IncompleteReadError, TimeoutError) as error:
+            log.debug("egress SOCKS connection ended: %s", error)
+        except _Unsupported as error:
+            if error.code is not None:
+                writer.write(reply(error.code))
+            log.debug("egress SOCKS connection refused: %s", error)
+        finally:
+            await close(writer)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        async with asyncio.timeout(HANDSHAKE_SECONDS):
+            await _greet(reader, writer)
+            command, target = await _request(reader)
+        if command != CONNECT:
+            what = _COMMANDS.get(command, f"command {command}")
+            await self.on_refusal(
+                str(target), f"SOCKS5 {what} is not supported; this proxy only connects (CONNECT)"
+            )
+            writer.write(reply(COMMAND_NOT_SUPPORTED))
+            return
+        try:
+            upstream = await self.dialer.open(target)
+        except Refused as refusal:
+            await self.on_refusal(str(target), str(refusal))
+            writer.write(reply(NOT_ALLOWED))
+            return
+        except Unreachable as failure:
+            log.debug("egress SOCKS target unreachable: %s", failure)
+            code = HOST_UNREACHABLE
+            if failure.code is not None:
+                code = _UNREACHABLE_CODES.get(failure.code, HOST_UNREACHABLE)
+            writer.write(reply(code))
+            return
+        try:
+            bound = upstream[1].get_extra_info("sockname")
+            writer.write(reply(SUCCEEDED, (bound[0], bound[1])))
+            await pipe((reader, writer), upstream)
+        finally:
+            await close(upstream[1])

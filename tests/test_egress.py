@@ -1,0 +1,49 @@
+import pytest
+
+from boxd.broker.egress import task_hosts
+from boxd.task import Task, TaskState
+from boxd.task_request import Autonomy, DroidOptions
+
+HOSTS = ["example.com", "*.example.org:8443"]
+
+
+def public(droid: DroidOptions | None) -> dict[str, object]:
+    """A task's public JSON, as the broker reads it from the manager's GetTask."""
+    return Task(
+        id="t000000001",
+        title="t",
+        prompt="p",
+        state=TaskState.RUNNING,
+        user="box-t000000001",
+        workspace="home",
+        worker="fake" if droid is None else "droid",
+        tools=[],
+        hosts=HOSTS,
+        source="api",
+        budgetCents=100,
+        droid=droid,
+        createdAt=0,
+    ).public()
+
+
+@pytest.mark.parametrize(
+    ("autonomy", "expected"),
+    [(Autonomy.LOW, []), (Autonomy.MEDIUM, HOSTS), (Autonomy.HIGH, HOSTS)],
+)
+def test_droid_autonomy(autonomy: Autonomy, expected: list[str]) -> None:
+    assert task_hosts(public(DroidOptions(autonomy=autonomy))) == expected
+
+
+def test_droid_settings_default_to_low_autonomy() -> None:
+    assert task_hosts({"hosts": HOSTS, "droid": {"plan": True}}) == []
+
+
+def test_a_task_without_droid_settings_keeps_its_hosts() -> None:
+    task = public(None)
+    assert "droid" not in task
+    assert task_hosts(task) == HOSTS
+
+
+def test_a_task_without_hosts_has_none() -> None:
+    assert task_hosts({"hosts": []}) == []
+    assert task_hosts({}) == []

@@ -1,0 +1,154 @@
+import ipaddress
+
+import pytest
+
+from boxd.broker.address_screen import never_reached
+from boxd.broker.egress_dial import Dialer, Refused, Unreachable
+from boxd.broker.egress_target import IPAddress, parse_authority
+from boxd.broker.host_rules import HostRules
+from boxd.broker.own_addresses import parse_fib_trie, parse_if_inet6
+from boxd.broker.pipe import close
+from tests.egress_fixtures import LOOPBACK, echo, loopback_allowed, resolver_to, server
+
+PUBLIC = ipaddress.IPv4Address("93.184.216.34")
+OWN = ipaddress.IPv4Address("192.0.2.2")
+
+
+def address(text: str) -> IPAddress:
+    return ipaddress.ip_address(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("127.0.0.1", "a loopback address"),
+        ("127.9.9.9", "a loopback address"),
+        ("::1", "a loopback address"),
+        ("::ffff:127.0.0.1", "a loopback address"),
+        ("169.254.169.254", "a link-local address"),
+        ("fe80::1", "a link-local address"),
+        ("0.0.0.0", "not the address of one host"),
+        ("0.1.2.3", "not the address of one host"),
+        ("::", "not the address of one host"),
+        ("224.0.0.1", "not the address of one host"),
+        ("ff02::1", "not the address of one host"),
+        ("255.255.255.255", "not the address of one host"),
+    ],
+)
+def test_addresses_no_task_reaches(text: str, why: str) -> None:
+    found = never_reached(address(text))
+    assert found is not None and why in found
+
+
+@pytest.mark.parametrize("text", ["93.184.216.34", "10.1.2.3", "2606:2800:220:1::", "fd00::5"])
+def test_addresses_a_task_may_reach(text: str) -> None:
+    assert never_reached(address(text)) is None
+
+
+FIB_TRIE = """Main:
+  +-- 0.0.0.0/0 3 0 5
+     |-- 0.0.0.0
+        /0 universe UNICAST
+     +-- 127.0.0.0/8 2 0 2
+        +-- 127.0.0.0/31 1 0 0
+           |-- 127.0.0.0
+              /8 host LOCAL
+           |-- 127.0.0.1
+              /32 host LOCAL
+        |-- 127.255.255.255
+           /32 link BROADCAST
+     +-- 192.0.2.0/24 2 0 2
+        +-- 192.0.2.0/30 2 0 2
+           |-- 192.0.2.0
+              /24 link UNICAST
+           |-- 192.0.2.2
+              /32 host LOCAL
+        |-- 192.0.2.255
+           /32 link BROADCAST
+"""
+IF_INET6 = """00000000000000000000000000000001 01 80 10 80       lo
+fd000000000000000000000000000002 04 40 00 82     eth0
+"""
+
+
+def test_own_addresses_from_the_kernel_tables() -> None:
+    assert parse_fib_trie(FIB_TRIE) == {LOOPBACK, OWN}
+    assert parse_if_inet6(IF_INET6) == {address("::1"), address("fd00::2")}
+
+
+def dialer(
+    hosts: list[str], names: dict[str, list[IPAddress]], asked: list[str] | None = None
+) -> Dialer:
+    async def own() -> set[IPAddress]:
+        return {OWN}
+
+    return Dialer(HostRules(hosts), resolver_to(names, asked), own)
+
+
+async def refused(dial: Dialer, target: str) -> str:
+    with pytest.raises(Refused) as caught:
+        await dial.addresses(parse_authority(target))
+    return str(caught.value)
+
+
+async def test_a_name_resolving_to_the_box_is_refused_whatever_the_hosts_say() -> None:
+    dial = dialer(["example.com"], {"example.com": [LOOPBACK]})
+    assert await refused(dial, "example.com:443") == (
+        "example.com resolves to 127.0.0.1, a loopback address: tasks never reach the box itself"
+    )
+    dial = dialer(["example.com"], {"example.com": [OWN]})
+    assert "resolves to 192.0.2.2, this box's own address" in await refused(dial, "example.com:443")
+    dial = dialer(["example.com"], {"example.com": [address("169.254.169.254")]})
+    assert ", a link-local address" in await refused(dial, "example.com:443")
+
+
+async def test_one_bad_address_refuses_the_name() -> None:
+    # A rebinding resolver hides the box behind a public address; neither is tried.
+    dial = dialer(["example.com"], {"example.com": [PUBLIC, LOOPBACK]})
+    assert "loopback" in await refused(dial, "example.com:443")
+
+
+async def test_a_listed_address_of_the_box_is_still_refused() -> None:
+    dial = dialer(["192.0.2.2"], {})
+    assert await refused(dial, "192.0.2.2:22") == (
+        "192.0.2.2 is this box's own address: tasks never reach the box itself"
+    )
+
+
+async def test_the_rules_are_checked_before_the_name_is_looked_up() -> None:
+    asked: list[str] = []
+    dial = dialer(["example.com"], {"evil.example.org": [PUBLIC]}, asked)
+    assert await refused(dial, "evil.example.org:443") == "it is not in this task's hosts"
+    assert asked == []
+
+
+async def test_unreadable_own_addresses_refuse_rather_than_guess() -> None:
+    async def broken() -> set[IPAddress]:
+        raise PermissionError(13, "Permission denied")
+
+    dial = Dialer(HostRules(["example.com"]), resolver_to({"example.com": [PUBLIC]}), broken)
+    assert "cannot read this box's own addresses" in await refused(dial, "example.com:443")
+
+
+async def test_a_name_that_does_not_resolve_is_unreachable_not_refused() -> None:
+    dial = dialer(["example.com"], {})
+    with pytest.raises(Unreachable) as caught:
+        await dial.addresses(parse_authority("example.com:443"))
+    assert "example.com cannot be looked up: name or service not known" in str(caught.value)
+
+
+async def test_it_connects_to_the_checked_address_and_asks_the_resolver_once() -> None:
+    asked: list[str] = []
+
+    async def own() -> set[IPAddress]:
+        return set()
+
+    resolve = resolver_to({"example.com": [LOOPBACK]}, asked)
+    dial = Dialer(HostRules(["example.com"]), resolve, own, loopback_allowed)
+    async with server(echo) as port:
+        reader, writer = await dial.open(parse_authority(f"example.com:{port}"))
+        writer.write(b"hi")
+        writer.write_eof()
+        assert await reader.read() == b"hibye"
+        await close(writer)
+    assert asked == ["example.com"]
