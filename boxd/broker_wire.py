@@ -2,7 +2,14 @@
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, StrictBool, StrictStr
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    StrictBool,
+    StrictStr,
+    StringConstraints,
+)
 
 from boxd.approval import AskRequest, Key, cents
 
@@ -43,6 +50,15 @@ class CostRecord(BaseModel):
     what: StrictStr
     model: StrictStr | None = None
     tokens: dict[str, int] | None = None
+
+
+class NetRefusal(BaseModel):
+    """The data of a `net.refused` event: where the task tried to go, and why it may not."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: Annotated[StrictStr, StringConstraints(max_length=1000)]
+    reason: Annotated[StrictStr, StringConstraints(max_length=1000)]
 
 
 class Question(AskRequest):

@@ -13,6 +13,7 @@ class EventKind(StrEnum):
     TOOL_RESULT = "tool.result"
     COST = "cost"
     APPROVAL = "approval"
+    NET_REFUSED = "net.refused"
 
 
 class Event(BaseModel):

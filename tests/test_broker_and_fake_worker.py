@@ -160,7 +160,7 @@ async def test_resumes_after_the_last_logged_line(
         ("sh exit 3", "line 1: sh 'exit 3' exited with status 3: "),
         ("delete nowhere.txt", "line 1: delete: there is no nowhere.txt"),
         ("sleep soon", "line 1: sleep needs a number of seconds, not 'soon'"),
-        ("fetch http://example.com", "line 1: fetch is not available on this box yet"),
+        ("fetch", "line 1: fetch needs a URL: fetch URL"),
         ("call wallet.pay {}", "line 1: input.to is missing"),
     ],
 )
@@ -177,6 +177,37 @@ async def test_failures_say_which_line(
     with pytest.raises(fake.ScriptFailed) as caught:
         await fake.run(path)
     assert str(caught.value) == message
+
+
+async def test_fetch_shows_the_status_and_first_bytes_and_fails_on_a_refusal(
+    broker: tuple[str, MemoryLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def page(request: web.Request) -> web.Response:
+        if request.path == "/refused":
+            return web.Response(status=403, text="boxd refused x.example:80: not in the hosts")
+        return web.Response(text="hello " + "x" * 500)
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", page)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    path, log = broker
+    log.prompt = f"fetch http://127.0.0.1:{port}/\nfetch http://127.0.0.1:{port}/refused"
+    try:
+        with pytest.raises(fake.ScriptFailed) as caught:
+            await fake.run(path)
+    finally:
+        await runner.cleanup()
+    assert log.steps[0]["text"] == "200 OK: hello " + "x" * 194
+    assert str(caught.value) == (
+        f"line 2: fetch http://127.0.0.1:{port}/refused: 403 Forbidden: "
+        "boxd refused x.example:80: not in the hosts"
+    )
 
 
 async def test_broker_errors_are_json(broker: tuple[str, MemoryLog]) -> None:

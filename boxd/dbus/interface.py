@@ -73,6 +73,7 @@ METHODS: tuple[Method, ...] = (
     Method(BROKER, "FinishCall", ("id", "result"), "finished"),
     Method(BROKER, "Ask", ("id", "ask"), "approval"),
     Method(BROKER, "LogCost", ("id", "cost"), "event"),
+    Method(BROKER, "LogRefusal", ("id", "refusal"), "event"),
 )
 # Emitted on the root object whenever a task asks the owner for an OK.
 APPROVAL_ASKED = "ApprovalAsked"

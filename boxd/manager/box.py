@@ -17,7 +17,7 @@ from dbus_fast.aio import MessageBus
 
 from boxd.approval import TASK_ENDED, Approval, ApprovalState, approval_id
 from boxd.apps.registry import find_tool
-from boxd.broker_wire import CallResult, CallStart, CostRecord, Question
+from boxd.broker_wire import CallResult, CallStart, CostRecord, NetRefusal, Question
 from boxd.caller import Caller, Role
 from boxd.claude_models import DEFAULT_MODEL, resolve_model
 from boxd.dbus import interface as api
@@ -144,6 +144,7 @@ class Box:
         table[(api.BROKER, "FinishCall")] = self.finish_call
         table[(api.BROKER, "Ask")] = self.ask
         table[(api.BROKER, "LogCost")] = self.log_cost
+        table[(api.BROKER, "LogRefusal")] = self.log_refusal
         return table
 
     # The owner's methods.
@@ -408,6 +409,17 @@ class Box:
                 task, EventKind.COST, cost.model_dump(mode="json", exclude_none=True)
             )
             self._changed(task)
+            self._objects[task.id].tell(event)
+        return event.model_dump(mode="json")
+
+    async def log_refusal(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """The task's proxy refused a connection: the log says where to and why."""
+        refusal = parse(NetRefusal, args[1])
+        async with self._locks[args[0]]:
+            task = await self._task(args[0])
+            event = await self.store.save_task(
+                task, EventKind.NET_REFUSED, refusal.model_dump(mode="json")
+            )
             self._objects[task.id].tell(event)
         return event.model_dump(mode="json")
 

@@ -38,6 +38,8 @@ def story(event: Event) -> str:
         return (
             f"Task {event.task} approval {data.get('id')} {data.get('state')} by {data.get('by')}"
         )
+    if event.kind == EventKind.NET_REFUSED:
+        return f"Task {event.task} was refused {data.get('target')}: {data.get('reason')}"
     return f"Task {event.task} {event.kind}: {json.dumps(data)[:500]}"
 
 
