@@ -15,6 +15,11 @@ import pytest
 from tests.vm.box_api import boxctl, finish, http, start_fake, wait_for_step
 from tests.vm.machine import Machine
 
+PROXIES_LISTEN = (
+    "python3 -c \"import socket; [socket.create_connection(('127.0.0.1', p)).close() "
+    "for p in (3128, 1080)]; print('both listen')\""
+)
+
 
 def unit_properties(machine: Machine, task_id: str, *names: str) -> dict[str, str]:
     shown = machine.run(
@@ -180,8 +185,7 @@ def test_own_network_namespace_with_loopback_only_gone_when_it_ends(
         "sh tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '\n"
         "sh readlink /proc/self/ns/net\n"
         # The proxy sockets systemd bound in the namespace, on its loopback.
-        "sh python3 -c \"import socket; [socket.create_connection(('127.0.0.1', p)).close() "
-        "for p in (3128, 1080)]; print('both listen')\"\n"
+        f"sh {PROXIES_LISTEN}\n"
         "sleep 120",
     )
     wait_for_step(machine, task["id"], count=3)
@@ -329,3 +333,44 @@ def test_the_box_gateway_on_loopback_is_out_of_reach(machine: Machine, token: st
         machine, token, "curl -sS --noproxy '*' --max-time 5 http://127.0.0.1:7700/api/tasks"
     )
     assert "Failed to connect to 127.0.0.1 port 7700" in error
+
+
+def test_the_namespace_outlives_a_boxd_restart(machine: Machine, token: str) -> None:
+    task = start_fake(machine, token, "step one\nsleep 3\nsh readlink /proc/self/ns/net")
+    wait_for_step(machine, task["id"])
+    netns = f"/run/netns/box-{task['id']}"
+    inode = machine.run("stat", "-L", "-c", "%i", netns).stdout.strip()
+    machine.run("systemctl", "restart", "boxd.service")
+    assert machine.run("stat", "-L", "-c", "%i", netns).stdout.strip() == inode
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    assert ended["steps"][-1]["text"] == f"net:[{inode}]"
+    assert machine.run("test", "-e", netns, check=False).returncode == 1
+
+
+def test_a_task_resumed_after_a_reboot_gets_its_namespace_and_proxies_again(
+    machine: Machine, token: str
+) -> None:
+    task = start_fake(machine, token, f"step one\nsleep 3\nsh {PROXIES_LISTEN}")
+    wait_for_step(machine, task["id"])
+    task_id = task["id"]
+    # What a power cut leaves: no units of the task, and an empty /run.
+    machine.run("systemctl", "stop", "boxd.service")
+    machine.run("systemctl", "kill", "--signal=KILL", f"box-task-{task_id}.service")
+    machine.run(
+        "sh", "-c", f"while systemctl is-active -q box-task-{task_id}.service; do sleep 0.05; done"
+    )
+    machine.run("systemctl", "reset-failed", f"box-task-{task_id}.service")
+    machine.run(
+        "systemctl",
+        "stop",
+        f"box-broker@{task_id}.service",
+        f"box-broker@{task_id}.socket",
+        f"box-egress-http@{task_id}.socket",
+        f"box-egress-socks@{task_id}.socket",
+    )
+    machine.run("ip", "netns", "delete", f"box-{task_id}")
+    machine.run("systemctl", "start", "boxd.service")
+    ended = finish(machine, task_id)
+    assert ended["state"] == "done", ended
+    assert [s["text"] for s in ended["steps"]] == ["one", "slept 3 s", "both listen"]

@@ -1,0 +1,65 @@
+"""The worker unit's properties marshal as the D-Bus types systemd declares; the real check,
+StartTransientUnit accepting them, is in tests/vm/test_sandbox.py."""
+
+from pathlib import Path
+
+from dbus_fast import Message
+
+from boxd.manager.netns import proxy_environment
+from boxd.manager.worker_unit import worker_properties
+from boxd.settings import Settings
+from boxd.task import Task, TaskState
+
+
+def _task() -> Task:
+    return Task(
+        id="t000000001",
+        title="a task",
+        prompt="step hi",
+        state=TaskState.QUEUED,
+        user="box-t000000001",
+        workspace="home",
+        worker="fake",
+        tools=[],
+        hosts=[],
+        source="api",
+        budgetCents=100,
+        createdAt=0.0,
+    )
+
+
+def test_properties_marshal_as_start_transient_unit_wants() -> None:
+    settings = Settings(taskMemoryMaxBytes=2**30, taskTasksMax=64, taskCPUPercent=50)
+    properties = worker_properties(Path("/var/lib/box"), _task(), settings)
+    message = Message(
+        destination="org.freedesktop.systemd1",
+        path="/org/freedesktop/systemd1",
+        interface="org.freedesktop.systemd1.Manager",
+        member="StartTransientUnit",
+        signature="ssa(sv)a(sa(sv))",
+        body=["box-task-t000000001.service", "fail", [list(p) for p in properties], []],
+    )
+    assert message._marshall(negotiate_unix_fd=False)
+    values = {name: variant.value for name, variant in properties}
+    assert values["NetworkNamespacePath"] == "/run/netns/box-t000000001"
+    assert values["MemoryMax"] == 2**30
+    assert values["TasksMax"] == 64
+    assert values["CPUQuotaPerSecUSec"] == 500_000
+    assert values["TemporaryFileSystem"] == [["/var/lib/box", "mode=0755"]]
+    work = "/var/lib/box/tasks/t000000001/work"
+    door = "/var/lib/box/tasks/t000000001/broker.sock"
+    assert values["BindPaths"] == [[work, work, False, 16384], [door, door, False, 0]]
+    assert len({name for name, _ in properties}) == len(properties)
+
+
+def test_proxy_environment_has_both_cases_and_only_loopback_goes_direct() -> None:
+    assert proxy_environment() == [
+        "HTTP_PROXY=http://127.0.0.1:3128",
+        "HTTPS_PROXY=http://127.0.0.1:3128",
+        "ALL_PROXY=socks5h://127.0.0.1:1080",
+        "NO_PROXY=localhost,127.0.0.1,::1",
+        "http_proxy=http://127.0.0.1:3128",
+        "https_proxy=http://127.0.0.1:3128",
+        "all_proxy=socks5h://127.0.0.1:1080",
+        "no_proxy=localhost,127.0.0.1,::1",
+    ]
