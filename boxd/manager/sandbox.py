@@ -41,7 +41,11 @@ def sandbox_properties(home: Path, task_id: str, settings: Settings) -> list[tup
         ("TemporaryFileSystem", Variant("a(ss)", [[str(home), "mode=0755"]])),
         ("BindPaths", Variant("a(ssbt)", [[work, work, False, _MS_REC], [door, door, False, 0]])),
         # The task's one door into the box is its broker; the system bus is not another one.
-        ("InaccessiblePaths", Variant("as", ["-/run/dbus"])),
+        # Other tasks' unit files (their titles) and namespaces are none of its business.
+        (
+            "InaccessiblePaths",
+            Variant("as", ["-/run/dbus", "-/run/systemd/transient", "-/run/netns"]),
+        ),
         _flag("PrivateTmp"),
         _flag("PrivateDevices"),
         _flag("PrivateIPC"),

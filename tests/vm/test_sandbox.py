@@ -123,7 +123,7 @@ def test_worker_unit_has_the_sandbox(machine: Machine, running: dict[str, Any]) 
         "NetworkNamespacePath": f"/run/netns/box-{task_id}",
         "TemporaryFileSystem": "/var/lib/box:mode=0755",
         "BindPaths": f"{work}:{work}:rbind {door}:{door}",
-        "InaccessiblePaths": "-/run/dbus",
+        "InaccessiblePaths": "-/run/dbus -/run/systemd/transient -/run/netns",
     }
     # systemd keeps address lists as sets: their order varies.
     addresses = unit_properties(machine, task_id, "IPAddressDeny", "IPAddressAllow")
@@ -321,9 +321,17 @@ def test_other_tasks_processes_are_invisible_and_untouchable(
     assert main_pid(machine, running["id"]) == pid
 
 
-def test_the_system_bus_is_out_of_reach(machine: Machine, token: str) -> None:
-    error = failed_sh(machine, token, "ls /run/dbus/system_bus_socket")
-    assert "No such file or directory" in error or "Permission denied" in error
+def test_the_system_bus_and_other_tasks_units_and_namespaces_are_out_of_reach(
+    machine: Machine, token: str, running: dict[str, Any]
+) -> None:
+    for path in (
+        "/run/dbus/system_bus_socket",
+        f"/run/systemd/transient/box-task-{running['id']}.service",
+        f"/run/netns/box-{running['id']}",
+    ):
+        assert machine.run("test", "-e", path, check=False).returncode == 0, path
+        error = failed_sh(machine, token, f"cat {path}")
+        assert f"cat: {path}: Permission denied" in error, error
 
 
 def test_the_box_gateway_on_loopback_is_out_of_reach(machine: Machine, token: str) -> None:
