@@ -1,3 +1,4 @@
+import asyncio
 import ipaddress
 
 import pytest
@@ -6,7 +7,7 @@ from boxd.broker.address_screen import never_reached
 from boxd.broker.egress_dial import Dialer, Refused, Unreachable
 from boxd.broker.egress_target import IPAddress, parse_authority
 from boxd.broker.host_rules import HostRules
-from boxd.broker.own_addresses import parse_fib_trie, parse_if_inet6
+from boxd.broker.own_addresses import RecentOwnAddresses, parse_fib_trie, parse_if_inet6
 from boxd.broker.pipe import close
 from tests.egress_fixtures import LOOPBACK, echo, loopback_allowed, resolver_to, server
 
@@ -152,3 +153,24 @@ async def test_it_connects_to_the_checked_address_and_asks_the_resolver_once() -
         assert await reader.read() == b"hibye"
         await close(writer)
     assert asked == ["example.com"]
+
+
+async def test_own_addresses_are_read_once_a_second_and_failures_are_not_kept() -> None:
+    reads: list[int] = []
+
+    async def read() -> set[IPAddress]:
+        reads.append(1)
+        if len(reads) == 1:
+            raise PermissionError(13, "Permission denied")
+        return {OWN}
+
+    recent = RecentOwnAddresses(read)
+    with pytest.raises(PermissionError):
+        await recent()
+    shared = await asyncio.gather(recent(), recent(), recent())
+    assert all(found == {OWN} for found in shared)
+    assert len(reads) == 2
+    recent.MAX_AGE = 0.0
+    await asyncio.sleep(0.01)
+    await recent()
+    assert len(reads) == 3
