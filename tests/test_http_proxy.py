@@ -236,3 +236,26 @@ async def test_closing_the_egress_ends_open_tunnels() -> None:
     # The egress closed while the tunnel was open: the task's side sees the end of stream.
     assert await asyncio.wait_for(reader.read(), 10) == b""
     writer.close()
+
+
+async def test_connections_over_the_limit_get_503() -> None:
+    async with server(echo) as origin, egress(["example.com"]) as proxy:
+        proxy.egress.max_connections = 1
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        writer.write(connect(f"example.com:{origin}"))
+        await reader.readuntil(b"\r\n\r\n")
+        head, body = await ask(proxy.port, connect(f"example.com:{origin}"))
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
+    assert body == b"boxd's proxy has 1 connections of this task open, its most; close some\n"
+
+
+async def test_a_refused_request_with_a_body_still_reads_its_403() -> None:
+    # Unread bytes at close would make the kernel reset the connection over the answer.
+    body = b"x" * 200_000
+    request = (
+        b"POST http://other.example.org/upload HTTP/1.1\r\nHost: other.example.org\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    answer, _ = await refused(["example.com"], request)
+    assert answer == b"boxd refused other.example.org:80: it is not in this task's hosts\n"

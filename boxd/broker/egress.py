@@ -21,8 +21,12 @@ __all__ = ["Egress", "IPAddress", "Refusal", "Resolver", "task_hosts"]
 
 # Reads from the task's side of a connection: the proxies copy in chunks this big.
 STREAM_LIMIT = 256 * 1024
+# Connections open at once through both proxies. Each holds two sockets and up to about a
+# megabyte of buffers, so a task that opened them without end would wear the broker down.
+MAX_CONNECTIONS = 256
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+Busy = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 
 
 class Egress:
@@ -44,14 +48,15 @@ class Egress:
         self._socks = Socks5Proxy(dialer, on_refusal)
         self._servers: list[asyncio.Server] = []
         self._connections: set[asyncio.Task[None]] = set()
+        self.max_connections = MAX_CONNECTIONS
 
     async def serve_http(self, sock: socket.socket) -> asyncio.Server:
         """Serves the HTTP proxy on an already-listening socket (the one systemd passes)."""
-        return await self._serve(self._http.handle, sock)
+        return await self._serve(self._http.handle, self._http.busy, sock)
 
     async def serve_socks(self, sock: socket.socket) -> asyncio.Server:
         """Serves SOCKS5 on an already-listening socket (the one systemd passes)."""
-        return await self._serve(self._socks.handle, sock)
+        return await self._serve(self._socks.handle, self._socks.busy, sock)
 
     async def close(self) -> None:
         """Stops listening and ends every open connection: Server.close() alone leaves them
@@ -64,13 +69,18 @@ class Egress:
         for server in self._servers:
             await server.wait_closed()
 
-    async def _serve(self, handle: Handler, sock: socket.socket) -> asyncio.Server:
+    async def _serve(self, handle: Handler, busy: Busy, sock: socket.socket) -> asyncio.Server:
         async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             task = asyncio.current_task()
             assert task is not None  # asyncio runs each connection in a task of its own
+            full = len(self._connections) >= self.max_connections
+            # Turned-away connections are tracked too, so close() ends them as well.
             self._connections.add(task)
             try:
-                await handle(reader, writer)
+                if full:
+                    await busy(reader, writer, self.max_connections)
+                else:
+                    await handle(reader, writer)
             finally:
                 self._connections.discard(task)
 

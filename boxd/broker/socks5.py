@@ -105,6 +105,13 @@ class Socks5Proxy:
         finally:
             await close(writer)
 
+    async def busy(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, most: int
+    ) -> None:
+        """Closes a connection over the task's limit: SOCKS has no words to say why."""
+        log.warning("egress SOCKS connection closed: the task has %d open, its most", most)
+        await close(writer)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         async with asyncio.timeout(HANDSHAKE_SECONDS):
             await _greet(reader, writer)
