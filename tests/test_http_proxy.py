@@ -1,8 +1,9 @@
 import asyncio
 
+from boxd.broker.egress import Egress
 from boxd.broker.egress_target import IPAddress
 from boxd.broker.proxy_request import parse_request
-from tests.egress_fixtures import LOOPBACK, echo, egress, free_port, server
+from tests.egress_fixtures import LOOPBACK, echo, egress, free_port, listening, server
 
 
 async def ask(port: int, request: bytes, then: bytes = b"") -> tuple[bytes, bytes]:
@@ -259,3 +260,18 @@ async def test_a_refused_request_with_a_body_still_reads_its_403() -> None:
     )
     answer, _ = await refused(["example.com"], request)
     assert answer == b"boxd refused other.example.org:80: it is not in this task's hosts\n"
+
+
+async def test_a_refusal_that_cannot_be_logged_is_still_answered() -> None:
+    async def broken(target: str, reason: str) -> None:
+        raise RuntimeError("the manager is away")
+
+    proxy = Egress(["example.com"], broken)
+    sock = listening()
+    await proxy.serve_http(sock)
+    try:
+        head, body = await ask(sock.getsockname()[1], connect("other.example.org:443"))
+    finally:
+        await proxy.close()
+    assert head.startswith(b"HTTP/1.1 403 Forbidden\r\n")
+    assert body == b"boxd refused other.example.org:443: it is not in this task's hosts\n"
