@@ -275,3 +275,17 @@ async def test_a_refusal_that_cannot_be_logged_is_still_answered() -> None:
         await proxy.close()
     assert head.startswith(b"HTTP/1.1 403 Forbidden\r\n")
     assert body == b"boxd refused other.example.org:443: it is not in this task's hosts\n"
+
+
+async def test_a_connection_closed_before_asking_gets_no_answer() -> None:
+    async with egress(["example.com"]) as proxy:
+        for sent in (b"", b"GET http://example.com/ HTTP/1.1\r\nHost: x"):
+            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+            writer.write(sent)
+            writer.write_eof()
+            answer = await asyncio.wait_for(reader.read(), 10)
+            writer.close()
+            if not sent:
+                assert answer == b""
+    assert answer.startswith(b"HTTP/1.1 400")
+    assert answer.endswith(b"the connection closed in the middle of the request\n")
