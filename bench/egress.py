@@ -222,7 +222,7 @@ def downloads(routes: dict[str, Way], origin: int, rounds: int) -> None:
                 sys.exit(f"{name}: got {size} bytes, not {BIG}")
     say("")
     say(f"download of {BIG // 1_000_000} MB, median of {rounds}, one connection at a time")
-    say(f"{'way':<18} {'seconds':>8} {'MB/s':>8} {'direct/this':>12}")
+    say(f"{'way':<18} {'seconds':>8} {'MB/s':>8} {'speed/direct':>12}")
     direct = statistics.median(seconds["direct"])
     for name, values in seconds.items():
         median = statistics.median(values)
