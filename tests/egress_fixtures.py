@@ -49,7 +49,8 @@ def listening() -> socket.socket:
 
 @dataclass
 class Running:
-    port: int
+    egress: Egress
+    port: int = 0
     refusals: list[tuple[str, str]] = field(default_factory=list)
 
 
@@ -66,10 +67,10 @@ async def egress(
     names: dict[str, list[IPAddress]] | None = None,
     own: set[IPAddress] | None = None,
 ) -> AsyncIterator[Running]:
-    running = Running(0)
+    refusals: list[tuple[str, str]] = []
 
     async def on_refusal(target: str, reason: str) -> None:
-        running.refusals.append((target, reason))
+        refusals.append((target, reason))
 
     async def own_addresses() -> set[IPAddress]:
         return own or set()
@@ -81,6 +82,7 @@ async def egress(
         own_addresses=own_addresses,
         address_check=never_reached if production_check else loopback_allowed,
     )
+    running = Running(proxy, refusals=refusals)
     sock = listening()
     running.port = sock.getsockname()[1]
     server = await (proxy.serve_http(sock) if kind == "http" else proxy.serve_socks(sock))

@@ -1,6 +1,7 @@
 import pytest
 
 from boxd.broker.egress import task_hosts
+from boxd.broker.proxy_environment import proxy_environment
 from boxd.task import Task, TaskState
 from boxd.task_request import Autonomy, DroidOptions
 
@@ -47,3 +48,16 @@ def test_a_task_without_droid_settings_keeps_its_hosts() -> None:
 def test_a_task_without_hosts_has_none() -> None:
     assert task_hosts({"hosts": []}) == []
     assert task_hosts({}) == []
+
+
+def test_the_worker_environment_points_at_both_proxies() -> None:
+    assert proxy_environment(3128, 1080) == {
+        "HTTP_PROXY": "http://127.0.0.1:3128",
+        "HTTPS_PROXY": "http://127.0.0.1:3128",
+        "ALL_PROXY": "socks5h://127.0.0.1:1080",
+        "NO_PROXY": "localhost,127.0.0.1,::1",
+        "http_proxy": "http://127.0.0.1:3128",
+        "https_proxy": "http://127.0.0.1:3128",
+        "all_proxy": "socks5h://127.0.0.1:1080",
+        "no_proxy": "localhost,127.0.0.1,::1",
+    }

@@ -1,12 +1,18 @@
+import asyncio
 import ipaddress
 
 import pytest
 
 from boxd.broker.address_screen import never_reached
-from boxd.broker.egress_dial import Dialer, Refused, Unreachable
-from boxd.broker.egress_target import IPAddress, parse_authority
+from boxd.broker.egress_dial import Dialer, Refused, Unreachable, system_resolver
+from boxd.broker.egress_target import IPAddress, make_target, parse_authority
 from boxd.broker.host_rules import HostRules
-from boxd.broker.own_addresses import parse_fib_trie, parse_if_inet6
+from boxd.broker.own_addresses import (
+    RecentOwnAddresses,
+    own_addresses,
+    parse_fib_trie,
+    parse_if_inet6,
+)
 from boxd.broker.pipe import close
 from tests.egress_fixtures import LOOPBACK, echo, loopback_allowed, resolver_to, server
 
@@ -152,3 +158,46 @@ async def test_it_connects_to_the_checked_address_and_asks_the_resolver_once() -
         assert await reader.read() == b"hibye"
         await close(writer)
     assert asked == ["example.com"]
+
+
+async def test_own_addresses_are_read_once_a_second_and_failures_are_not_kept() -> None:
+    reads: list[int] = []
+
+    async def read() -> set[IPAddress]:
+        reads.append(1)
+        if len(reads) == 1:
+            raise PermissionError(13, "Permission denied")
+        return {OWN}
+
+    recent = RecentOwnAddresses(read)
+    with pytest.raises(PermissionError):
+        await recent()
+    shared = await asyncio.gather(recent(), recent(), recent())
+    assert all(found == {OWN} for found in shared)
+    assert len(reads) == 2
+    recent.MAX_AGE = 0.0
+    await asyncio.sleep(0.01)
+    await recent()
+    assert len(reads) == 3
+
+
+async def test_the_system_resolver_and_the_kernel_tables_of_this_machine() -> None:
+    assert LOOPBACK in await system_resolver("localhost", 80)
+    assert LOOPBACK in await own_addresses()
+
+
+async def test_production_defaults_refuse_what_resolves_to_the_box() -> None:
+    # The real resolver, the real own addresses and the real check; the rule is only there to
+    # let the name past the host check (no rule may name localhost itself).
+    dial = Dialer(HostRules(["example.com"]))
+    with pytest.raises(Refused) as caught:
+        await dial.addresses(make_target("localhost", 80))
+    assert str(caught.value) == "it is not in this task's hosts"
+
+    async def localhost(name: str, port: int) -> list[IPAddress]:
+        return await system_resolver("localhost", port)
+
+    dial.resolver = localhost
+    with pytest.raises(Refused) as caught:
+        await dial.addresses(parse_authority("example.com:80"))
+    assert "a loopback address: tasks never reach the box itself" in str(caught.value)

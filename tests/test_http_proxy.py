@@ -1,8 +1,9 @@
 import asyncio
 
+from boxd.broker.egress import Egress
 from boxd.broker.egress_target import IPAddress
 from boxd.broker.proxy_request import parse_request
-from tests.egress_fixtures import LOOPBACK, echo, egress, free_port, server
+from tests.egress_fixtures import LOOPBACK, echo, egress, free_port, listening, server
 
 
 async def ask(port: int, request: bytes, then: bytes = b"") -> tuple[bytes, bytes]:
@@ -236,3 +237,55 @@ async def test_closing_the_egress_ends_open_tunnels() -> None:
     # The egress closed while the tunnel was open: the task's side sees the end of stream.
     assert await asyncio.wait_for(reader.read(), 10) == b""
     writer.close()
+
+
+async def test_connections_over_the_limit_get_503() -> None:
+    async with server(echo) as origin, egress(["example.com"]) as proxy:
+        proxy.egress.max_connections = 1
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        writer.write(connect(f"example.com:{origin}"))
+        await reader.readuntil(b"\r\n\r\n")
+        head, body = await ask(proxy.port, connect(f"example.com:{origin}"))
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
+    assert body == b"boxd's proxy has 1 connections of this task open, its most; close some\n"
+
+
+async def test_a_refused_request_with_a_body_still_reads_its_403() -> None:
+    # Unread bytes at close would make the kernel reset the connection over the answer.
+    body = b"x" * 200_000
+    request = (
+        b"POST http://other.example.org/upload HTTP/1.1\r\nHost: other.example.org\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    answer, _ = await refused(["example.com"], request)
+    assert answer == b"boxd refused other.example.org:80: it is not in this task's hosts\n"
+
+
+async def test_a_refusal_that_cannot_be_logged_is_still_answered() -> None:
+    async def broken(target: str, reason: str) -> None:
+        raise RuntimeError("the manager is away")
+
+    proxy = Egress(["example.com"], broken)
+    sock = listening()
+    await proxy.serve_http(sock)
+    try:
+        head, body = await ask(sock.getsockname()[1], connect("other.example.org:443"))
+    finally:
+        await proxy.close()
+    assert head.startswith(b"HTTP/1.1 403 Forbidden\r\n")
+    assert body == b"boxd refused other.example.org:443: it is not in this task's hosts\n"
+
+
+async def test_a_connection_closed_before_asking_gets_no_answer() -> None:
+    async with egress(["example.com"]) as proxy:
+        for sent in (b"", b"GET http://example.com/ HTTP/1.1\r\nHost: x"):
+            reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+            writer.write(sent)
+            writer.write_eof()
+            answer = await asyncio.wait_for(reader.read(), 10)
+            writer.close()
+            if not sent:
+                assert answer == b""
+    assert answer.startswith(b"HTTP/1.1 400")
+    assert answer.endswith(b"the connection closed in the middle of the request\n")

@@ -141,3 +141,12 @@ async def test_not_socks5_is_closed_without_a_word() -> None:
         writer.write(b"GET / HTTP/1.1\r\n\r\n")
         assert await asyncio.wait_for(reader.read(), 10) == b""
         writer.close()
+
+
+async def test_replies_never_tell_the_broker_address() -> None:
+    async with server(echo) as origin, egress(["example.com"], "socks") as proxy:
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        writer.write(b"\x05\x01\x00" + b"\x05\x01\x00" + domain("example.com", origin))
+        answer = await asyncio.wait_for(reader.readexactly(12), 10)
+        writer.close()
+    assert answer == b"\x05\x00" + b"\x05\x00\x00\x01" + bytes(6)

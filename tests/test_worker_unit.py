@@ -5,7 +5,6 @@ from pathlib import Path
 
 from dbus_fast import Message
 
-from boxd.manager.netns import proxy_environment
 from boxd.manager.worker_unit import worker_properties
 from boxd.settings import Settings
 from boxd.task import Task, TaskState
@@ -52,8 +51,9 @@ def test_properties_marshal_as_start_transient_unit_wants() -> None:
     assert len({name for name, _ in properties}) == len(properties)
 
 
-def test_proxy_environment_has_both_cases_and_only_loopback_goes_direct() -> None:
-    assert proxy_environment() == [
+def test_the_worker_is_pointed_at_its_proxies_in_both_cases() -> None:
+    properties = dict(worker_properties(Path("/var/lib/box"), _task(), Settings()))
+    assert properties["Environment"].value[-8:] == [
         "HTTP_PROXY=http://127.0.0.1:3128",
         "HTTPS_PROXY=http://127.0.0.1:3128",
         "ALL_PROXY=socks5h://127.0.0.1:1080",

@@ -6,6 +6,7 @@ DNS) and never reach the box itself. A refusal is reported to on_refusal, then a
 """
 
 import asyncio
+import logging
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -19,14 +20,23 @@ from boxd.broker.socks5 import Socks5Proxy
 
 __all__ = ["Egress", "IPAddress", "Refusal", "Resolver", "task_hosts"]
 
+log = logging.getLogger(__name__)
+
 # Reads from the task's side of a connection: the proxies copy in chunks this big.
 STREAM_LIMIT = 256 * 1024
+# Connections open at once through both proxies. Each holds two sockets and up to about a
+# megabyte of buffers, so a task that opened them without end would wear the broker down.
+MAX_CONNECTIONS = 256
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+Busy = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 
 
 class Egress:
-    """`address_check` says which addresses no task reaches; tests relax it to reach their own
+    """The task's egress proxies. `hosts` are rules in boxd.hosts' forms; a bad one raises
+    BoxError in its plain words.
+
+    `address_check` says which addresses no task reaches; tests relax it to reach their own
     servers on 127.0.0.1. It is a constructor argument only: nothing a task sends, and no
     setting or environment variable, can change it."""
 
@@ -40,18 +50,19 @@ class Egress:
         address_check: AddressCheck = never_reached,
     ) -> None:
         dialer = Dialer(HostRules(hosts), resolver, own_addresses, address_check)
-        self._http = HttpProxy(dialer, on_refusal)
-        self._socks = Socks5Proxy(dialer, on_refusal)
+        self._http = HttpProxy(dialer, _still_refusing(on_refusal))
+        self._socks = Socks5Proxy(dialer, _still_refusing(on_refusal))
         self._servers: list[asyncio.Server] = []
         self._connections: set[asyncio.Task[None]] = set()
+        self.max_connections = MAX_CONNECTIONS
 
     async def serve_http(self, sock: socket.socket) -> asyncio.Server:
         """Serves the HTTP proxy on an already-listening socket (the one systemd passes)."""
-        return await self._serve(self._http.handle, sock)
+        return await self._serve(self._http.handle, self._http.busy, sock)
 
     async def serve_socks(self, sock: socket.socket) -> asyncio.Server:
         """Serves SOCKS5 on an already-listening socket (the one systemd passes)."""
-        return await self._serve(self._socks.handle, sock)
+        return await self._serve(self._socks.handle, self._socks.busy, sock)
 
     async def close(self) -> None:
         """Stops listening and ends every open connection: Server.close() alone leaves them
@@ -64,13 +75,18 @@ class Egress:
         for server in self._servers:
             await server.wait_closed()
 
-    async def _serve(self, handle: Handler, sock: socket.socket) -> asyncio.Server:
+    async def _serve(self, handle: Handler, busy: Busy, sock: socket.socket) -> asyncio.Server:
         async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             task = asyncio.current_task()
             assert task is not None  # asyncio runs each connection in a task of its own
+            full = len(self._connections) >= self.max_connections
+            # Turned-away connections are tracked too, so close() ends them as well.
             self._connections.add(task)
             try:
-                await handle(reader, writer)
+                if full:
+                    await busy(reader, writer, self.max_connections)
+                else:
+                    await handle(reader, writer)
             finally:
                 self._connections.discard(task)
 
@@ -78,6 +94,18 @@ class Egress:
         server = await asyncio.start_server(tracked, sock=sock, limit=STREAM_LIMIT)
         self._servers.append(server)
         return server
+
+
+def _still_refusing(on_refusal: Refusal) -> Refusal:
+    """A refusal whose logging failed is still a refusal, and the task still gets its answer."""
+
+    async def report(target: str, reason: str) -> None:
+        try:
+            await on_refusal(target, reason)
+        except Exception:
+            log.exception("egress refused %s (%s) but could not log it", target, reason)
+
+    return report
 
 
 def task_hosts(task: dict[str, Any]) -> list[str]:

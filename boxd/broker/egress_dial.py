@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from boxd.broker.address_screen import AddressCheck, never_reached, own_address_refusal
 from boxd.broker.egress_target import IPAddress, Target, make_target
 from boxd.broker.host_rules import HostRules
-from boxd.broker.own_addresses import own_addresses as read_own_addresses
+from boxd.broker.own_addresses import RecentOwnAddresses
 
 # (name, port) -> the addresses to try, in order.
 Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
@@ -67,7 +67,7 @@ class Dialer:
     ) -> None:
         self.rules = rules
         self.resolver = resolver or system_resolver
-        self.own_addresses = own_addresses or read_own_addresses
+        self.own_addresses = own_addresses or RecentOwnAddresses()
         self.address_check = address_check
 
     async def addresses(self, target: Target) -> list[IPAddress]:

@@ -6,6 +6,7 @@ error is always the first and last thing the task reads on that connection.
 """
 
 import asyncio
+import contextlib
 import errno
 import logging
 
@@ -15,12 +16,17 @@ from boxd.broker.proxy_request import BadRequest, parse_request, read_head
 
 log = logging.getLogger(__name__)
 
+# After an error answer: how long, and in what reads, the proxy takes what the task still sends.
+LINGER_SECONDS = 2.0
+LINGER_READ = 64 * 1024
+
 _REASONS = {
     400: "Bad Request",
     403: "Forbidden",
     408: "Request Timeout",
     431: "Request Header Fields Too Large",
     502: "Bad Gateway",
+    503: "Service Unavailable",
     504: "Gateway Timeout",
     505: "HTTP Version Not Supported",
 }
@@ -44,37 +50,46 @@ class HttpProxy:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await self._serve(reader, writer)
-        except OSError as error:
+            error = await self._serve(reader, writer)
+            if error is not None:
+                await say(reader, writer, *error)
+        except OSError as failure:
             # The task hung up or reset: nothing is left to answer.
-            log.debug("egress HTTP connection ended: %s", error)
+            log.debug("egress HTTP connection ended: %s", failure)
         finally:
             await close(writer)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def busy(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, most: int
+    ) -> None:
+        """Answers a connection over the task's limit, without reading its request."""
+        text = f"boxd's proxy has {most} connections of this task open, its most; close some"
+        try:
+            await say(reader, writer, 503, text)
+        except OSError as failure:
+            log.debug("egress HTTP connection ended: %s", failure)
+        finally:
+            await close(writer)
+
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[int, str] | None:
+        """Serves one request; returns the error to answer, if it ends in one."""
         try:
             request = parse_request(await read_head(reader))
         except BadRequest as error:
-            writer.write(answer(error.status, f"boxd's proxy cannot serve this: {error}"))
-            await writer.drain()
-            return
+            return error.status, f"boxd's proxy cannot serve this: {error}"
         except TimeoutError:
-            writer.write(answer(408, "boxd's proxy waited too long for the request head"))
-            await writer.drain()
-            return
+            return 408, "boxd's proxy waited too long for the request head"
         target = request.target
         try:
             upstream = await self.dialer.open(target)
         except Refused as refusal:
             await self.on_refusal(str(target), str(refusal))
-            writer.write(answer(403, f"boxd refused {target}: {refusal}"))
-            await writer.drain()
-            return
+            return 403, f"boxd refused {target}: {refusal}"
         except Unreachable as failure:
             status = 504 if failure.code == errno.ETIMEDOUT else 502
-            writer.write(answer(status, f"boxd could not connect to {target}: {failure}"))
-            await writer.drain()
-            return
+            return status, f"boxd could not connect to {target}: {failure}"
         try:
             if request.connect:
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -83,3 +98,20 @@ class HttpProxy:
             await pipe((reader, writer), upstream)
         finally:
             await close(upstream[1])
+        return None
+
+
+async def say(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, status: int, text: str
+) -> None:
+    """Answers, then reads what the task still sends for a moment before the caller closes:
+    closing with unread bytes makes the kernel send a reset, which can destroy the answer
+    before the task reads it."""
+    writer.write(answer(status, text))
+    if writer.can_write_eof():
+        writer.write_eof()
+    await writer.drain()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(LINGER_SECONDS):
+            while await reader.read(LINGER_READ):
+                pass

@@ -8,6 +8,7 @@ services, which a task must never reach by a name that resolves to one of them.
 
 import asyncio
 import ipaddress
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from boxd.broker.egress_target import IPAddress
@@ -47,6 +48,34 @@ def _read() -> set[IPAddress]:
 
 
 async def own_addresses() -> set[IPAddress]:
-    """Read afresh each time: addresses come and go (DHCP, VPNs) while a task runs. Raises
-    OSError when /proc cannot be read; the caller refuses rather than guess."""
+    """Read afresh. Raises OSError when /proc cannot be read; the caller refuses rather than
+    guess."""
     return await asyncio.to_thread(_read)
+
+
+class RecentOwnAddresses:
+    """own_addresses, read at most once per MAX_AGE seconds and shared by the connections that
+    ask meanwhile. A read in a thread costs about half a millisecond, most of a new
+    connection's set-up; addresses come and go (DHCP, VPNs) far less often than that."""
+
+    MAX_AGE = 1.0
+
+    def __init__(self, read: Callable[[], Awaitable[set[IPAddress]]] = own_addresses) -> None:
+        self._reader = read
+        self._read: asyncio.Future[set[IPAddress]] | None = None
+        self._read_at = 0.0
+
+    async def __call__(self) -> set[IPAddress]:
+        loop = asyncio.get_running_loop()
+        if self._read is None or loop.time() - self._read_at > self.MAX_AGE:
+            self._read_at = loop.time()
+            self._read = asyncio.ensure_future(self._reader())
+        read = self._read
+        try:
+            # Shielded: one caller that gives up must not cancel the read for the others.
+            return await asyncio.shield(read)
+        except OSError:
+            # A failed read is not kept: the next connection tries again.
+            if self._read is read:
+                self._read = None
+            raise

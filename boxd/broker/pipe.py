@@ -13,7 +13,7 @@ Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 CHUNK = 256 * 1024
 # Let a writer buffer this much before the copy waits for it, so a fast side is not held to
 # the default 64 KiB.
-WRITE_BUFFER = 1024 * 1024
+WRITE_BUFFER = 256 * 1024
 
 
 async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

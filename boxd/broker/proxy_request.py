@@ -87,7 +87,10 @@ async def read_head(reader: asyncio.StreamReader) -> list[str]:
                 size = MAX_HEAD + 1
             except asyncio.IncompleteReadError as error:
                 if not lines and not error.partial:
-                    raise BadRequest("the connection closed before a request came") from None
+                    # Nothing was asked (a port probe, a client that gave up): nothing to answer.
+                    raise ConnectionAbortedError(
+                        "the task closed before sending a request"
+                    ) from None
                 raise BadRequest("the connection closed in the middle of the request") from None
             size += len(line)
             if size > MAX_HEAD:

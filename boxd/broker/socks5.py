@@ -52,12 +52,11 @@ class _Unsupported(Exception):
         self.code = code
 
 
-def reply(code: int, bound: tuple[str, int] | None = None) -> bytes:
-    """A reply with the address the broker connected from, or 0.0.0.0:0 when it did not."""
-    address = ipaddress.ip_address(bound[0]) if bound else ipaddress.IPv4Address(0)
-    kind = IPV4 if address.version == 4 else IPV6
-    port = bound[1] if bound else 0
-    return bytes([VERSION, code, 0, kind]) + address.packed + struct.pack("!H", port)
+def reply(code: int) -> bytes:
+    """A reply whose bound address is always 0.0.0.0:0: the address the broker connected from
+    is one of the box's own, which tasks have no business learning; clients of CONNECT do not
+    use it."""
+    return bytes([VERSION, code, 0, IPV4, 0, 0, 0, 0, 0, 0])
 
 
 async def _greet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -105,6 +104,13 @@ class Socks5Proxy:
         finally:
             await close(writer)
 
+    async def busy(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, most: int
+    ) -> None:
+        """Closes a connection over the task's limit: SOCKS has no words to say why."""
+        log.warning("egress SOCKS connection closed: the task has %d open, its most", most)
+        await close(writer)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         async with asyncio.timeout(HANDSHAKE_SECONDS):
             await _greet(reader, writer)
@@ -130,8 +136,7 @@ class Socks5Proxy:
             writer.write(reply(code))
             return
         try:
-            bound = upstream[1].get_extra_info("sockname")
-            writer.write(reply(SUCCEEDED, (bound[0], bound[1])))
+            writer.write(reply(SUCCEEDED))
             await pipe((reader, writer), upstream)
         finally:
             await close(upstream[1])

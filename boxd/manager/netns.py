@@ -24,18 +24,6 @@ def netns_path(task_id: str) -> Path:
     return NETNS_DIR / netns_name(task_id)
 
 
-def proxy_environment() -> list[str]:
-    """What points the worker's programs at its proxies; many only read the lower-case forms,
-    some only the upper-case ones. Nothing but loopback goes direct."""
-    http = f"http://127.0.0.1:{HTTP_PROXY_PORT}"
-    socks = f"socks5h://127.0.0.1:{SOCKS_PROXY_PORT}"
-    direct = "localhost,127.0.0.1,::1"
-    pairs = {"HTTP_PROXY": http, "HTTPS_PROXY": http, "ALL_PROXY": socks, "NO_PROXY": direct}
-    return [f"{name}={value}" for name, value in pairs.items()] + [
-        f"{name.lower()}={value}" for name, value in pairs.items()
-    ]
-
-
 async def _ip(*argv: str) -> str | None:
     """Runs `ip`; returns its complaint, or None when it succeeded."""
     try:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from dbus_fast import Variant
 
+from boxd.broker.proxy_environment import proxy_environment
 from boxd.ids import task_user
-from boxd.manager.netns import proxy_environment
+from boxd.manager.netns import HTTP_PROXY_PORT, SOCKS_PROXY_PORT
 from boxd.manager.sandbox import sandbox_properties
 from boxd.paths import broker_socket, task_work_dir
 from boxd.settings import Settings
@@ -72,7 +73,12 @@ def worker_properties(home: Path, task: Task, settings: Settings) -> list[tuple[
                     f"BOX_TASK={task.id}",
                     f"HOME={work}",
                     "PYTHONUNBUFFERED=1",
-                    *proxy_environment(),
+                    *(
+                        f"{name}={value}"
+                        for name, value in proxy_environment(
+                            HTTP_PROXY_PORT, SOCKS_PROXY_PORT
+                        ).items()
+                    ),
                 ],
             ),
         ),
