@@ -44,7 +44,11 @@ def test_properties_marshal_as_start_transient_unit_wants() -> None:
     assert values["MemoryMax"] == 2**30
     assert values["TasksMax"] == 64
     assert values["CPUQuotaPerSecUSec"] == 500_000
-    assert values["TemporaryFileSystem"] == [["/var/lib/box", "mode=0755"]]
+    assert values["TemporaryFileSystem"] == [
+        ["/var/lib/box", "mode=0755"],
+        ["/dev/shm", "mode=1777,nosuid,nodev"],
+        ["/run/lock", "mode=1777,nosuid,nodev"],
+    ]
     work = "/var/lib/box/tasks/t000000001/work"
     door = "/var/lib/box/tasks/t000000001/broker.sock"
     assert values["BindPaths"] == [[work, work, False, 16384], [door, door, False, 0]]

@@ -21,6 +21,7 @@ _ANY_IPV4 = [int(socket.AF_INET), b"\0" * 4, 0]
 _ANY_IPV6 = [int(socket.AF_INET6), b"\0" * 16, 0]
 _LOOPBACK_IPV4 = [int(socket.AF_INET), bytes([127, 0, 0, 0]), 8]
 _LOOPBACK_IPV6 = [int(socket.AF_INET6), b"\0" * 15 + b"\1", 128]
+_SHARED_TMPFS = "mode=1777,nosuid,nodev"
 # CPUQuotaPerSecUSec is microseconds of CPU time per second of wall time.
 _USEC_PER_PERCENT = 10_000
 
@@ -38,13 +39,27 @@ def sandbox_properties(home: Path, task_id: str, settings: Settings) -> list[tup
         # BOX_HOME holds the database, the vault, every workspace and every task's layers and
         # broker socket: the worker sees an empty, root-owned BOX_HOME with only its own view
         # and its own broker socket in it, at their usual paths.
-        ("TemporaryFileSystem", Variant("a(ss)", [[str(home), "mode=0755"]])),
+        # The box's /dev/shm (which PrivateDevices= binds in) and /run/lock (a mount of its own,
+        # which ProtectSystem= leaves writable) are world-writable and shared: every task could
+        # read and fill them. Each worker gets its own, whose pages count against its MemoryMax=.
+        (
+            "TemporaryFileSystem",
+            Variant(
+                "a(ss)",
+                [
+                    [str(home), "mode=0755"],
+                    ["/dev/shm", _SHARED_TMPFS],
+                    ["/run/lock", _SHARED_TMPFS],
+                ],
+            ),
+        ),
         ("BindPaths", Variant("a(ssbt)", [[work, work, False, _MS_REC], [door, door, False, 0]])),
         # The task's one door into the box is its broker; the system bus is not another one.
-        # Other tasks' unit files (their titles) and namespaces are none of its business.
+        # Other tasks' unit files (their titles) and namespaces are none of its business, and
+        # the box's message queues file system is not its own (mq_open does not need it).
         (
             "InaccessiblePaths",
-            Variant("as", ["-/run/dbus", "-/run/systemd/transient", "-/run/netns"]),
+            Variant("as", ["-/run/dbus", "-/run/systemd/transient", "-/run/netns", "-/dev/mqueue"]),
         ),
         _flag("PrivateTmp"),
         _flag("PrivateDevices"),

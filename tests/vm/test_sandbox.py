@@ -121,9 +121,12 @@ def test_worker_unit_has_the_sandbox(machine: Machine, running: dict[str, Any]) 
         "SystemCallArchitectures": "native",
         "RestrictAddressFamilies": "AF_INET AF_INET6 AF_UNIX",
         "NetworkNamespacePath": f"/run/netns/box-{task_id}",
-        "TemporaryFileSystem": "/var/lib/box:mode=0755",
+        "TemporaryFileSystem": (
+            "/var/lib/box:mode=0755 /dev/shm:mode=1777,nosuid,nodev "
+            "/run/lock:mode=1777,nosuid,nodev"
+        ),
         "BindPaths": f"{work}:{work}:rbind {door}:{door}",
-        "InaccessiblePaths": "-/run/dbus -/run/systemd/transient -/run/netns",
+        "InaccessiblePaths": "-/run/dbus -/run/systemd/transient -/run/netns -/dev/mqueue",
     }
     # systemd keeps address lists as sets: their order varies.
     addresses = unit_properties(machine, task_id, "IPAddressDeny", "IPAddressAllow")
@@ -275,9 +278,26 @@ def test_writing_outside_the_workspace_is_refused(machine: Machine, token: str) 
         assert line.startswith(f"touch: cannot touch '{place}': "), printed
         assert line.endswith(("Read-only file system", "Permission denied")), printed
     assert len(lines) == len(places) + 1, printed
-    # /tmp is the task's own: what it writes there is nowhere on the box.
-    run_sh(machine, token, "echo private > /tmp/boxd-tmp-probe && cat /tmp/boxd-tmp-probe")
-    assert machine.run("test", "-e", "/tmp/boxd-tmp-probe", check=False).returncode == 1
+    # The world-writable places are the task's own: what it writes there is nowhere on the box.
+    for place in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
+        probe = f"{place}/boxd-probe"
+        assert run_sh(machine, token, f"echo private > {probe} && cat {probe}") == "private"
+        assert machine.run("test", "-e", probe, check=False).returncode == 1, place
+    # Nothing else is writable: its working view, and those.
+    task = start_fake(
+        machine,
+        token,
+        "sh find / \\( -path /proc -o -path /sys \\) -prune -o -writable -type d -print "
+        "2>/dev/null | grep -v '^/tmp/\\|^/var/tmp/\\|/work/'; true",
+    )
+    ended = finish(machine, task["id"])
+    assert sorted(ended["steps"][0]["text"].splitlines()) == [
+        "/dev/shm",
+        "/run/lock",
+        "/tmp",
+        f"/var/lib/box/tasks/{task['id']}/work",
+        "/var/tmp",
+    ]
 
 
 def test_a_setuid_binary_gives_no_privilege(machine: Machine, token: str) -> None:
@@ -382,3 +402,14 @@ def test_a_task_resumed_after_a_reboot_gets_its_namespace_and_proxies_again(
     ended = finish(machine, task_id)
     assert ended["state"] == "done", ended
     assert [s["text"] for s in ended["steps"]] == ["one", "slept 3 s", "both listen"]
+
+
+def test_dev_shm_is_the_tasks_own(machine: Machine, token: str) -> None:
+    first = start_fake(machine, token, "sh echo hidden > /dev/shm/boxd-probe\nsleep 120")
+    wait_for_step(machine, first["id"])
+    try:
+        error = failed_sh(machine, token, "cat /dev/shm/boxd-probe")
+        assert "cat: /dev/shm/boxd-probe: No such file or directory" in error
+        assert machine.run("test", "-e", "/dev/shm/boxd-probe", check=False).returncode == 1
+    finally:
+        http(machine, "POST", f"/api/tasks/{first['id']}/stop", token)

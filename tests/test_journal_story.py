@@ -1,0 +1,15 @@
+from boxd.event import Event, EventKind
+from boxd.manager.journal import story
+
+
+def test_a_refusal_reads_as_a_sentence() -> None:
+    event = Event(
+        seq=3,
+        task="t000000001",
+        kind=EventKind.NET_REFUSED,
+        at=0.0,
+        data={"target": "other.test:80", "reason": "it is not in this task's hosts"},
+    )
+    assert story(event) == (
+        "Task t000000001 was refused other.test:80: it is not in this task's hosts"
+    )
