@@ -44,6 +44,11 @@ DEBIAN_PACKAGES: tuple[str, ...] = (
     "procps",
     "ca-certificates",
     "make",
+    # What agents run, to test that the worker's sandbox leaves them working.
+    "git",
+    "gcc",
+    "libc6-dev",
+    "nodejs",
 )
 
 # Used until the repository has a pyproject.toml to read them from.

@@ -413,3 +413,27 @@ def test_dev_shm_is_the_tasks_own(machine: Machine, token: str) -> None:
         assert machine.run("test", "-e", "/dev/shm/boxd-probe", check=False).returncode == 1
     finally:
         http(machine, "POST", f"/api/tasks/{first['id']}/stop", token)
+
+
+def test_what_agents_run_still_works_in_the_sandbox(machine: Machine, token: str) -> None:
+    """node (a JIT: no MemoryDenyWriteExecute), python with multiprocessing (semaphores in its
+    own /dev/shm), git and a C compiler whose program runs from the workspace."""
+    task = start_fake(
+        machine,
+        token,
+        "sh node -e \"console.log('node', require('os').cpus().length > 0, 6 * 7)\"\n"
+        'sh python3 -c "import multiprocessing as m; '
+        "print('python', m.Pool(2).map(abs, [-1, -2]))\"\n"
+        "sh git init -q repo && cd repo && git -c user.name=a -c user.email=a@b commit -q "
+        "--allow-empty -m first && git log --format=%s\n"
+        "sh printf '#include <stdio.h>\\nint main(void){puts(\"compiled\");return 0;}' > hi.c "
+        "&& gcc -O2 -o hi hi.c && ./hi",
+    )
+    ended = finish(machine, task["id"], timeout=180)
+    assert ended["state"] == "done", ended
+    assert [s["text"] for s in ended["steps"]] == [
+        "node true 42",
+        "python [1, 2]",
+        "first",
+        "compiled",
+    ]
