@@ -2,17 +2,15 @@
 and its egress proxies on the sockets box-egress-{http,socks}@<id>.socket bind in its namespace."""
 
 import asyncio
-import json
 import logging
 import os
-from collections.abc import Awaitable, Callable
 
 from boxd.broker.app import make_app
 from boxd.broker.approvals import ApprovalWaiter
 from boxd.broker.egress import Egress, task_hosts
-from boxd.broker.manager_link import Manager, ManagerLink
+from boxd.broker.manager_link import ManagerLink
+from boxd.broker.refusal_log import RefusalLog
 from boxd.dbus.client import connect_system_bus
-from boxd.errors import BoxError
 from boxd.ids import check_task_id
 from boxd.paths import box_home, task_dir
 from boxd.socket_activation import passed_sockets, serve
@@ -22,19 +20,6 @@ EGRESS_HTTP = "egress-http"
 EGRESS_SOCKS = "egress-socks"
 # How long an over-budget /call or an /ask waits for the owner before answering "pending".
 DEFAULT_APPROVAL_WAIT_MS = 150_000
-
-log = logging.getLogger(__name__)
-
-
-def refusal_logger(manager: Manager) -> Callable[[str, str], Awaitable[None]]:
-    async def on_refusal(target: str, reason: str) -> None:
-        try:
-            await manager.call("LogRefusal", json.dumps({"target": target, "reason": reason}))
-        except BoxError as error:
-            # The task is refused either way; only the log line is lost.
-            log.warning("could not log the refusal of %s: %s", target, error.message)
-
-    return on_refusal
 
 
 async def run(task_id: str) -> None:
@@ -48,7 +33,8 @@ async def run(task_id: str) -> None:
     wait_ms = float(os.environ.get("BOX_APPROVAL_WAIT_MS", DEFAULT_APPROVAL_WAIT_MS))
     app = make_app(manager, waiter, task, home, task_dir(home, task_id), wait_ms / 1000)
     passed = passed_sockets(f"box-broker@{task_id}.socket")
-    egress = Egress(task_hosts(task), refusal_logger(manager))
+    refusals = RefusalLog(manager)
+    egress = Egress(task_hosts(task), refusals)
     for sock in passed.pop(EGRESS_HTTP, []):
         await egress.serve_http(sock)
     for sock in passed.pop(EGRESS_SOCKS, []):
@@ -58,6 +44,7 @@ async def run(task_id: str) -> None:
         await serve(app, f"box-broker@{task_id}.socket", api)
     finally:
         await egress.close()
+        await refusals.close()
         bus.disconnect()
 
 
