@@ -20,6 +20,13 @@ def owned(path: Path) -> Path:
     return path
 
 
+def give_away(folder: Path) -> None:
+    """As root, the files of a real folder must be someone else's, or the mirror leaves them out."""
+    if os.geteuid() == 0:
+        for path in [folder, *folder.rglob("*")]:
+            os.lchown(path, SOMEONE, SOMEONE)
+
+
 def refusal(asked: Path | str, home: Path, box: Path) -> str:
     with pytest.raises(BoxError) as caught:
         check_folder(str(asked), home, [], box)
@@ -75,6 +82,7 @@ def test_mirror_copies_only_what_changed(tmp_path: Path) -> None:
     (real / "a.txt").write_text("a")
     (real / "sub" / "b.txt").write_text("b")
     (real / "link").symlink_to("a.txt")
+    give_away(real)
     gid = os.getgid()
     assert sync_mirror([Folder(real, "real")], base, gid) == 4
     assert (base / "sub" / "b.txt").read_text() == "b"
@@ -84,9 +92,12 @@ def test_mirror_copies_only_what_changed(tmp_path: Path) -> None:
     assert sync_tree(real, base, gid) == 0
     (real / "a.txt").write_text("changed")
     (real / "sub" / "b.txt").unlink()
+    if os.geteuid() == 0:
+        (real / "root.txt").write_text("root's")
     assert sync_tree(real, base, gid) == 2
     assert (base / "a.txt").read_text() == "changed"
     assert not (base / "sub" / "b.txt").exists()
+    assert not (base / "root.txt").exists()
 
 
 def test_keep_applies_a_layer_and_finds_conflicts(tmp_path: Path) -> None:
@@ -95,6 +106,7 @@ def test_keep_applies_a_layer_and_finds_conflicts(tmp_path: Path) -> None:
         folder.mkdir()
     (real / "a.txt").write_text("old")
     (real / "b.txt").write_text("keep me")
+    give_away(real)
     sync_tree(real, view, os.getgid())
     saw = take_manifest(view)
     # What the task's overlay would have put in its upper folder.

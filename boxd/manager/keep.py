@@ -214,6 +214,7 @@ def _replace(source: Path, real: Path, info: os.stat_result, mode: int, uid: int
             temporary.unlink()
             temporary.symlink_to(os.readlink(source))
             os.lchown(temporary, uid, gid)
+            os.utime(temporary, ns=(info.st_atime_ns, info.st_mtime_ns), follow_symlinks=False)
         else:
             with source.open("rb") as reading, temporary.open("wb") as writing:
                 shutil.copyfileobj(reading, writing, 1 << 20)

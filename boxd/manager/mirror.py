@@ -34,6 +34,7 @@ def _copy_entry(source: Path, target: Path, info: os.stat_result, gid: int) -> N
     if stat.S_ISLNK(info.st_mode):
         target.symlink_to(os.readlink(source))
         os.lchown(target, -1, gid)
+        os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns), follow_symlinks=False)
     elif stat.S_ISDIR(info.st_mode):
         target.mkdir()
         os.chown(target, -1, gid)
@@ -50,7 +51,13 @@ def _copy_entry(source: Path, target: Path, info: os.stat_result, gid: int) -> N
 def sync_tree(source: Path, target: Path, gid: int) -> int:
     """Makes `target` a copy of `source`; returns how many entries were copied or removed."""
     changed = 0
-    wanted = {entry.name: entry for entry in os.scandir(source)}
+    # What belongs to root stays out of the copy: the owner may not be able to read it, and
+    # boxd, which can, must not hand it to a task.
+    wanted = {
+        entry.name: entry
+        for entry in os.scandir(source)
+        if entry.stat(follow_symlinks=False).st_uid != 0
+    }
     for entry in os.scandir(target):
         if entry.name not in wanted:
             _remove(Path(entry.path))
