@@ -10,9 +10,7 @@ test machine, installs this checkout, copies itself in and does the rest inside 
    Now and then a task fails (boxd could not mount its view: "failed to clone lowerpath" in the
    kernel log; or its unit stopped "from outside boxd"); it is started again in its place, and
    counted.
-2. One `sleep 600` task on each, once anything mounted on the base folders is taken off (see
-   `clear_base`: a guard from when an owner's view, since taken out, propagated onto the base,
-   making the bottom layer a whole stack again). On each task's mounted view
+2. One `sleep 600` task on each. On each task's mounted view
    (`/var/lib/box/tasks/<id>/work`), as root: open+read of `base.txt` (the bottom of the stack)
    and `os.stat` of a missing path, N times each, p50 and the ratio to the 1-layer figure. The
    dentry cache is never dropped: these are warm-cache figures. For comparison, also the same
@@ -21,7 +19,11 @@ test machine, installs this checkout, copies itself in and does the rest inside 
    Then `boxctl stop` of the three.
 3. `boxctl undo` wall-clock of the done tasks at 250, 251 and 252 from the bottom of the
    498-deep stack, next to `boxctl show` of the same task (the command's own start-up and call).
-4. The personal-folder keep figure: not measurable yet, said so in one line.
+4. Keeping a personal-folder task that changed 1,000 files: a folder of 1,000 files of 1 KiB
+   belonging to a user `benchowner`, in Settings agentFolders; a fake task rewrites all of them;
+   then `POST /api/tasks/{id}/keep` wall-clock, three times (each a new task on the kept
+   folder). Next to it, the floor: writing the same 1,000 files into a fresh folder from Python,
+   each written whole, fsync'ed and renamed into place, as keep does.
 """
 
 import argparse
@@ -253,24 +255,6 @@ def lower_layers(view: Path) -> int | None:
     return None
 
 
-def clear_base(workspace: str) -> None:
-    """Takes off what is mounted on the workspace's base folder, so that a new task's stack
-    ends in the base itself. The owner's view (`BOX_HOME/views/<name>`, a shared mount) is a
-    bind of the base while the workspace has no done task, and the overlay later mounted on it
-    propagates onto the base folder: a task started then stacks the view, every layer again,
-    under its own layers."""
-    base = BOX_HOME / "workspaces" / workspace
-    found = mounts_on(base)
-    for _ in range(10):
-        if mounts_on(base) == 0:
-            break
-        subprocess.run(["umount", "--lazy", str(base)], capture_output=True, timeout=30)
-    if mounts_on(base):
-        sys.exit(f"{base} is still a mount point")
-    if found:
-        say(f"  NOTE: {found} mount(s) on the base folder {base}, taken off")
-
-
 def boxctl(*args: str) -> float:
     """Runs boxctl; returns its wall-clock time in seconds."""
     began = time.perf_counter()
@@ -279,6 +263,73 @@ def boxctl(*args: str) -> float:
     if done.returncode != 0:
         sys.exit(f"boxctl {' '.join(args)} failed: {done.stdout}{done.stderr}")
     return elapsed
+
+
+KEEP_FILES = 1000
+KEEP_RUNS = 3
+KEEP_FOLDER = Path("/srv/bench/keep")
+
+
+def write_files(folder: Path, text: bytes) -> float:
+    """The floor for keep: each file written whole, fsync'ed and renamed into place."""
+    began = time.perf_counter()
+    for number in range(KEEP_FILES):
+        temporary = folder / f".f{number}.tmp"
+        with temporary.open("wb") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        temporary.rename(folder / f"f{number}.txt")
+    return time.perf_counter() - began
+
+
+def prepare_keep() -> None:
+    """A folder of 1 KiB files that belongs to someone other than root, in agentFolders."""
+    subprocess.run(["useradd", "--system", "benchowner"], capture_output=True, timeout=60)
+    KEEP_FOLDER.mkdir(parents=True, exist_ok=True)
+    for number in range(KEEP_FILES):
+        (KEEP_FOLDER / f"f{number}.txt").write_bytes(b"o" * 1024)
+    subprocess.run(["chown", "-R", "benchowner:", str(KEEP_FOLDER.parent)], check=True)
+    boxctl("settings", "set", "agentFolders", f'["{KEEP_FOLDER.parent}"]')
+
+
+def floor_writes() -> list[float]:
+    folder = Path("/srv/bench/floor")
+    folder.mkdir(exist_ok=True)
+    return [write_files(folder, b"f" * 1024) for _ in range(KEEP_RUNS)]
+
+
+async def measure_keep(box: Box) -> None:
+    say(f"4. keep of a personal-folder task that rewrote {KEEP_FILES} files")
+    await asyncio.to_thread(prepare_keep)
+    kept: list[float] = []
+    for run in range(KEEP_RUNS):
+        script = f"sh for i in $(seq 0 {KEEP_FILES - 1}); do printf %01024d {run} > f$i.txt; done"
+        task = await box.call(
+            "POST",
+            "/api/tasks",
+            {"title": "rewrite", "worker": "fake", "prompt": script, "folder": str(KEEP_FOLDER)},
+            status=201,
+        )
+        task = await box.until(task, ("done", "failed"))
+        if task["state"] != "done":
+            sys.exit(f"task {task['id']} is {task['state']}: {task.get('error')}")
+        began = time.perf_counter()
+        task = await box.call("POST", f"/api/tasks/{task['id']}/keep")
+        kept.append(time.perf_counter() - began)
+        if task.get("review") != "kept":
+            sys.exit(f"task {task['id']} was not kept: {task.get('error')}")
+        sample = (KEEP_FOLDER / "f7.txt").read_text()
+        if sample != f"{run:01024d}":
+            sys.exit(f"f7.txt holds {sample[:20]!r}... after keep, not the task's text")
+        say(f"  run {run + 1}: keep took {kept[-1] * 1000:.0f} ms")
+    floor = await asyncio.to_thread(floor_writes)
+    median, median_floor = statistics.median(kept), statistics.median(floor)
+    say(
+        f"  median: keep {median * 1000:.0f} ms ({median / KEEP_FILES * 1e6:.0f} us a file), "
+        f"floor {median_floor * 1000:.0f} ms, ratio {median / median_floor:.2f}"
+    )
+    boxctl("settings", "set", "agentFolders", "[]")
 
 
 async def inside(token: str, runs: int) -> None:
@@ -299,8 +350,6 @@ async def inside(token: str, runs: int) -> None:
         say(f"  filled in {time.monotonic() - began:.0f} s")
 
         say("2. one `sleep 600` task on each workspace")
-        for name in DEPTHS:
-            clear_base(name)
         sleepers: dict[str, dict[str, Any]] = {}
         for name, count in DEPTHS.items():
             task = await box.run(name, "held open", "sleep 600", ("running",))
@@ -316,8 +365,6 @@ async def inside(token: str, runs: int) -> None:
                 await asyncio.sleep(0.1)
             sleepers[name] = task
         for name, count in DEPTHS.items():
-            if mounts_on(BOX_HOME / "workspaces" / name):
-                sys.exit(f"the base folder of {name} is a mount point again")
             view = BOX_HOME / "tasks" / sleepers[name]["id"] / "work"
             found = lower_layers(view)
             say(f"  {name}: task {sleepers[name]['id']} running, {found} lower layers mounted")
@@ -353,11 +400,8 @@ async def inside(token: str, runs: int) -> None:
             f"  median: boxctl undo {statistics.median(undo) * 1000:.0f} ms, "
             f"boxctl show (start-up and one call) {statistics.median(floor) * 1000:.0f} ms"
         )
-    say("")
-    say(
-        "4. personal-folder keep: not measured, personal folders are not built yet, so there is "
-        "nothing to keep"
-    )
+        say("")
+        await measure_keep(box)
     say(
         f"tasks that failed and were started again in their place: "
         f"{len(box.failed)}{': ' + ' '.join(box.failed) if box.failed else ''}"

@@ -6,6 +6,8 @@ from enum import StrEnum
 
 class Role(StrEnum):
     OWNER = "owner"
+    # An app's token: it may start and follow tasks on workspaces, not act as the owner.
+    APP = "app"
     BROKER = "broker"
 
 
@@ -15,3 +17,6 @@ class Caller:
     name: str
     # A broker may act for its own task only.
     task: str | None = None
+    # The Linux account behind the call (a token's is the one that made it): personal folders
+    # must be in its home.
+    user: str | None = None

@@ -21,6 +21,16 @@ class TaskState(StrEnum):
         return self in (TaskState.DONE, TaskState.FAILED, TaskState.UNDONE)
 
 
+class Review(StrEnum):
+    """Where a personal task stands with the owner: its changes wait, went into the real
+    folders, met a file the owner changed meanwhile, or were thrown away."""
+
+    PENDING = "pending"
+    KEPT = "kept"
+    CONFLICT = "conflict"
+    UNDONE = "undone"
+
+
 class Task(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -42,7 +52,9 @@ class Task(BaseModel):
     costCents: float = 0
     step: str | None = None
     error: str | None = None
-    review: str | None = None
+    review: Review | None = None
+    folder: str | None = None
+    folders: list[str] | None = None
     requester: str | None = None
     app: str | None = None
     createdAt: float

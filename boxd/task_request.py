@@ -75,6 +75,15 @@ class DroidOptions(BaseModel):
 
 
 MAX_FILES = 8
+MAX_FOLDERS = 10
+MAX_PATH = 4096
+
+
+def _absolute(field: str, path: str) -> None:
+    if not path.startswith("/") or "\0" in path or len(path) > MAX_PATH:
+        raise plain(f"{field}: {path!r} is not an absolute path to a folder")
+
+
 MAX_FILES_BYTES = 5 * 1024 * 1024
 
 
@@ -146,11 +155,22 @@ class TaskRequest(BaseModel):
             raise plain(f"{info.field_name} is over {MAX_LABEL} characters")
         return value
 
-    @field_validator("folder", "folders")
+    @field_validator("folder")
     @classmethod
-    def _not_yet(cls, value: object, info: Any) -> object:
+    def _folder(cls, value: str | None) -> str | None:
         if value is not None:
-            raise plain(f"{info.field_name}: personal folders are not available on this box yet")
+            _absolute("folder", value)
+        return value
+
+    @field_validator("folders")
+    @classmethod
+    def _folders(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        if not 1 <= len(value) <= MAX_FOLDERS:
+            raise plain(f"folders: name 1 to {MAX_FOLDERS} folders, not {len(value)}")
+        for folder in value:
+            _absolute("folders", folder)
         return value
 
     @field_validator("files")
@@ -167,6 +187,24 @@ class TaskRequest(BaseModel):
         if sum(len(file.content) for file in files) > MAX_FILES_BYTES:
             raise plain("files: the files are over 5 MB in all")
         return files
+
+    @model_validator(mode="after")
+    def _one_place(self) -> "TaskRequest":
+        if self.folder is not None and self.folders is not None:
+            raise plain("send folder or folders, not both")
+        personal = "folder" if self.folder is not None else "folders"
+        if (self.folder is not None or self.folders is not None) and (
+            "workspace" in self.model_fields_set
+        ):
+            raise plain(f"{personal} replaces workspace: send one of them, not both")
+        return self
+
+    @property
+    def personal(self) -> list[str] | None:
+        """The real folders asked for, or None for a task on a workspace."""
+        if self.folder is not None:
+            return [self.folder]
+        return list(self.folders) if self.folders is not None else None
 
     @model_validator(mode="after")
     def _files_bring_their_own_workspace(self) -> "TaskRequest":

@@ -64,8 +64,8 @@ async def test_tokens_and_settings(tmp_path: Path) -> None:
     store = Store(tmp_path / "box.db")
     await store.open()
     assert await store.token_role("abc") is None
-    await store.add_token("abc", "laptop", "owner")
-    assert await store.token_role("abc") == ("laptop", "owner")
+    await store.add_token("abc", "laptop", "owner", "alice")
+    assert await store.token_role("abc") == ("laptop", "owner", "alice")
     assert await store.settings() == Settings()
     changed = Settings(defaultBudgetCents=7)
     await store.save_settings(changed)

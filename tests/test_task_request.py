@@ -117,10 +117,26 @@ def test_types_are_named() -> None:
     )
 
 
-@pytest.mark.parametrize("field", ["folder", "folders"])
-def test_personal_folders_are_refused_until_they_exist(field: str) -> None:
-    value: object = "/home/owner/notes" if field == "folder" else []
-    assert "are not available on this box yet" in refused(body(**{field: value}))
+def test_personal_folders_shape() -> None:
+    request = parse_task_request(body(folder="/home/owner/notes"))
+    assert request.personal == ["/home/owner/notes"]
+    assert parse_task_request(body(folders=["/a/b", "/c"])).personal == ["/a/b", "/c"]
+    assert parse_task_request(body()).personal is None
+    assert refused(body(folder="notes")) == "folder: 'notes' is not an absolute path to a folder"
+    assert refused(body(folders=[])) == "folders: name 1 to 10 folders, not 0"
+    assert refused(body(folders=[f"/f{n}" for n in range(11)])) == (
+        "folders: name 1 to 10 folders, not 11"
+    )
+    assert refused(body(folders=["/ok", "rel"])) == (
+        "folders: 'rel' is not an absolute path to a folder"
+    )
+    assert refused(body(folder="/a", folders=["/b"])) == "send folder or folders, not both"
+    assert refused(body(folder="/a", workspace="home")) == (
+        "folder replaces workspace: send one of them, not both"
+    )
+    assert refused(body(folders=["/a"], workspace="home")) == (
+        "folders replaces workspace: send one of them, not both"
+    )
 
 
 def shared(name: str = "notes.md", content: bytes = b"hello") -> dict[str, str]:

@@ -5,6 +5,7 @@ import argparse
 import asyncio
 import getpass
 import json
+import os
 import sys
 from typing import Any
 
@@ -24,6 +25,14 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--title", help="a short name for people (default: the prompt's start)")
     start.add_argument("--worker", help="droid (default) or fake")
     start.add_argument("--workspace", help="a folder in BOX_HOME/workspaces (default: home)")
+    start.add_argument(
+        "--folder",
+        action="append",
+        dest="folders",
+        # Relative to where boxctl runs; the box wants absolute paths.
+        type=os.path.abspath,
+        help="one of your real folders to work on a copy of (repeat for several)",
+    )
     start.add_argument("--budget", type=int, dest="budgetCents", help="budget in US cents")
     start.add_argument("--host", action="append", dest="hosts", help="a host it may reach")
     start.add_argument("--tool", action="append", dest="tools", help="a tool it may call")
@@ -40,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
         ("follow", "print a task's steps live until it ends"),
         ("stop", "stop a running task"),
         ("undo", "take a task's changes out of its workspace"),
+        ("keep", "apply a personal task's changes to your real folders"),
     ):
         command = commands.add_parser(name, help=text)
         command.add_argument("id", help="the task id, like t3k9x2a1b2")
@@ -66,8 +76,13 @@ def _parser() -> argparse.ArgumentParser:
 
     token = commands.add_parser("token", help="bearer tokens for the HTTP API")
     token_commands = token.add_subparsers(dest="token_command", required=True)
-    create = token_commands.add_parser("create", help="make an owner token and print it")
+    create = token_commands.add_parser("create", help="make a token and print it")
     create.add_argument("--name", default="owner", help="what the token is for")
+    create.add_argument(
+        "--app",
+        action="store_true",
+        help="for an app: it may start and follow tasks, but not act as the owner",
+    )
 
     settings = commands.add_parser("settings", help="show or change the box's settings")
     settings.add_argument("--json", action="store_true")
@@ -135,6 +150,9 @@ async def run(arguments: argparse.Namespace) -> int:
         for field in ("worker", "workspace", "budgetCents", "hosts", "tools", "model", "source"):
             if getattr(arguments, field) is not None:
                 request[field] = getattr(arguments, field)
+        if arguments.folders:
+            real = arguments.folders
+            request.update({"folder": real[0]} if len(real) == 1 else {"folders": real})
         task = await client.call("CreateTask", json.dumps(request))
         print(show.as_json(task) if as_json else task["id"], flush=True)
         if arguments.follow:
@@ -148,8 +166,9 @@ async def run(arguments: argparse.Namespace) -> int:
         print(show.as_json(task) if as_json else show.task_details(task))
     elif command == "follow":
         return await _follow(client, arguments.id, as_json)
-    elif command in ("stop", "undo"):
-        task = await client.call("StopTask" if command == "stop" else "UndoTask", arguments.id)
+    elif command in ("stop", "undo", "keep"):
+        method = {"stop": "StopTask", "undo": "UndoTask", "keep": "KeepTask"}[command]
+        task = await client.call(method, arguments.id)
         print(show.as_json(task) if as_json else show.task_line(task))
     elif command == "approvals":
         pending = await client.call("ListApprovals")
@@ -169,7 +188,7 @@ async def run(arguments: argparse.Namespace) -> int:
             lines = [f"{found['name']} moved to {found['trash']}"]
         print(show.as_json(found) if as_json else "\n".join(lines))
     elif command == "token":
-        print(await client.call("CreateToken", arguments.name))
+        print(await client.call("CreateToken", arguments.name, arguments.app))
     elif command == "settings":
         if arguments.settings_command == "set":
             changes = {arguments.name: _value(arguments.value)}

@@ -38,6 +38,8 @@ _FIELDS = (
     "title",
     "user",
     "workspace",
+    "folders",
+    "review",
     "worker",
     "model",
     "budgetCents",

@@ -49,6 +49,7 @@ def _methods(interface: str, token: bool = False) -> list[Method]:
         Method(interface, "ListTasks", first, "tasks"),
         Method(interface, "StopTask", (*first, "id"), "task"),
         Method(interface, "UndoTask", (*first, "id"), "task"),
+        Method(interface, "KeepTask", (*first, "id"), "task"),
         Method(interface, "ListApprovals", first, "approvals"),
         Method(interface, "AnswerApproval", (*first, "id", "approved:b"), "approval"),
         Method(interface, "ListWorkspaces", first, "workspaces"),
@@ -61,7 +62,7 @@ METHODS: tuple[Method, ...] = (
     Method(MANAGER, "RemoveWorkspace", ("name",), "removed"),
     Method(MANAGER, "GetSettings", (), "settings"),
     Method(MANAGER, "SetSettings", ("changes",), "settings"),
-    Method(MANAGER, "CreateToken", ("name",), "token"),
+    Method(MANAGER, "CreateToken", ("name", "app:b"), "token"),
     # The vault: the owner's only, like everything on this interface. Values go in, never out.
     Method(MANAGER, "SetSecret", ("name", "value"), "secret"),
     Method(MANAGER, "RemoveSecret", ("name",), "secret"),

@@ -29,13 +29,15 @@ class Authorizer:
         sender = message.sender or ""
         if method.interface == api.MANAGER:
             await check_authorization(self._bus, sender, api.MANAGE_ACTION)
-            return Caller(Role.OWNER, user_name(await connection_uid(self._bus, sender)))
+            account = user_name(await connection_uid(self._bus, sender))
+            return Caller(Role.OWNER, account, user=account)
         if method.interface == api.GATEWAY:
             token = message.body[0]
             found = await self._store.token_role(token_hash(token)) if token else None
             if found is None:
                 die(Problem.UNAUTHORIZED, "a valid bearer token is required (boxctl token create)")
-            return Caller(Role(found[1]), found[0])
+            name, role, maker = found
+            return Caller(Role(role), name, user=maker)
         task_id = message.body[0]
         if await self._broker_unit(sender) != broker_service_unit(task_id):
             die(Problem.FORBIDDEN, f"only the broker of task {task_id} may do this")

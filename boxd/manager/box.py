@@ -2,6 +2,7 @@
 change. Only this class changes a task's state, and always under that task's lock."""
 
 import asyncio
+import grp
 import json
 import logging
 import os
@@ -27,26 +28,39 @@ from boxd.event import EventKind
 from boxd.ids import check_task_id, new_task_id, task_user
 from boxd.manager import netns
 from boxd.manager.exit_words import why_failed
+from boxd.manager.folders import check_folders, folder_workspace, owner_home, real_folders
+from boxd.manager.keep import (
+    Places,
+    UnsafePath,
+    apply,
+    conflicts,
+    layer_changes,
+    load_manifest,
+    save_manifest,
+    take_manifest,
+)
 from boxd.manager.last_words import last_words
 from boxd.manager.layers import MAX_DONE, Layers, layer_name
+from boxd.manager.mirror import sync_mirror
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError
 from boxd.manager.tokens import check_token_name, new_token, token_hash
 from boxd.manager.users import ensure_user
 from boxd.manager.vault import Vault
 from boxd.manager.worker_unit import (
+    WORK_GROUP,
     broker_service_unit,
     broker_socket_unit,
     egress_socket_units,
     worker_properties,
     worker_unit,
 )
-from boxd.manager.workspaces import Workspaces
-from boxd.paths import task_dir
+from boxd.manager.workspaces import PERSONAL, Workspaces
+from boxd.paths import task_dir, task_work_dir, workspaces_dir
 from boxd.plain_errors import parse
 from boxd.settings import NetworkDefault, change_settings
 from boxd.step import Step
-from boxd.task import Task, TaskState
+from boxd.task import Review, Task, TaskState
 from boxd.task_request import Worker, parse_task_request
 
 log = logging.getLogger(__name__)
@@ -56,6 +70,7 @@ DROID_MISSING = (
     "Start the task with worker fake, or wait for the Droid worker."
 )
 STOPPED = "Stopped by its owner."
+OWNER_ONLY = "only this computer's own screen or the owner's paired device can do this"
 UNDONE_WHILE_RUNNING = "Stopped by its owner, to undo it."
 
 
@@ -75,7 +90,11 @@ class Box:
         self.vault = Vault(home)
         self.workspaces = Workspaces(home)
         self.layers = Layers(home)
+        # One lock per workspace: its mirror, its stack and the mounts made from it change
+        # under it, so no layer is taken away while a task is mounting it.
         self._joins: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        # Tasks between reading their stack and recording it (their `saw`), by workspace.
+        self._starting: dict[str, list[str]] = {}
         self._objects: dict[str, TaskObject] = {}
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._background: set[asyncio.Task[None]] = set()
@@ -107,7 +126,10 @@ class Box:
                 log.info("task %s has no worker unit; starting it again to resume", task.id)
                 async with self._locks[task.id]:
                     try:
-                        await self._start_units(task, await self._layers_seen(task))
+                        layers = await self._layers_seen(task)
+                        async with self._joins[task.workspace]:
+                            await self._prepare_view(task, layers)
+                        await self._start_units(task)
                     except (BoxError, SystemdError, OSError) as error:
                         await self._end(
                             task, TaskState.FAILED, f"The task could not resume: {error}"
@@ -122,6 +144,7 @@ class Box:
             "ListTasks": self.list_tasks,
             "StopTask": self.stop_task,
             "UndoTask": self.undo_task,
+            "KeepTask": self.keep_task,
             "ListApprovals": self.list_approvals,
             "AnswerApproval": self.answer_approval,
             "ListWorkspaces": self.list_workspaces,
@@ -152,7 +175,20 @@ class Box:
     async def create_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         request = parse_task_request(args[0])
         settings = await self.store.settings()
-        if request.files is None and not self.workspaces.exists(request.workspace):
+        personal = request.personal
+        if personal is not None or request.workspace.startswith(PERSONAL):
+            _owner_only(caller)
+        if personal is None and request.workspace.startswith(PERSONAL):
+            die(
+                Problem.INVALID,
+                f"workspace {request.workspace} is the copy of your personal folders: start the "
+                "task with folder or folders instead",
+            )
+        if (
+            personal is None
+            and request.files is None
+            and not self.workspaces.exists(request.workspace)
+        ):
             die(Problem.INVALID, f"no workspace {request.workspace}")
         for tool in request.tools:
             if find_tool(tool) is None:
@@ -164,11 +200,18 @@ class Box:
         droid = request.worker == Worker.DROID
         task_id = new_task_id()
         workspace = request.workspace
+        folders: list[str] | None = None
+        if personal is not None:
+            checked = await asyncio.to_thread(
+                check_folders, personal, owner_home(caller.user), settings.agentFolders, self.home
+            )
+            folders = [str(folder.path) for folder in checked]
+            workspace = folder_workspace(checked)
         shared: list[dict[str, Any]] = []
         if request.files is not None:
             # Shared files make a workspace of their own; the log keeps names and sizes only.
             workspace = f"files-{task_id}"
-            await self.workspaces.create(workspace)
+            await self.workspaces.create(workspace, files=True)
             await self.workspaces.put(workspace, {f.name: f.content for f in request.files})
             shared = [{"name": f.name, "size": len(f.content)} for f in request.files]
         task = Task(
@@ -190,6 +233,8 @@ class Box:
             ),
             seat=request.seat,
             droid=request.droid if droid else None,
+            folder=folders[0] if folders else None,
+            folders=folders,
             createdAt=time.time(),
         )
         await self.store.save_task(
@@ -229,15 +274,26 @@ class Box:
         """Takes a task's changes out of its workspace; tasks after it keep theirs. A task still
         running is stopped first."""
         task = await self._task(args[0])
+        if task.folders:
+            _owner_only(caller)
         async with self._locks[task.id]:
             task = await self._task(task.id)
             if task.state == TaskState.UNDONE:
                 die(Problem.INVALID, f"task {task.id} is already undone")
+            if task.review == Review.KEPT:
+                die(
+                    Problem.INVALID,
+                    f"task {task.id} was kept: its changes are in your folders now, so it "
+                    "cannot be undone",
+                )
             if not task.state.ended:
                 task = await self._end(task, TaskState.FAILED, UNDONE_WHILE_RUNNING)
             found = await self.store.layer_of(task.id)
             joined = found is not None and found[1]
-            task = task.model_copy(update={"state": TaskState.UNDONE})
+            update: dict[str, Any] = {"state": TaskState.UNDONE}
+            if task.folders:
+                update["review"] = Review.UNDONE
+            task = task.model_copy(update=update)
             event = await self.store.save_task(
                 task,
                 EventKind.TASK_STATE,
@@ -246,20 +302,104 @@ class Box:
             )
             self._changed(task)
             self._objects[task.id].tell(event)
-        if found is not None and joined:
-            await self._forget_layer(task.workspace, task.id, found[0])
+        await self._collect_layers(task.workspace)
         return task.public()
 
-    async def _forget_layer(self, workspace: str, task_id: str, number: int) -> None:
-        """Deletes an undone layer's files, unless a running task still stacks it: its view
-        must not change under it. Then the files stay, out of every new task's stack."""
-        unfinished = (TaskState.QUEUED, TaskState.RUNNING, TaskState.WAITING)
-        if any(task_id in t.saw for t in await self.store.tasks(unfinished)):
-            log.info(
-                "layer %s of task %s stays on disk while tasks that saw it run", number, task_id
+    async def keep_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """Applies a done personal task's changes, deletions included, to the real folders,
+        unless a file it changed was changed there too since it started: then nothing is."""
+        _owner_only(caller)
+        task = await self._task(args[0])
+        if not task.folders:
+            die(
+                Problem.INVALID,
+                f"task {task.id} worked on workspace {task.workspace}, not on your folders: "
+                "its changes are already in the workspace",
             )
-            return
-        await self.layers.remove(workspace, layer_name(number))
+        async with self._locks[task.id]:
+            task = await self._task(task.id)
+            if task.review not in (Review.PENDING, Review.CONFLICT):
+                why = (
+                    {
+                        Review.KEPT: "was already kept",
+                        Review.UNDONE: "was undone",
+                    }.get(task.review)
+                    if task.review
+                    else None
+                )
+                if why is None:
+                    why = (
+                        f"is {task.state}: its changes were not applied"
+                        if task.state.ended
+                        else f"is still {task.state}; keep it once it is done"
+                    )
+                die(Problem.INVALID, f"task {task.id} {why}, so there is nothing to keep")
+            found = await self.store.layer_of(task.id)
+            if found is None or not found[1]:
+                die(Problem.FAILED, f"the changes of task {task.id} are no longer on this box")
+            async with self._joins[task.workspace]:
+                task, data = await self._apply(
+                    task, self.layers.store(task.workspace) / layer_name(found[0])
+                )
+            kept = task.review == Review.KEPT
+            event = await self.store.save_task(
+                task, EventKind.TASK_STATE, {**data, "by": caller.name}, drop_layer=kept
+            )
+            self._changed(task)
+            self._objects[task.id].tell(event)
+        await self._collect_layers(task.workspace)
+        return task.public()
+
+    async def _apply(self, task: Task, layer: Path) -> tuple[Task, dict[str, Any]]:
+        assert task.folders is not None
+        folders = real_folders(task.folders)
+        for folder in folders:
+            try:
+                still = await asyncio.to_thread(folder.path.resolve, True)
+            except OSError:
+                still = None
+            if still != folder.path:
+                die(
+                    Problem.INVALID,
+                    f"folder {folder.path} is gone or has become a link since task {task.id} "
+                    "started; nothing was applied",
+                )
+        places = Places(folders)
+        manifest = task_dir(self.home, task.id) / "manifest.json"
+        changes = await asyncio.to_thread(layer_changes, layer)
+        saw = await asyncio.to_thread(load_manifest, manifest)
+        clash = await asyncio.to_thread(conflicts, changes, saw, places)
+        state = {"state": task.state.value}
+        if clash:
+            shown = ", ".join(clash[:20]) + (
+                f" and {len(clash) - 20} more" if len(clash) > 20 else ""
+            )
+            error = (
+                f"Nothing was applied: these files changed in your folders since the task "
+                f"started: {shown}. Undo the task, or change them back and keep it again."
+            )
+            task = task.model_copy(update={"review": Review.CONFLICT, "error": error})
+            return task, {**state, "review": "conflict", "conflicts": clash}
+        try:
+            applied = await asyncio.to_thread(apply, changes, layer, places)
+        except UnsafePath as unsafe:
+            die(Problem.INVALID, str(unsafe))
+        task = task.model_copy(update={"review": Review.KEPT, "error": None})
+        return task, {**state, "review": "kept", "applied": applied}
+
+    async def _collect_layers(self, workspace: str) -> None:
+        """Deletes the files of layers that left the stack (undone, kept), once no unfinished
+        task stacks them: a running task's view must not change under it."""
+        unfinished = (TaskState.QUEUED, TaskState.RUNNING, TaskState.WAITING)
+        async with self._joins[workspace]:
+            dropped = await self.store.dropped_layers(workspace)
+            if not dropped:
+                return
+            needed = {done for t in await self.store.tasks(unfinished) for done in t.saw}
+            needed.update(done for saw in self._starting.values() for done in saw)
+            for number, task_id in dropped:
+                if task_id not in needed:
+                    await self.layers.remove(workspace, layer_name(number))
 
     async def get_settings(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         return (await self.store.settings()).model_dump(mode="json")
@@ -275,10 +415,11 @@ class Box:
         await self.store.save_settings(settings)
         return settings.model_dump(mode="json")
 
-    async def create_token(self, caller: Caller, args: list[str]) -> str:
+    async def create_token(self, caller: Caller, args: list[Any]) -> str:
         name = check_token_name(args[0])
+        role = Role.APP if args[1] else Role.OWNER
         token = new_token()
-        await self.store.add_token(token_hash(token), name, Role.OWNER.value)
+        await self.store.add_token(token_hash(token), name, role.value, caller.user)
         return token
 
     # The broker's methods.
@@ -483,26 +624,58 @@ class Box:
         async with self._locks[task.id]:
             if task.worker == Worker.DROID:
                 return await self._end(task, TaskState.FAILED, DROID_MISSING)
-            stack = await self.store.stack(task.workspace)
-            if len(stack) >= MAX_DONE:
-                return await self._end(task, TaskState.FAILED, _full(task.workspace))
-            task = task.model_copy(update={"saw": [done for _, done in stack]})
+            failure: str | None = None
+            async with self._joins[task.workspace]:
+                stack = await self.store.stack(task.workspace)
+                if len(stack) >= MAX_DONE:
+                    failure = _full(task.workspace)
+                else:
+                    task = task.model_copy(update={"saw": [done for _, done in stack]})
+                    self._starting[task.id] = task.saw
+                    try:
+                        if task.folders:
+                            await self._mirror(task)
+                        await self._prepare_view(task, [layer_name(n) for n, _ in stack])
+                    except (BoxError, OSError) as error:
+                        failure = f"The task could not start: {_words(error)}"
             try:
-                await self._start_units(task, [layer_name(number) for number, _ in stack])
-            except (BoxError, SystemdError, OSError) as error:
-                return await self._end(task, TaskState.FAILED, f"The task could not start: {error}")
-            task = task.model_copy(update={"state": TaskState.RUNNING})
-            event = await self.store.save_task(task, EventKind.TASK_STATE, {"state": "running"})
+                if failure is not None:
+                    return await self._end(task, TaskState.FAILED, failure)
+                try:
+                    await self._start_units(task)
+                except (BoxError, SystemdError, OSError) as error:
+                    return await self._end(
+                        task, TaskState.FAILED, f"The task could not start: {_words(error)}"
+                    )
+                task = task.model_copy(update={"state": TaskState.RUNNING})
+                event = await self.store.save_task(task, EventKind.TASK_STATE, {"state": "running"})
+            finally:
+                self._starting.pop(task.id, None)
             self._changed(task)
             self._objects[task.id].tell(event)
             return task
 
-    async def _start_units(self, task: Task, layers: list[str]) -> None:
+    async def _mirror(self, task: Task) -> None:
+        """Brings the copy of the owner's folders up to date before a personal task starts."""
+        assert task.folders is not None
+        base = workspaces_dir(self.home) / task.workspace
+        gid = grp.getgrnam(WORK_GROUP).gr_gid
+        await asyncio.to_thread(sync_mirror, real_folders(task.folders), base, gid)
+
+    async def _prepare_view(self, task: Task, layers: list[str]) -> None:
+        """The task's user and its view of the workspace; for a personal task, a manifest of
+        what it saw, to find conflicts when the owner keeps it. Under the workspace's lock."""
         user = task_user(task.id)
         directory = task_dir(self.home, task.id)
         directory.mkdir(mode=0o755, exist_ok=True)
         uid, _ = await ensure_user(user, directory)
         await self.layers.mount(task.id, task.workspace, layers, uid)
+        manifest = directory / "manifest.json"
+        if task.folders and not manifest.exists():
+            seen = await asyncio.to_thread(take_manifest, task_work_dir(self.home, task.id))
+            await asyncio.to_thread(save_manifest, seen, manifest)
+
+    async def _start_units(self, task: Task) -> None:
         await netns.ensure(task.id)
         await self.systemd.start_unit(broker_socket_unit(task.id))
         for egress in egress_socket_units(task.id):
@@ -583,12 +756,16 @@ class Box:
             await netns.remove(task.id)
         except BoxError as failure:
             log.warning("%s", failure.message)
+        await self._collect_layers(task.workspace)
         return task
 
     async def _record_end(
         self, task: Task, state: TaskState, error: str | None, layer: int | None
     ) -> Task:
-        task = task.model_copy(update={"state": state, "error": error, "endedAt": time.time()})
+        update: dict[str, Any] = {"state": state, "error": error, "endedAt": time.time()}
+        if task.folders and state == TaskState.DONE:
+            update["review"] = Review.PENDING
+        task = task.model_copy(update=update)
         data: dict[str, Any] = {"state": state.value}
         if error:
             data["error"] = error
@@ -603,6 +780,15 @@ class Box:
             await self.systemd.reset_failed(unit)
         except SystemdError as failure:
             log.warning("could not clean up %s: %s", unit, failure)
+
+
+def _owner_only(caller: Caller) -> None:
+    if caller.role != Role.OWNER:
+        die(Problem.FORBIDDEN, OWNER_ONLY)
+
+
+def _words(error: Exception) -> str:
+    return error.message if isinstance(error, BoxError) else str(error)
 
 
 def _without_token(

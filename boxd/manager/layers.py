@@ -69,8 +69,11 @@ class Layers:
         view.mkdir(mode=0o700, exist_ok=True)
         # BOX_HOME/workspaces/<name>, seen from BOX_HOME/layers/<name>.
         base = f"../../{workspaces_dir(self.home).name}/{workspace}"
+        # No redirects or metadata-only copies: a layer holds whole files and whole folders,
+        # so it can leave the stack, or be applied to the owner's real folders, on its own.
         options = (
-            f"lowerdir={':'.join([*stack, base])},upperdir={upper},workdir={self._scratch(task_id)}"
+            f"lowerdir={':'.join([*stack, base])},upperdir={upper},"
+            f"workdir={self._scratch(task_id)},redirect_dir=off,metacopy=off"
         )
         failed = await _run(
             "mount", "-t", "overlay", "overlay", "-o", options, str(view), cwd=store

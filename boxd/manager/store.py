@@ -95,6 +95,7 @@ class Store:
             db.execute("PRAGMA synchronous=FULL")
             db.execute("PRAGMA busy_timeout=5000")
             db.executescript(_SCHEMA)
+            _add_column(db, "tokens", "user", "TEXT")
             self._db = db
 
         await asyncio.get_running_loop().run_in_executor(self._thread, connect)
@@ -183,6 +184,19 @@ class Store:
                 db.execute("UPDATE layers SET active = 0 WHERE workspace = ?", (workspace,))
 
         await self._run(write)
+
+    async def dropped_layers(self, workspace: str) -> list[tuple[int, str]]:
+        """Layers that left the workspace's stack (undone or kept) whose files may remain, as
+        (number, task)."""
+
+        def read(db: sqlite3.Connection) -> list[tuple[int, str]]:
+            rows = db.execute(
+                "SELECT number, task FROM layers WHERE workspace = ? AND active = 0",
+                (workspace,),
+            ).fetchall()
+            return [(int(row[0]), str(row[1])) for row in rows]
+
+        return await self._run(read)
 
     async def next_layer(self, workspace: str) -> int:
         def read(db: sqlite3.Connection) -> int:
@@ -292,22 +306,24 @@ class Store:
 
     # Tokens: only their hashes are kept.
 
-    async def add_token(self, token_hash: str, name: str, role: str) -> None:
+    async def add_token(self, token_hash: str, name: str, role: str, user: str | None) -> None:
         def write(db: sqlite3.Connection) -> None:
             with _transaction(db):
                 db.execute(
-                    "INSERT INTO tokens (hash, name, role, created) VALUES (?, ?, ?, ?)",
-                    (token_hash, name, role, time.time()),
+                    "INSERT INTO tokens (hash, name, role, created, user) VALUES (?, ?, ?, ?, ?)",
+                    (token_hash, name, role, time.time(), user),
                 )
 
         await self._run(write)
 
-    async def token_role(self, token_hash: str) -> tuple[str, str] | None:
-        def read(db: sqlite3.Connection) -> tuple[str, str] | None:
+    async def token_role(self, token_hash: str) -> tuple[str, str, str | None] | None:
+        """The token's name, role and the account that made it."""
+
+        def read(db: sqlite3.Connection) -> tuple[str, str, str | None] | None:
             row = db.execute(
-                "SELECT name, role FROM tokens WHERE hash = ?", (token_hash,)
+                "SELECT name, role, user FROM tokens WHERE hash = ?", (token_hash,)
             ).fetchone()
-            return None if row is None else (row[0], row[1])
+            return None if row is None else (row[0], row[1], row[2])
 
         return await self._run(read)
 
@@ -343,6 +359,12 @@ class _transaction:
 
     def __exit__(self, kind: object, error: object, trace: object) -> None:
         self._db.execute("COMMIT" if error is None else "ROLLBACK")
+
+
+def _add_column(db: sqlite3.Connection, table: str, column: str, kind: str) -> None:
+    """Brings a database made by an older boxd up to date."""
+    if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+        db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
 
 def _append(db: sqlite3.Connection, task_id: str, kind: str, data: dict[str, Any]) -> Event:

@@ -19,6 +19,9 @@ from boxd.paths import workspaces_dir
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 HOME = "home"
+# Names the box gives: copies of the owner's folders, and files shared to one task.
+PERSONAL = "owner-"
+SHARED = "files-"
 
 
 def check_name(name: str) -> str:
@@ -62,8 +65,19 @@ class Workspaces:
     def describe(self, name: str) -> dict[str, Any]:
         return {"name": name, "path": str(self._root / name)}
 
-    async def create(self, name: str) -> dict[str, Any]:
+    async def create(self, name: str, *, files: bool = False) -> dict[str, Any]:
         check_name(name)
+        if name.startswith(PERSONAL):
+            die(
+                Problem.INVALID,
+                f"{name!r}: names that start with {PERSONAL} are kept for the copies of the "
+                "owner's personal folders",
+            )
+        if name.startswith(SHARED) and not files:
+            die(
+                Problem.INVALID,
+                f"{name!r}: names that start with {SHARED} are kept for files shared to a task",
+            )
         try:
             self._make(self._root / name)
         except FileExistsError:

@@ -71,6 +71,10 @@ async def undo_task(request: web.Request) -> web.Response:
     return _json(await _call(request, "UndoTask", request.match_info["id"]))
 
 
+async def keep_task(request: web.Request) -> web.Response:
+    return _json(await _call(request, "KeepTask", request.match_info["id"]))
+
+
 async def list_workspaces(request: web.Request) -> web.Response:
     return _json(await _call(request, "ListWorkspaces"))
 
@@ -92,7 +96,7 @@ def make_app() -> web.Application:
     errors = json_errors(
         lambda failure: failure.problem.http_status,
         "the API serves GET and POST /api/tasks, GET /api/tasks/{id}, "
-        "POST /api/tasks/{id}/stop and /undo, GET /api/approvals, POST /api/approvals/{id}, "
+        "POST /api/tasks/{id}/stop, /undo and /keep, GET /api/approvals, POST /api/approvals/{id}, "
         "GET and POST /api/workspaces",
     )
     app = web.Application(middlewares=[errors], client_max_size=MAX_BODY)
@@ -102,6 +106,7 @@ def make_app() -> web.Application:
     app.router.add_get("/api/tasks/{id}", get_task)
     app.router.add_post("/api/tasks/{id}/stop", stop_task)
     app.router.add_post("/api/tasks/{id}/undo", undo_task)
+    app.router.add_post("/api/tasks/{id}/keep", keep_task)
     app.router.add_get("/api/approvals", list_approvals)
     app.router.add_get("/api/workspaces", list_workspaces)
     app.router.add_post("/api/workspaces", create_workspace)

@@ -131,3 +131,22 @@ def test_files_shared_to_a_new_task(machine: Machine, token: str) -> None:
         ),
     )
     assert (status, refused) == (400, {"error": "files: '../x' is not a plain file name"})
+
+
+def test_an_undone_layer_is_deleted_once_no_running_task_stacks_it(
+    machine: Machine, token: str
+) -> None:
+    new_workspace(machine, token, "collect")
+    first = start_fake(machine, token, "write a.txt first", workspace="collect")
+    assert finish(machine, first["id"])["state"] == "done"
+    layers = machine.run("ls", "/var/lib/box/layers/collect").stdout.split()
+    assert len(layers) == 1
+    layer = f"/var/lib/box/layers/collect/{layers[0]}"
+    reader = start_fake(machine, token, "sleep 600", workspace="collect")
+    assert reader["saw"] == [first["id"]]
+    boxctl(machine, "undo", first["id"])
+    # The running task still sees the first task's file through the layer it stacked.
+    assert machine.run("cat", f"/var/lib/box/tasks/{reader['id']}/work/a.txt").stdout == "first"
+    assert machine.run("test", "-d", layer, check=False).returncode == 0
+    boxctl(machine, "stop", reader["id"])
+    assert machine.run("test", "-e", layer, check=False).returncode == 1
