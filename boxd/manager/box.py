@@ -1,5 +1,6 @@
-"""The box: creates tasks, starts their users and units, follows the units, records every
-change. Only this class changes a task's state, and always under that task's lock."""
+"""The box: the life of tasks. It creates them, starts their users, views and units, follows the
+units, ends them, undoes and keeps them. Every change is recorded through Records, under the
+task's lock; what brokers ask is in broker_methods, the owner's answers in approval_answers."""
 
 import asyncio
 import grp
@@ -13,20 +14,19 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from dbus_fast import Message
 from dbus_fast.aio import MessageBus
 
-from boxd.approval import TASK_ENDED, Approval, ApprovalState, approval_id
+from boxd.approval import TASK_ENDED, ApprovalState
 from boxd.apps.registry import find_tool
-from boxd.broker_wire import CallResult, CallStart, CostRecord, NetRefusal, Question
 from boxd.caller import Caller, Role
 from boxd.claude_models import DEFAULT_MODEL, resolve_model
 from boxd.dbus import interface as api
-from boxd.dbus.task_object import TaskObject
 from boxd.errors import BoxError, Problem, die
 from boxd.event import EventKind
-from boxd.ids import check_task_id, new_task_id, task_user
+from boxd.ids import new_task_id, task_user
 from boxd.manager import netns
+from boxd.manager.approval_answers import ApprovalAnswers
+from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.exit_words import why_failed
 from boxd.manager.folders import check_folders, folder_workspace, owner_home, real_folders
 from boxd.manager.keep import (
@@ -42,6 +42,7 @@ from boxd.manager.keep import (
 from boxd.manager.last_words import last_words
 from boxd.manager.layers import MAX_DONE, Layers, layer_name
 from boxd.manager.mirror import sync_mirror
+from boxd.manager.records import Records
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError
 from boxd.manager.tokens import check_token_name, new_token, token_hash
@@ -57,9 +58,7 @@ from boxd.manager.worker_unit import (
 )
 from boxd.manager.workspaces import PERSONAL, Workspaces
 from boxd.paths import task_dir, task_work_dir, workspaces_dir
-from boxd.plain_errors import parse
 from boxd.settings import NetworkDefault, change_settings
-from boxd.step import Step
 from boxd.task import Review, Task, TaskState
 from boxd.task_request import Worker, parse_task_request
 
@@ -95,8 +94,9 @@ class Box:
         self._joins: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         # Tasks between reading their stack and recording it (their `saw`), by workspace.
         self._starting: dict[str, list[str]] = {}
-        self._objects: dict[str, TaskObject] = {}
-        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self.records = Records(store, bus)
+        self.approvals = ApprovalAnswers(self.records)
+        self.broker = BrokerMethods(self.records)
         self._background: set[asyncio.Task[None]] = set()
 
     # Start-up and recovery.
@@ -109,7 +109,7 @@ class Box:
         self.vault.open()
         await self.systemd.subscribe()
         for task in await self.store.tasks():
-            self._export(task)
+            self.records.export(task)
 
     async def recover(self) -> None:
         """Picks up tasks that were running when boxd stopped. systemd kept their units; a worker
@@ -124,7 +124,7 @@ class Box:
             self.systemd.watch(worker_unit(task.id), partial(self._check_soon, task.id))
             if await self.systemd.status(worker_unit(task.id)) is None:
                 log.info("task %s has no worker unit; starting it again to resume", task.id)
-                async with self._locks[task.id]:
+                async with self.records.locks[task.id]:
                     try:
                         layers = await self._layers_seen(task)
                         async with self._joins[task.workspace]:
@@ -145,8 +145,8 @@ class Box:
             "StopTask": self.stop_task,
             "UndoTask": self.undo_task,
             "KeepTask": self.keep_task,
-            "ListApprovals": self.list_approvals,
-            "AnswerApproval": self.answer_approval,
+            "ListApprovals": self.approvals.list_approvals,
+            "AnswerApproval": self.approvals.answer_approval,
             "ListWorkspaces": self.list_workspaces,
             "CreateWorkspace": self.create_workspace,
         }
@@ -161,13 +161,13 @@ class Box:
         table[(api.MANAGER, "SetSecret")] = self.vault.set_secret
         table[(api.MANAGER, "RemoveSecret")] = self.vault.remove_secret
         table[(api.MANAGER, "ListSecrets")] = self.vault.list_secrets
-        table[(api.BROKER, "GetTask")] = self.broker_task
-        table[(api.BROKER, "LogStep")] = self.log_step
-        table[(api.BROKER, "BeginCall")] = self.begin_call
-        table[(api.BROKER, "FinishCall")] = self.finish_call
-        table[(api.BROKER, "Ask")] = self.ask
-        table[(api.BROKER, "LogCost")] = self.log_cost
-        table[(api.BROKER, "LogRefusal")] = self.log_refusal
+        table[(api.BROKER, "GetTask")] = self.broker.broker_task
+        table[(api.BROKER, "LogStep")] = self.broker.log_step
+        table[(api.BROKER, "BeginCall")] = self.broker.begin_call
+        table[(api.BROKER, "FinishCall")] = self.broker.finish_call
+        table[(api.BROKER, "Ask")] = self.broker.ask
+        table[(api.BROKER, "LogCost")] = self.broker.log_cost
+        table[(api.BROKER, "LogRefusal")] = self.broker.log_refusal
         return table
 
     # The owner's methods.
@@ -247,11 +247,11 @@ class Box:
                 **({"files": shared} if shared else {}),
             },
         )
-        self._export(task)
+        self.records.export(task)
         return (await self._start(task)).public()
 
     async def get_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        task = await self._task(args[0])
+        task = await self.records.task(args[0])
         steps = await self.store.events(task.id, EventKind.TASK_STEP)
         return {
             **task.public(),
@@ -262,9 +262,9 @@ class Box:
         return [task.public() for task in reversed(await self.store.tasks())]
 
     async def stop_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        task = await self._task(args[0])
-        async with self._locks[task.id]:
-            task = await self._task(task.id)
+        task = await self.records.task(args[0])
+        async with self.records.locks[task.id]:
+            task = await self.records.task(task.id)
             if task.state.ended:
                 die(Problem.INVALID, f"task {task.id} has already ended: it is {task.state}")
             task = await self._end(task, TaskState.FAILED, STOPPED)
@@ -273,11 +273,11 @@ class Box:
     async def undo_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         """Takes a task's changes out of its workspace; tasks after it keep theirs. A task still
         running is stopped first."""
-        task = await self._task(args[0])
+        task = await self.records.task(args[0])
         if task.folders:
             _owner_only(caller)
-        async with self._locks[task.id]:
-            task = await self._task(task.id)
+        async with self.records.locks[task.id]:
+            task = await self.records.task(task.id)
             if task.state == TaskState.UNDONE:
                 die(Problem.INVALID, f"task {task.id} is already undone")
             if task.review == Review.KEPT:
@@ -294,14 +294,12 @@ class Box:
             if task.folders:
                 update["review"] = Review.UNDONE
             task = task.model_copy(update=update)
-            event = await self.store.save_task(
+            await self.records.record(
                 task,
                 EventKind.TASK_STATE,
                 {"state": "undone", "by": caller.name},
                 drop_layer=joined,
             )
-            self._changed(task)
-            self._objects[task.id].tell(event)
         await self._collect_layers(task.workspace)
         return task.public()
 
@@ -309,15 +307,15 @@ class Box:
         """Applies a done personal task's changes, deletions included, to the real folders,
         unless a file it changed was changed there too since it started: then nothing is."""
         _owner_only(caller)
-        task = await self._task(args[0])
+        task = await self.records.task(args[0])
         if not task.folders:
             die(
                 Problem.INVALID,
                 f"task {task.id} worked on workspace {task.workspace}, not on your folders: "
                 "its changes are already in the workspace",
             )
-        async with self._locks[task.id]:
-            task = await self._task(task.id)
+        async with self.records.locks[task.id]:
+            task = await self.records.task(task.id)
             if task.review not in (Review.PENDING, Review.CONFLICT):
                 why = (
                     {
@@ -342,11 +340,9 @@ class Box:
                     task, self.layers.store(task.workspace) / layer_name(found[0])
                 )
             kept = task.review == Review.KEPT
-            event = await self.store.save_task(
+            await self.records.record(
                 task, EventKind.TASK_STATE, {**data, "by": caller.name}, drop_layer=kept
             )
-            self._changed(task)
-            self._objects[task.id].tell(event)
         await self._collect_layers(task.workspace)
         return task.public()
 
@@ -422,27 +418,6 @@ class Box:
         await self.store.add_token(token_hash(token), name, role.value, caller.user)
         return token
 
-    # The broker's methods.
-
-    async def broker_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        task = await self._task(args[0])
-        steps = await self.store.events(task.id, EventKind.TASK_STEP)
-        return {"task": task.public(), "steps": [e.data for e in steps]}
-
-    async def log_step(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        step = parse(Step, args[1])
-        async with self._locks[args[0]]:
-            task = await self._task(args[0])
-            if task.state.ended:
-                die(Problem.INVALID, f"task {task.id} has ended ({task.state}); it logs no more")
-            task = task.model_copy(update={"step": step.text})
-            event = await self.store.save_task(
-                task, EventKind.TASK_STEP, step.model_dump(mode="json")
-            )
-            self._changed(task)
-            self._objects[task.id].tell(event)
-        return event.model_dump(mode="json")
-
     async def list_workspaces(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
         return [self.workspaces.describe(name) for name in self.workspaces.names()]
 
@@ -458,170 +433,10 @@ class Box:
             await self.store.drop_workspace_layers(name)
             return await self.workspaces.move_to_trash(name, self.layers.store(name))
 
-    async def list_approvals(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
-        return [a.public() for a in await self.store.approvals(ApprovalState.PENDING)]
-
-    async def answer_approval(self, caller: Caller, args: list[Any]) -> dict[str, Any]:
-        approved: bool = args[1]
-        found = await self.store.approval(args[0])
-        if found is None:
-            die(Problem.NOT_FOUND, f"no approval {args[0]}")
-        async with self._locks[found.task]:
-            approval = await self.store.approval(found.id)
-            assert approval is not None
-            if approval.state != ApprovalState.PENDING:
-                die(
-                    Problem.INVALID,
-                    f"approval {approval.id} was already answered: {approval.state}",
-                )
-            state = ApprovalState.APPROVED if approved else ApprovalState.DENIED
-            await self._answer(await self._task(approval.task), (approval,), state, caller.name)
-            answered = await self.store.approval(approval.id)
-        assert answered is not None
-        return answered.public()
-
-    async def _answer(
-        self, task: Task, approvals: tuple[Approval, ...], state: ApprovalState, by: str
-    ) -> Task:
-        """Answers approvals of one task; the task runs again once nothing of it is pending."""
-        now = time.time()
-        answered = tuple(
-            a.model_copy(update={"state": state, "answeredAt": now, "answeredBy": by})
-            for a in approvals
-        )
-        closing = {a.id for a in answered}
-        still = [
-            a
-            for a in await self.store.approvals(ApprovalState.PENDING, task.id)
-            if a.id not in closing
-        ]
-        if not still and task.state == TaskState.WAITING:
-            task = task.model_copy(update={"state": TaskState.RUNNING})
-        for number, approval in enumerate(answered):
-            data = {"id": approval.id, "state": state.value, "by": by}
-            event = await self.store.save_task(
-                task, EventKind.APPROVAL, data, approvals=(approval,)
-            )
-            if number == len(answered) - 1:
-                self._changed(task)
-            self._objects[task.id].tell(event)
-        return task
-
-    # The broker's calls, costs and questions.
-
-    async def begin_call(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        call = parse(CallStart, args[1])
-        async with self._locks[args[0]]:
-            task = await self._running(args[0])
-            logged = await self.store.answer(task.id, call.key)
-            # One tool.call line per key, however often a pending call is asked again.
-            if logged is None and not await self.store.call_logged(task.id, call.key):
-                event = await self.store.save_task(
-                    task, EventKind.TOOL_CALL, call.model_dump(mode="json")
-                )
-                self._objects[task.id].tell(event)
-        return {"answered": logged, "spentCents": task.costCents}
-
-    async def finish_call(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        result = parse(CallResult, args[1])
-        async with self._locks[args[0]]:
-            task = await self._task(args[0])
-            logged = await self.store.answer(task.id, result.key)
-            if logged is None:
-                logged = result.answer()
-                charged = result.costCents if result.ok else 0
-                task = task.model_copy(update={"costCents": task.costCents + charged})
-                event = await self.store.save_task(
-                    task,
-                    EventKind.TOOL_RESULT,
-                    {**result.model_dump(mode="json", exclude_none=True), "costCents": charged},
-                    answer=(result.key, logged),
-                )
-                self._changed(task)
-                self._objects[task.id].tell(event)
-        return {"answered": logged, "spentCents": task.costCents}
-
-    async def log_cost(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        cost = parse(CostRecord, args[1])
-        async with self._locks[args[0]]:
-            task = await self._running(args[0])
-            task = task.model_copy(update={"costCents": task.costCents + cost.cents})
-            event = await self.store.save_task(
-                task, EventKind.COST, cost.model_dump(mode="json", exclude_none=True)
-            )
-            self._changed(task)
-            self._objects[task.id].tell(event)
-        return event.model_dump(mode="json")
-
-    async def log_refusal(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        """The task's proxy refused a connection: the log says where to and why."""
-        refusal = parse(NetRefusal, args[1])
-        async with self._locks[args[0]]:
-            task = await self._task(args[0])
-            event = await self.store.save_task(
-                task, EventKind.NET_REFUSED, refusal.model_dump(mode="json")
-            )
-            self._objects[task.id].tell(event)
-        return event.model_dump(mode="json")
-
-    async def ask(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        question = parse(Question, args[1])
-        async with self._locks[args[0]]:
-            task = await self._task(args[0])
-            found = await self.store.approval(approval_id(task.id, question.key))
-            if found is not None:
-                return found.public()
-            if task.state.ended:
-                die(Problem.INVALID, f"task {task.id} has ended ({task.state}); it asks no more")
-            approval = Approval(
-                id=approval_id(task.id, question.key),
-                task=task.id,
-                state=ApprovalState.PENDING,
-                askedAt=time.time(),
-                **question.model_dump(exclude_none=True),
-            )
-            if task.state == TaskState.RUNNING:
-                task = task.model_copy(update={"state": TaskState.WAITING})
-            event = await self.store.save_task(
-                task, EventKind.APPROVAL, approval.public(), approvals=(approval,)
-            )
-            self._changed(task)
-            self._objects[task.id].tell(event)
-        self.bus.send(
-            Message.new_signal(
-                api.ROOT_PATH,
-                api.MANAGER,
-                api.APPROVAL_ASKED,
-                "s",
-                [approval.model_dump_json(exclude_none=True)],
-            )
-        )
-        return approval.public()
-
-    async def _running(self, task_id: str) -> Task:
-        task = await self._task(task_id)
-        if task.state.ended:
-            die(Problem.INVALID, f"task {task.id} has ended ({task.state})")
-        return task
-
     # The task's life.
 
-    async def _task(self, task_id: str) -> Task:
-        task = await self.store.task(check_task_id(task_id))
-        if task is None:
-            die(Problem.NOT_FOUND, f"no task {task_id}")
-        return task
-
-    def _export(self, task: Task) -> None:
-        if task.id not in self._objects:
-            self._objects[task.id] = TaskObject(task)
-            self.bus.export(api.task_path(task.id), self._objects[task.id])
-
-    def _changed(self, task: Task) -> None:
-        self._objects[task.id].update(task)
-
     async def _start(self, task: Task) -> Task:
-        async with self._locks[task.id]:
+        async with self.records.locks[task.id]:
             if task.worker == Worker.DROID:
                 return await self._end(task, TaskState.FAILED, DROID_MISSING)
             failure: str | None = None
@@ -648,11 +463,9 @@ class Box:
                         task, TaskState.FAILED, f"The task could not start: {_words(error)}"
                     )
                 task = task.model_copy(update={"state": TaskState.RUNNING})
-                event = await self.store.save_task(task, EventKind.TASK_STATE, {"state": "running"})
+                await self.records.record(task, EventKind.TASK_STATE, {"state": "running"})
             finally:
                 self._starting.pop(task.id, None)
-            self._changed(task)
-            self._objects[task.id].tell(event)
             return task
 
     async def _mirror(self, task: Task) -> None:
@@ -706,7 +519,7 @@ class Box:
     async def _check(self, task_id: str) -> None:
         """A worker unit changed: if it has finished, the task ends done or failed."""
         try:
-            async with self._locks[task_id]:
+            async with self.records.locks[task_id]:
                 task = await self.store.task(task_id)
                 if task is None or task.state.ended or task.state == TaskState.QUEUED:
                     return
@@ -745,7 +558,7 @@ class Box:
             await self.layers.discard(task.id)
         pending = await self.store.approvals(ApprovalState.PENDING, task.id)
         if pending:
-            await self._answer(task, tuple(pending), ApprovalState.DENIED, TASK_ENDED)
+            await self.approvals.answer(task, tuple(pending), ApprovalState.DENIED, TASK_ENDED)
         for name in (
             broker_socket_unit(task.id),
             *egress_socket_units(task.id),
@@ -769,9 +582,7 @@ class Box:
         data: dict[str, Any] = {"state": state.value}
         if error:
             data["error"] = error
-        event = await self.store.save_task(task, EventKind.TASK_STATE, data, layer=layer)
-        self._changed(task)
-        self._objects[task.id].tell(event)
+        await self.records.record(task, EventKind.TASK_STATE, data, layer=layer)
         return task
 
     async def _let_go(self, unit: str) -> None:

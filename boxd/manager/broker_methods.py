@@ -1,0 +1,122 @@
+"""What a task's broker asks of the manager: the task and its steps, logging steps, tool calls
+and their results, costs, refusals, and questions for the owner. A broker acts for its own task
+only (boxd.manager.authorize checks its unit)."""
+
+import time
+from typing import Any
+
+from dbus_fast import Message
+
+from boxd.approval import Approval, ApprovalState, approval_id
+from boxd.broker_wire import CallResult, CallStart, CostRecord, NetRefusal, Question
+from boxd.caller import Caller
+from boxd.dbus import interface as api
+from boxd.errors import Problem, die
+from boxd.event import EventKind
+from boxd.manager.records import Records
+from boxd.plain_errors import parse
+from boxd.step import Step
+from boxd.task import TaskState
+
+
+class BrokerMethods:
+    def __init__(self, records: Records) -> None:
+        self.records = records
+
+    async def broker_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        task = await self.records.task(args[0])
+        steps = await self.records.store.events(task.id, EventKind.TASK_STEP)
+        return {"task": task.public(), "steps": [e.data for e in steps]}
+
+    async def log_step(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        step = parse(Step, args[1])
+        async with self.records.locks[args[0]]:
+            task = await self.records.task(args[0])
+            if task.state.ended:
+                die(Problem.INVALID, f"task {task.id} has ended ({task.state}); it logs no more")
+            task = task.model_copy(update={"step": step.text})
+            event = await self.records.record(
+                task, EventKind.TASK_STEP, step.model_dump(mode="json")
+            )
+        return event.model_dump(mode="json")
+
+    async def begin_call(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        call = parse(CallStart, args[1])
+        async with self.records.locks[args[0]]:
+            task = await self.records.running(args[0])
+            logged = await self.records.store.answer(task.id, call.key)
+            # One tool.call line per key, however often a pending call is asked again.
+            if logged is None and not await self.records.store.call_logged(task.id, call.key):
+                await self.records.record(
+                    task, EventKind.TOOL_CALL, call.model_dump(mode="json"), show=False
+                )
+        return {"answered": logged, "spentCents": task.costCents}
+
+    async def finish_call(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        result = parse(CallResult, args[1])
+        async with self.records.locks[args[0]]:
+            task = await self.records.task(args[0])
+            logged = await self.records.store.answer(task.id, result.key)
+            if logged is None:
+                logged = result.answer()
+                charged = result.costCents if result.ok else 0
+                task = task.model_copy(update={"costCents": task.costCents + charged})
+                await self.records.record(
+                    task,
+                    EventKind.TOOL_RESULT,
+                    {**result.model_dump(mode="json", exclude_none=True), "costCents": charged},
+                    answer=(result.key, logged),
+                )
+        return {"answered": logged, "spentCents": task.costCents}
+
+    async def log_cost(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        cost = parse(CostRecord, args[1])
+        async with self.records.locks[args[0]]:
+            task = await self.records.running(args[0])
+            task = task.model_copy(update={"costCents": task.costCents + cost.cents})
+            event = await self.records.record(
+                task, EventKind.COST, cost.model_dump(mode="json", exclude_none=True)
+            )
+        return event.model_dump(mode="json")
+
+    async def log_refusal(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """The task's proxy refused a connection: the log says where to and why."""
+        refusal = parse(NetRefusal, args[1])
+        async with self.records.locks[args[0]]:
+            task = await self.records.task(args[0])
+            event = await self.records.record(
+                task, EventKind.NET_REFUSED, refusal.model_dump(mode="json"), show=False
+            )
+        return event.model_dump(mode="json")
+
+    async def ask(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        question = parse(Question, args[1])
+        async with self.records.locks[args[0]]:
+            task = await self.records.task(args[0])
+            found = await self.records.store.approval(approval_id(task.id, question.key))
+            if found is not None:
+                return found.public()
+            if task.state.ended:
+                die(Problem.INVALID, f"task {task.id} has ended ({task.state}); it asks no more")
+            approval = Approval(
+                id=approval_id(task.id, question.key),
+                task=task.id,
+                state=ApprovalState.PENDING,
+                askedAt=time.time(),
+                **question.model_dump(exclude_none=True),
+            )
+            if task.state == TaskState.RUNNING:
+                task = task.model_copy(update={"state": TaskState.WAITING})
+            await self.records.record(
+                task, EventKind.APPROVAL, approval.public(), approvals=(approval,)
+            )
+        self.records.bus.send(
+            Message.new_signal(
+                api.ROOT_PATH,
+                api.MANAGER,
+                api.APPROVAL_ASKED,
+                "s",
+                [approval.model_dump_json(exclude_none=True)],
+            )
+        )
+        return approval.public()

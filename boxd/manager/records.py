@@ -1,0 +1,70 @@
+"""The tasks as recorded. Every change is written to the store, shown on the task's D-Bus
+object and announced by its Event signal, together; only a holder of the task's lock changes it."""
+
+import asyncio
+from collections import defaultdict
+from typing import Any
+
+from dbus_fast.aio import MessageBus
+
+from boxd.approval import Approval
+from boxd.dbus import interface as api
+from boxd.dbus.task_object import TaskObject
+from boxd.errors import Problem, die
+from boxd.event import Event
+from boxd.ids import check_task_id
+from boxd.manager.store import Store
+from boxd.task import Task
+
+
+class Records:
+    def __init__(self, store: Store, bus: MessageBus) -> None:
+        self.store = store
+        self.bus = bus
+        self.locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._objects: dict[str, TaskObject] = {}
+
+    async def task(self, task_id: str) -> Task:
+        task = await self.store.task(check_task_id(task_id))
+        if task is None:
+            die(Problem.NOT_FOUND, f"no task {task_id}")
+        return task
+
+    async def running(self, task_id: str) -> Task:
+        task = await self.task(task_id)
+        if task.state.ended:
+            die(Problem.INVALID, f"task {task.id} has ended ({task.state})")
+        return task
+
+    def export(self, task: Task) -> None:
+        if task.id not in self._objects:
+            self._objects[task.id] = TaskObject(task)
+            self.bus.export(api.task_path(task.id), self._objects[task.id])
+
+    async def record(
+        self,
+        task: Task,
+        kind: str,
+        data: dict[str, Any],
+        *,
+        show: bool = True,
+        answer: tuple[str, dict[str, Any]] | None = None,
+        approvals: tuple[Approval, ...] = (),
+        layer: int | None = None,
+        drop_layer: bool = False,
+    ) -> Event:
+        """Writes the task and one event about it, with what the event decides (Store.save_task);
+        `show` puts the task's new properties on D-Bus."""
+        event = await self.store.save_task(
+            task,
+            kind,
+            data,
+            answer=answer,
+            approvals=approvals,
+            layer=layer,
+            drop_layer=drop_layer,
+        )
+        if show:
+            self._objects[task.id].update(task)
+        self._objects[task.id].tell(event)
+        return event
