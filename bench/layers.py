@@ -227,16 +227,6 @@ def measure(views: dict[str, Path], runs: int) -> None:
         say(row)
 
 
-def mounts_on(path: Path) -> int:
-    """How many mounts sit on `path` in this mount namespace."""
-    count = 0
-    with open("/proc/self/mountinfo") as table:
-        for line in table:
-            point = line.split()[4].encode().decode("unicode_escape")
-            count += point == str(path)
-    return count
-
-
 def lower_layers(view: Path) -> int | None:
     """How many lower layers the overlay on `view` has, from its mount options."""
     with open("/proc/self/mountinfo") as table:

@@ -26,5 +26,10 @@ def task_work_dir(home: Path, task_id: str) -> Path:
     return task_dir(home, task_id) / "work"
 
 
+def task_manifest(home: Path, task_id: str) -> Path:
+    """What a personal task saw when it started, to find conflicts when it is kept."""
+    return task_dir(home, task_id) / "manifest.json"
+
+
 def broker_socket(home: Path, task_id: str) -> Path:
     return task_dir(home, task_id) / "broker.sock"

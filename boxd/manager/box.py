@@ -57,7 +57,7 @@ from boxd.manager.worker_unit import (
     worker_unit,
 )
 from boxd.manager.workspaces import PERSONAL, Workspaces
-from boxd.paths import task_dir, task_work_dir, workspaces_dir
+from boxd.paths import task_dir, task_manifest, task_work_dir, workspaces_dir
 from boxd.settings import NetworkDefault, change_settings
 from boxd.task import Review, Task, TaskState
 from boxd.task_request import Worker, parse_task_request
@@ -92,7 +92,7 @@ class Box:
         # One lock per workspace: its mirror, its stack and the mounts made from it change
         # under it, so no layer is taken away while a task is mounting it.
         self._joins: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-        # Tasks between reading their stack and recording it (their `saw`), by workspace.
+        # The `saw` of tasks between reading their stack and recording it, by task id.
         self._starting: dict[str, list[str]] = {}
         self.records = Records(store, bus)
         self.approvals = ApprovalAnswers(self.records)
@@ -317,20 +317,14 @@ class Box:
         async with self.records.locks[task.id]:
             task = await self.records.task(task.id)
             if task.review not in (Review.PENDING, Review.CONFLICT):
-                why = (
-                    {
-                        Review.KEPT: "was already kept",
-                        Review.UNDONE: "was undone",
-                    }.get(task.review)
-                    if task.review
-                    else None
-                )
-                if why is None:
-                    why = (
-                        f"is {task.state}: its changes were not applied"
-                        if task.state.ended
-                        else f"is still {task.state}; keep it once it is done"
-                    )
+                if task.review == Review.KEPT:
+                    why = "was already kept"
+                elif task.review == Review.UNDONE:
+                    why = "was undone"
+                elif task.state.ended:
+                    why = f"is {task.state}: its changes were not applied"
+                else:
+                    why = f"is still {task.state}; keep it once it is done"
                 die(Problem.INVALID, f"task {task.id} {why}, so there is nothing to keep")
             found = await self.store.layer_of(task.id)
             if found is None or not found[1]:
@@ -361,7 +355,7 @@ class Box:
                     "started; nothing was applied",
                 )
         places = Places(folders)
-        manifest = task_dir(self.home, task.id) / "manifest.json"
+        manifest = task_manifest(self.home, task.id)
         changes = await asyncio.to_thread(layer_changes, layer)
         saw = await asyncio.to_thread(load_manifest, manifest)
         clash = await asyncio.to_thread(conflicts, changes, saw, places)
@@ -483,7 +477,7 @@ class Box:
         directory.mkdir(mode=0o755, exist_ok=True)
         uid, _ = await ensure_user(user, directory)
         await self.layers.mount(task.id, task.workspace, layers, uid)
-        manifest = directory / "manifest.json"
+        manifest = task_manifest(self.home, task.id)
         if task.folders and not manifest.exists():
             seen = await asyncio.to_thread(take_manifest, task_work_dir(self.home, task.id))
             await asyncio.to_thread(save_manifest, seen, manifest)

@@ -10,6 +10,7 @@ import pwd
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from boxd.errors import Problem, die
 
@@ -50,7 +51,7 @@ def _inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def _refuse(asked: str, why: str) -> None:
+def _refuse(asked: str, why: str) -> NoReturn:
     die(Problem.INVALID, f"folder {asked}: {why}")
 
 

@@ -16,19 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from boxd.manager.folders import Folder
+from boxd.manager.mirror import State, remove_entry, state_of
 
-# A path's state as the task saw it: kind, size and modification time (0 for folders, whose
-# times change with their entries).
-State = tuple[str, int, int]
 _OPAQUE = "trusted.overlay.opaque"
-
-
-def _state(info: os.stat_result) -> State:
-    mode = info.st_mode
-    if stat.S_ISDIR(mode):
-        return ("dir", 0, 0)
-    kind = "link" if stat.S_ISLNK(mode) else "file" if stat.S_ISREG(mode) else "other"
-    return (kind, info.st_size, info.st_mtime_ns)
 
 
 def _walk(root: Path) -> Iterator[tuple[str, os.stat_result]]:
@@ -46,7 +36,7 @@ def _walk(root: Path) -> Iterator[tuple[str, os.stat_result]]:
 
 
 def take_manifest(view: Path) -> dict[str, State]:
-    return {path: _state(info) for path, info in _walk(view)}
+    return {path: state_of(info) for path, info in _walk(view)}
 
 
 def save_manifest(manifest: dict[str, State], file: Path) -> None:
@@ -111,7 +101,7 @@ class Places:
 
 def _now(path: Path) -> State | None:
     try:
-        return _state(path.lstat())
+        return state_of(path.lstat())
     except FileNotFoundError:
         return None
 
@@ -149,13 +139,6 @@ class UnsafePath(Exception):
     """A path in the real folder leads elsewhere through a link the owner made since."""
 
 
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
-
-
 def _owner(folder: Folder) -> tuple[int, int]:
     info = folder.path.stat()
     return info.st_uid, info.st_gid
@@ -182,18 +165,18 @@ def apply(changes: list[Change], layer: Path, places: Places) -> int:
         source = layer / change.path
         mode = stat.S_IMODE(change.info.st_mode) & ~0o6000
         if change.deleted:
-            _remove(real)
+            remove_entry(real)
         elif stat.S_ISDIR(change.info.st_mode):
             if real != folder.path:
                 if real.is_symlink() or (real.exists() and not real.is_dir()) or change.replaces:
-                    _remove(real)
+                    remove_entry(real)
                 if not real.exists():
                     real.mkdir(mode=mode)
                     os.chown(real, uid, gid)
                     os.chmod(real, mode)
             elif change.replaces:
                 for entry in list(real.iterdir()):
-                    _remove(entry)
+                    remove_entry(entry)
         elif stat.S_ISREG(change.info.st_mode) or stat.S_ISLNK(change.info.st_mode):
             _replace(source, real, change.info, mode, uid, gid)
         else:

@@ -14,16 +14,21 @@ from pathlib import Path
 
 from boxd.manager.folders import Folder
 
-
-def _same(a: os.stat_result, b: os.stat_result) -> bool:
-    if stat.S_IFMT(a.st_mode) != stat.S_IFMT(b.st_mode):
-        return False
-    if stat.S_ISDIR(a.st_mode):
-        return True
-    return a.st_size == b.st_size and a.st_mtime_ns == b.st_mtime_ns
+# A path's state as far as the copy goes: kind, size and modification time (0 for folders, whose
+# times change with their entries). Equal states are the same file; keep.py compares them too.
+State = tuple[str, int, int]
 
 
-def _remove(path: Path) -> None:
+def state_of(info: os.stat_result) -> State:
+    mode = info.st_mode
+    if stat.S_ISDIR(mode):
+        return ("dir", 0, 0)
+    kind = "link" if stat.S_ISLNK(mode) else "file" if stat.S_ISREG(mode) else "other"
+    return (kind, info.st_size, info.st_mtime_ns)
+
+
+def remove_entry(path: Path) -> None:
+    """Removes a file, a link (never what it points to) or a whole folder, if it is there."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
     else:
@@ -60,7 +65,7 @@ def sync_tree(source: Path, target: Path, gid: int) -> int:
     }
     for entry in os.scandir(target):
         if entry.name not in wanted:
-            _remove(Path(entry.path))
+            remove_entry(Path(entry.path))
             changed += 1
     for name, entry in wanted.items():
         info = entry.stat(follow_symlinks=False)
@@ -69,8 +74,8 @@ def sync_tree(source: Path, target: Path, gid: int) -> int:
             present = mirrored.lstat()
         except FileNotFoundError:
             present = None
-        if present is not None and not _same(info, present):
-            _remove(mirrored)
+        if present is not None and state_of(info) != state_of(present):
+            remove_entry(mirrored)
             present = None
         if present is None:
             _copy_entry(Path(entry.path), mirrored, info, gid)
