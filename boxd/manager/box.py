@@ -521,7 +521,7 @@ class Box:
                 status = await self.systemd.status(unit)
                 if status is None or not status.finished:
                     return
-                if status.active_state == "active" and status.result == "success":
+                if status.succeeded:
                     await self._end(task, TaskState.DONE, None)
                 else:
                     words = None if status.active_state == "inactive" else await last_words(unit)
