@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from boxd.approval import Approval, ApprovalState
 from boxd.event import Event
 from boxd.manager import journal
+from boxd.manager.tokens import TokenRecord
 from boxd.settings import Settings
 from boxd.task import Task, TaskState
 
@@ -326,6 +327,20 @@ class Store:
             return None if row is None else (row[0], row[1], row[2])
 
         return await self._run(read)
+
+    async def tokens(self) -> list[TokenRecord]:
+        def read(db: sqlite3.Connection) -> list[TokenRecord]:
+            rows = db.execute("SELECT hash, name, role, created, user FROM tokens ORDER BY created")
+            return [TokenRecord(*row) for row in rows]
+
+        return await self._run(read)
+
+    async def remove_token(self, token_hash: str) -> None:
+        def write(db: sqlite3.Connection) -> None:
+            with _transaction(db):
+                db.execute("DELETE FROM tokens WHERE hash = ?", (token_hash,))
+
+        await self._run(write)
 
     # Settings.
 
