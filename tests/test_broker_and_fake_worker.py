@@ -15,6 +15,8 @@ import pytest
 from aiohttp import web
 
 from boxd.broker.app import make_app
+from boxd.errors import BoxError, Problem
+from boxd.key_use import CallUse, QuestionUse, Use, first_refusal, input_hash, logged_call_use
 from boxd.workers import fake
 from boxd.workers.broker_client import BrokerClient, BrokerRefused
 
@@ -36,6 +38,8 @@ class MemoryLog:
         self.approvals: dict[str, dict[str, Any]] = {}
         self.costs: list[dict[str, Any]] = []
         self.answered: dict[str, asyncio.Future[str]] = {}
+        # key -> the call's tool.call line
+        self.calls: dict[str, dict[str, Any]] = {}
 
     @property
     def prompt(self) -> str:
@@ -58,7 +62,15 @@ class MemoryLog:
             self.steps.append(data)
             return {"seq": len(self.steps), "kind": "task.step", "data": data}
         if member == "BeginCall":
-            return {"answered": self.answers.get(data["key"]), "spentCents": self.spent}
+            wanted = CallUse(data["tool"], input_hash(data["input"]), float(data["costCents"]))
+            self.refuse(data["key"], wanted)
+            self.calls.setdefault(data["key"], {**data, "inputHash": wanted.inputHash})
+            return {
+                "answered": self.answers.get(data["key"]),
+                "spentCents": self.spent,
+                "reservedCents": self.reserved(data["key"], wanted),
+                "approval": self.approvals.get(self.approval_id(data["key"])),
+            }
         if member == "FinishCall":
             if data["key"] not in self.answers:
                 self.results.append(data)
@@ -69,13 +81,57 @@ class MemoryLog:
                 )
             return {"answered": self.answers[data["key"]], "spentCents": self.spent}
         if member == "Ask":
-            approval_id = f"{self.task['id']}.{data['key']}"
+            use: Use
+            if data.get("tool") is None:
+                use = QuestionUse(data["question"], data.get("costCents"))
+            else:
+                begun = logged_call_use(self.calls[data["key"]])
+                use = CallUse(data["tool"], begun.inputHash, data["costCents"])
+            self.refuse(data["key"], use)
+            approval_id = self.approval_id(data["key"])
             return self.approvals.setdefault(
-                approval_id, {"id": approval_id, "state": "pending", **data}
+                approval_id,
+                {
+                    "id": approval_id,
+                    "state": "pending",
+                    **data,
+                    **({"inputHash": use.inputHash} if isinstance(use, CallUse) else {}),
+                },
             )
         assert member == "LogCost"
         self.costs.append(data)
         return {"kind": "cost", "data": data}
+
+    def approval_id(self, key: str) -> str:
+        return f"{self.task['id']}.{key}"
+
+    def refuse(self, key: str, wanted: Use) -> None:
+        """The manager's rule: a key names one call or one question (boxd.key_use)."""
+        taken: list[Use] = []
+        approval = self.approvals.get(self.approval_id(key))
+        if approval is not None:
+            taken.append(
+                CallUse(approval["tool"], approval["inputHash"], approval["costCents"])
+                if approval.get("tool")
+                else QuestionUse(approval["question"], approval.get("costCents"))
+            )
+        if key in self.calls:
+            taken.append(logged_call_use(self.calls[key]))
+        why = first_refusal(key, tuple(taken), wanted)
+        if why is not None:
+            raise BoxError(Problem.INVALID, why)
+
+    def reserved(self, key: str, call: CallUse) -> dict[str, float]:
+        """Costs of the other calls that wait for the owner or were approved and not run."""
+        return {
+            other["key"]: float(other["costCents"])
+            for other in self.approvals.values()
+            if other.get("tool")
+            and (other["state"] == "pending" or other["state"] == "approved")
+            and other["key"] not in self.answers
+            and other["key"] != key
+            and (other["tool"], other["inputHash"]) != (call.tool, call.inputHash)
+        }
 
     @property
     def spent(self) -> float:

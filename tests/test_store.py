@@ -77,10 +77,11 @@ async def test_calls_logged_by_key(tmp_path: Path) -> None:
     store = Store(tmp_path / "box.db")
     await store.open()
     task = a_task()
-    await store.save_task(task, EventKind.TOOL_CALL, {"key": "line-1", "tool": "echo.say"})
-    assert await store.call_logged(task.id, "line-1")
-    assert not await store.call_logged(task.id, "line-2")
-    assert not await store.call_logged("t000000002", "line-1")
+    begun = {"key": "line-1", "tool": "echo.say", "input": {"text": "a"}}
+    await store.save_task(task, EventKind.TOOL_CALL, begun)
+    assert await store.logged_call(task.id, "line-1") == begun
+    assert await store.logged_call(task.id, "line-2") is None
+    assert await store.logged_call("t000000002", "line-1") is None
     assert await store.answer(task.id, "line-1") is None
     await store.save_task(
         task, EventKind.TOOL_RESULT, {"key": "line-1"}, answer=("line-1", {"ok": True, "output": 1})
