@@ -143,12 +143,13 @@ class BrokerMethods:
                     question.question, question.costCents, question.payee, question.purpose
                 )
             else:
+                # The approval binds the input the key's tool.call line logged.
                 logged = await self.records.store.logged_call(task.id, question.key)
-                if logged is None:
-                    die(Problem.INVALID, f"key {question.key} began no call to approve")
-                begun = logged_call_use(logged)
-                wanted = CallUse(question.tool, begun.inputHash, question.costCents)
-            found, _ = await self._used(task.id, question.key, wanted)
+                begun = None if logged is None else logged_call_use(logged).inputHash
+                wanted = CallUse(question.tool, begun, question.costCents)
+            found, logged = await self._used(task.id, question.key, wanted)
+            if isinstance(wanted, CallUse) and logged is None:
+                die(Problem.INVALID, f"key {question.key} began no call to approve")
             if found is not None:
                 return found.public()
             if task.state.ended:

@@ -38,11 +38,13 @@ def pay(to: str, cents: int, key: str) -> dict[str, Any]:
 def payments(machine: Machine, task_id: str) -> list[tuple[str, str, int]]:
     """The wallet's ledger for the task, as (key, payee, cents)."""
     script = (
-        "import json, sqlite3, sys\n"
-        "db = sqlite3.connect('/var/lib/box/apps/wallet/ledger.db')\n"
-        "db.execute('CREATE TABLE IF NOT EXISTS bookings (task, key, payee, cents)')\n"
-        "rows = db.execute('SELECT key, payee, cents FROM bookings WHERE task = ? ORDER BY key',"
-        " (sys.argv[1],)).fetchall()\n"
+        "import json, os, sqlite3, sys\n"
+        "path = '/var/lib/box/apps/wallet/ledger.db'\n"
+        "rows = []\n"
+        "if os.path.exists(path):\n"  # no ledger yet: nobody was ever paid
+        "    db = sqlite3.connect(f'file:{path}?mode=ro', uri=True)\n"
+        "    rows = db.execute('SELECT key, payee, cents FROM bookings WHERE task = ?"
+        " ORDER BY key', (sys.argv[1],)).fetchall()\n"
         "print(json.dumps(rows))\n"
     )
     done = machine.run("/opt/boxd/venv/bin/python", "-c", script, task_id)
@@ -103,10 +105,6 @@ def test_a_pending_call_key_never_runs_another_input(machine: Machine, token: st
     task = running(machine, token)
     status, waiting = post(machine, task, "/call", pay("Ada", 500, "k"))
     assert (status, waiting["pending"]) == (200, True)
-    approval = approvals_of(machine, task["id"])["k"]
-    assert (approval["tool"], approval["costCents"]) == ("wallet.pay", 500)
-    assert len(approval["inputHash"]) == 64
-    assert '"to": "Ada"' in approval["question"]
     other_input = (
         400,
         {
@@ -116,8 +114,14 @@ def test_a_pending_call_key_never_runs_another_input(machine: Machine, token: st
     )
     assert post(machine, task, "/call", pay("Mallory", 500, "k")) == other_input
     # The owner says yes to paying Ada; that yes pays Ada and nobody else.
+    approval = approvals_of(machine, task["id"])["k"]
     boxctl(machine, "approve", approval["id"])
     assert post(machine, task, "/call", pay("Mallory", 500, "k")) == other_input
+    assert payments(machine, task["id"]) == []
+    # What the owner said yes to: the tool, its input's hash and its cost, and the input shown.
+    assert (approval["tool"], approval["costCents"]) == ("wallet.pay", 500)
+    assert len(approval["inputHash"]) == 64
+    assert '"to": "Ada"' in approval["question"]
     assert post(machine, task, "/call", {**pay("Ada", 500, "k"), "tool": "echo.say"})[0] == 400
     assert post(machine, task, "/ask", {"question": "Pay Ada?", "key": "k"}) == (
         400,
