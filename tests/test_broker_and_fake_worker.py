@@ -40,6 +40,9 @@ class MemoryLog:
         self.answered: dict[str, asyncio.Future[str]] = {}
         # key -> the call's tool.call line
         self.calls: dict[str, dict[str, Any]] = {}
+        # (member, key) -> held until set: a test's way to order what the broker does.
+        self.holds: dict[tuple[str, str], asyncio.Event] = {}
+        self.held: set[tuple[str, str]] = set()
 
     @property
     def prompt(self) -> str:
@@ -58,6 +61,10 @@ class MemoryLog:
         if member == "GetTask":
             return {"task": self.task, "steps": self.steps}
         data = json.loads(args[0])
+        hold = self.holds.get((member, data.get("key", "")))
+        if hold is not None:
+            self.held.add((member, data["key"]))
+            await hold.wait()
         if member == "LogStep":
             self.steps.append(data)
             return {"seq": len(self.steps), "kind": "task.step", "data": data}
@@ -523,3 +530,22 @@ async def test_calls_waiting_for_an_ok_keep_their_cost_reserved(
         await runner.cleanup()
     assert [r["key"] for r in log.results] == ["c", "f"]
     assert log.spent == 15
+
+
+async def test_a_call_that_came_while_the_first_ran_shares_it(
+    broker: tuple[str, MemoryLog],
+) -> None:
+    """k2 comes while k1 runs; k1 ends while k2's key is still being claimed: k2 shares k1's
+    run all the same, and Ada is paid once."""
+    path, log = broker
+    log.holds = {("FinishCall", "k1"): asyncio.Event(), ("BeginCall", "k2"): asyncio.Event()}
+    async with BrokerClient(path) as one, BrokerClient(path) as two:
+        first = asyncio.create_task(one.post("/call", pay("Ada", 30, "k1")))
+        await until(lambda: ("FinishCall", "k1") in log.held)
+        second = asyncio.create_task(two.post("/call", pay("Ada", 30, "k2")))
+        await until(lambda: ("BeginCall", "k2") in log.held)
+        log.holds[("FinishCall", "k1")].set()
+        paid = await first
+        log.holds[("BeginCall", "k2")].set()
+        assert await second == paid
+    assert [(r["key"], r.get("sharedWith")) for r in log.results] == [("k1", None), ("k2", "k1")]

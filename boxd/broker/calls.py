@@ -99,7 +99,8 @@ class Calls:
         # key -> cost of the calls this broker is running or waiting on; the record keeps those
         # that wait for the owner across a restart (BeginCall's reservedCents).
         self._reserved: dict[str, float] = {}
-        self._running: dict[str, asyncio.Task[dict[str, Any]]] = {}
+        # By (tool, input hash): what runs is one call, whichever key started it.
+        self._running: dict[tuple[str, str], asyncio.Task[dict[str, Any]]] = {}
         # (tool, input hash) -> the key of the first call, running or waiting for an answer.
         self._first: dict[tuple[str, str], str] = {}
 
@@ -122,13 +123,20 @@ class Calls:
     async def call(self, body: bytes) -> dict[str, Any]:
         request = parse(CallRequest, body)
         call = self._check(request)
-        # The key is claimed for this call before it shares or runs anything.
-        begun = await self._begin(call)
-        if begun["answered"] is not None:
-            return dict(begun["answered"])
         same = call.same
+        # Taken on arrival, so a call that comes while the first one runs shares it.
         first = self._first.setdefault(same, call.key)
-        result = await self._once(replace(call, key=first), begun if first == call.key else None)
+        try:
+            # The key is claimed for this call before it shares or runs anything.
+            begun = await self._begin(call)
+        except BaseException:
+            self._forget(same, call.key)
+            raise
+        if begun["answered"] is not None:
+            self._forget(same, call.key)
+            return dict(begun["answered"])
+        own = begun if first == call.key else None
+        result = await self._once(same, replace(call, key=first), own)
         if result.get("pending"):
             return result
         if self._first.get(same) == first:
@@ -136,6 +144,12 @@ class Calls:
         if first != call.key:
             await self._share(call, first, result)
         return result
+
+    def _forget(self, same: tuple[str, str], key: str) -> None:
+        """`key` leaves the place of its call's first key unless its run has begun: it was
+        refused, or answered before."""
+        if self._first.get(same) == key and same not in self._running:
+            del self._first[same]
 
     async def _begin(self, call: _Call) -> dict[str, Any]:
         begun = await self._manager.call(
@@ -151,12 +165,16 @@ class Calls:
         )
         return dict(begun)
 
-    async def _once(self, call: _Call, begun: dict[str, Any] | None) -> dict[str, Any]:
-        job = self._running.get(call.key)
+    async def _once(
+        self, same: tuple[str, str], call: _Call, begun: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        job = self._running.get(same)
         if job is None:
-            job = asyncio.create_task(self._run(call, begun))
-            self._running[call.key] = job
-            job.add_done_callback(lambda _: self._running.pop(call.key, None))
+            started = asyncio.create_task(self._run(call, begun))
+            self._running[same] = job = started
+            started.add_done_callback(
+                lambda _: self._running.pop(same) if self._running.get(same) is started else None
+            )
         # Shielded: a caller that hangs up does not cut off a tool that others share.
         return await asyncio.shield(job)
 
