@@ -15,11 +15,15 @@ from boxd.approval import AskRequest, Key, cents
 
 
 class CallStart(BaseModel):
+    """A call begun: its key, tool, validated input and what the tool says it costs. Its
+    `tool.call` line adds the input's hash (boxd.key_use): the key names this call for good."""
+
     model_config = ConfigDict(extra="forbid")
 
     key: Key
     tool: StrictStr
     input: Any = None
+    costCents: Annotated[float, BeforeValidator(cents)] = 0
 
 
 class CallResult(BaseModel):
