@@ -4,6 +4,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from boxd.errors import BoxError
 from boxd.event import EventKind
 from boxd.manager.store import Store
 from boxd.settings import Settings
@@ -87,3 +88,30 @@ async def test_calls_logged_by_key(tmp_path: Path) -> None:
     )
     assert await store.answer(task.id, "line-1") == {"ok": True, "output": 1}
     await store.close()
+
+
+async def test_task_uids_are_handed_out_once(tmp_path: Path) -> None:
+    store = Store(tmp_path / "box.db")
+    await store.open()
+    first, last = 0x7000_0000, 0x7000_0004
+    someone_elses = {first + 1}
+    first_uid = await store.claim_uid("t000000001", first, last, someone_elses.__contains__)
+    assert first_uid == first
+    # The same task gets the same uid back, as after a restart mid-start.
+    assert await store.claim_uid("t000000001", first, last, someone_elses.__contains__) == first
+    # A number another account has is skipped.
+    assert await store.claim_uid("t000000002", first, last, someone_elses.__contains__) == first + 2
+    await store.close()
+
+    # Rows outlive the users: after a restart, numbers go on from the highest ever handed out.
+    again = Store(tmp_path / "box.db")
+    await again.open()
+    assert await again.claim_uid("t000000003", first, last, lambda _: False) == first + 3
+    assert await again.claim_uid("t000000004", first, last, lambda _: False) == first + 4
+    try:
+        await again.claim_uid("t000000005", first, last, lambda _: False)
+    except BoxError as error:
+        assert "every task user id from 1879048192 to 1879048196" in error.message
+    else:
+        raise AssertionError("a uid beyond the range was handed out")
+    await again.close()

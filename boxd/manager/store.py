@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from boxd.approval import Approval, ApprovalState
+from boxd.errors import Problem, die
 from boxd.event import Event
 from boxd.manager import journal
 from boxd.settings import Settings
@@ -66,6 +67,12 @@ CREATE TABLE IF NOT EXISTS layers (
     task TEXT NOT NULL UNIQUE,
     active INTEGER NOT NULL,
     PRIMARY KEY (workspace, number)
+);
+-- The uid each task's user was given. Rows stay when the user is removed, so a uid is
+-- handed out once, for good: files a task left keep a number no later task gets.
+CREATE TABLE IF NOT EXISTS task_uids (
+    task TEXT PRIMARY KEY,
+    uid INTEGER NOT NULL UNIQUE
 );
 CREATE TABLE IF NOT EXISTS settings (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -303,6 +310,36 @@ class Store:
             return [_event(row) for row in db.execute(query + " ORDER BY seq", values)]
 
         return await self._run(read)
+
+    # Task users' uids.
+
+    async def claim_uid(
+        self, task_id: str, first: int, last: int, taken: Callable[[int], bool]
+    ) -> int:
+        """The task's uid: the one it was given before, or the next never handed out from
+        first..last that `taken` does not say another account already has."""
+
+        def write(db: sqlite3.Connection) -> int:
+            with _transaction(db):
+                row = db.execute("SELECT uid FROM task_uids WHERE task = ?", (task_id,)).fetchone()
+                if row is not None:
+                    return int(row[0])
+                row = db.execute(
+                    "SELECT MAX(uid) FROM task_uids WHERE uid BETWEEN ? AND ?", (first, last)
+                ).fetchone()
+                uid = first if row[0] is None else int(row[0]) + 1
+                while uid <= last and taken(uid):
+                    uid += 1
+                if uid > last:
+                    die(
+                        Problem.FAILED,
+                        f"this box has handed out every task user id from {first} to {last}: "
+                        "no new task can start",
+                    )
+                db.execute("INSERT INTO task_uids (task, uid) VALUES (?, ?)", (task_id, uid))
+                return uid
+
+        return await self._run(write)
 
     # Tokens: only their hashes are kept.
 
