@@ -28,6 +28,7 @@ from boxd.manager import netns
 from boxd.manager.admission import next_to_start
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
+from boxd.manager.disk import disk_full, full_words
 from boxd.manager.exit_words import why_failed
 from boxd.manager.folders import check_folders, folder_workspace, owner_home, real_folders
 from boxd.manager.keep import (
@@ -572,7 +573,12 @@ class Box:
                     await self._end(task, TaskState.DONE, None)
                 else:
                     words = None if status.active_state == "inactive" else await last_words(unit)
-                    await self._end(task, TaskState.FAILED, why_failed(status, words))
+                    error = why_failed(status, words)
+                    # What the worker said last is often not why (dd's byte count, a traceback's
+                    # last frame): a full disk is said first, in the box's words.
+                    if await asyncio.to_thread(disk_full, self.home):
+                        error = full_words(error)
+                    await self._end(task, TaskState.FAILED, error)
         except Exception:
             log.exception("could not follow the worker of task %s", task_id)
 
@@ -614,6 +620,8 @@ class Box:
             # Its worker is stopped and its layer thrown away: its user owns nothing now.
             await self._remove_user(task.id)
         await self._collect_layers(task.workspace)
+        # The layer it left or threw away may have given back the space boxd keeps in reserve.
+        await self.store.keep_reserve()
         self._places.discard(task.id)
         self._start_queued_soon()
         return task

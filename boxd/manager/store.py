@@ -6,7 +6,9 @@ A method returns only after its transaction is on disk.
 """
 
 import asyncio
+import errno
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import Callable
@@ -18,10 +20,17 @@ from boxd.approval import Approval, ApprovalState
 from boxd.errors import Problem, die
 from boxd.event import Event
 from boxd.manager import journal
+from boxd.manager.disk import give_up_reserve, make_reserve, reserve_path
 from boxd.settings import Settings
 from boxd.task import Task, TaskState
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+RECORD_FULL = (
+    "The box's disk is full: boxd cannot add to its record until some space is freed "
+    "(undo tasks or remove workspaces you no longer need)."
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -86,14 +95,45 @@ class Store:
         self._path = path
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
         self._db: sqlite3.Connection | None = None
+        # Whether the reserve was given up since it was last made.
+        self.reserve_used = False
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         def on_thread() -> T:
             if self._db is None:
                 raise RuntimeError("the store is not open")
-            return work(self._db)
+            try:
+                return work(self._db)
+            except (sqlite3.OperationalError, OSError) as error:
+                if not _disk_full(error):
+                    raise
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                # The disk is full: the reserve gives the record room to say so, once.
+                if give_up_reserve(self._path):
+                    log.warning(
+                        "The box's disk is full: boxd gave up the space it keeps in reserve "
+                        "(%s) to go on recording",
+                        reserve_path(self._path),
+                    )
+                    self.reserve_used = True
+                    try:
+                        return work(self._db)
+                    except (sqlite3.OperationalError, OSError) as again:
+                        if not _disk_full(again):
+                            raise
+                die(Problem.FAILED, RECORD_FULL)
 
         return await asyncio.get_running_loop().run_in_executor(self._thread, on_thread)
+
+    async def keep_reserve(self) -> None:
+        """Makes the reserve again once the disk has room for it."""
+
+        def make(db: sqlite3.Connection) -> None:
+            if make_reserve(self._path):
+                self.reserve_used = False
+
+        await self._run(make)
 
     async def open(self) -> None:
         def connect() -> None:
@@ -103,6 +143,7 @@ class Store:
             db.execute("PRAGMA busy_timeout=5000")
             db.executescript(_SCHEMA)
             _add_column(db, "tokens", "user", "TEXT")
+            make_reserve(self._path)
             self._db = db
 
         await asyncio.get_running_loop().run_in_executor(self._thread, connect)
@@ -383,6 +424,12 @@ class Store:
                 )
 
         await self._run(write)
+
+
+def _disk_full(error: sqlite3.OperationalError | OSError) -> bool:
+    if isinstance(error, sqlite3.OperationalError):
+        return error.sqlite_errorcode == sqlite3.SQLITE_FULL
+    return error.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 class _transaction:
