@@ -442,7 +442,12 @@ class _transaction:
         self._db.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, kind: object, error: object, trace: object) -> None:
-        self._db.execute("COMMIT" if error is None else "ROLLBACK")
+        if error is None:
+            self._db.execute("COMMIT")
+        # SQLite rolls back by itself on some errors (SQLITE_FULL among them); a second
+        # ROLLBACK would fail and hide the first error.
+        elif self._db.in_transaction:
+            self._db.execute("ROLLBACK")
 
 
 def _add_column(db: sqlite3.Connection, table: str, column: str, kind: str) -> None:
