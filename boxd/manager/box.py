@@ -28,7 +28,7 @@ from boxd.manager import netns
 from boxd.manager.admission import next_to_start
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
-from boxd.manager.disk import disk_full, full_words
+from boxd.manager.disk import MIB, disk_full, full_words, stopped_words, tree_bytes
 from boxd.manager.exit_words import why_failed
 from boxd.manager.folders import check_folders, folder_workspace, owner_home, real_folders
 from boxd.manager.keep import (
@@ -116,6 +116,7 @@ class Box:
         self.vault.open()
         await self.systemd.subscribe()
         await self._limit_all_tasks(await self.store.settings())
+        self.store.on_full = self._free_disk_soon
         for task in await self.store.tasks():
             self.records.export(task)
             if task.state in (TaskState.RUNNING, TaskState.WAITING):
@@ -625,6 +626,34 @@ class Box:
         self._places.discard(task.id)
         self._start_queued_soon()
         return task
+
+    def _free_disk_soon(self) -> None:
+        job = asyncio.create_task(self._free_disk())
+        self._background.add(job)
+        job.add_done_callback(self._background.discard)
+
+    async def _free_disk(self) -> None:
+        """The record could not grow: the disk is full. The unfinished task whose changes take
+        the most space is stopped, whether or not its agent gave up on its own, so the others
+        and the record can go on."""
+        try:
+            sizes = []
+            for task in await self.store.tasks((TaskState.RUNNING, TaskState.WAITING)):
+                used = await asyncio.to_thread(tree_bytes, self.layers.upper(task.id))
+                sizes.append((used, task.id))
+            if not sizes:
+                return
+            used, task_id = max(sizes)
+            async with self.records.locks[task_id]:
+                task = await self.records.task(task_id)
+                if task.state.ended:
+                    return
+                log.warning(
+                    "the disk is full: stopping task %s, whose changes take the most", task_id
+                )
+                await self._end(task, TaskState.FAILED, stopped_words(used // MIB))
+        except Exception:
+            log.exception("could not free the disk")
 
     async def _remove_user(self, task_id: str) -> None:
         failed = await remove_user(task_user(task_id))

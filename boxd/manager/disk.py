@@ -13,8 +13,9 @@ from pathlib import Path
 
 MIB = 1024 * 1024
 RESERVE_BYTES = 16 * MIB
-# Below this much space left for ordinary writes, a task that fails is told the disk is full.
-FULL_BELOW_BYTES = 16 * MIB
+# Below this much space left for ordinary writes, a task that fails is told the disk is full:
+# twice the reserve, so it holds just after the reserve is given up, too.
+FULL_BELOW_BYTES = 2 * RESERVE_BYTES
 
 DISK_FULL = (
     "The box's disk is full: the task could not write what it needed. Its changes were thrown "
@@ -30,6 +31,30 @@ def disk_full(path: Path) -> bool:
 
 def full_words(error: str) -> str:
     return f"{DISK_FULL} ({error})"
+
+
+def stopped_words(mib: int) -> str:
+    return (
+        f"The box's disk is full, and this task's changes took the most of it ({mib} MiB): "
+        "boxd stopped it and threw them away to free the space. Start it again once the box "
+        "has room for what it writes."
+    )
+
+
+def tree_bytes(top: Path) -> int:
+    """The disk space a directory tree takes. Through directory fds, never following a link:
+    the tree is a task's, and it may swap a directory for a link while root counts."""
+    total = 0
+    try:
+        for _, _, files, fd in os.fwalk(top, follow_symlinks=False):
+            for name in files:
+                try:
+                    total += os.stat(name, dir_fd=fd, follow_symlinks=False).st_blocks * 512
+                except OSError:
+                    continue
+    except OSError:
+        pass
+    return total
 
 
 def reserve_path(database: Path) -> Path:

@@ -97,8 +97,12 @@ class Store:
         self._db: sqlite3.Connection | None = None
         # Whether the reserve was given up since it was last made.
         self.reserve_used = False
+        # Called on the event loop when the reserve is given up.
+        self.on_full: Callable[[], None] | None = None
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        loop = asyncio.get_running_loop()
+
         def on_thread() -> T:
             if self._db is None:
                 raise RuntimeError("the store is not open")
@@ -117,6 +121,8 @@ class Store:
                         reserve_path(self._path),
                     )
                     self.reserve_used = True
+                    if self.on_full is not None:
+                        loop.call_soon_threadsafe(self.on_full)
                     try:
                         return work(self._db)
                     except (sqlite3.OperationalError, OSError) as again:
@@ -124,14 +130,17 @@ class Store:
                             raise
                 die(Problem.FAILED, RECORD_FULL)
 
-        return await asyncio.get_running_loop().run_in_executor(self._thread, on_thread)
+        return await loop.run_in_executor(self._thread, on_thread)
 
     async def keep_reserve(self) -> None:
         """Makes the reserve again once the disk has room for it."""
 
         def make(db: sqlite3.Connection) -> None:
-            if make_reserve(self._path):
-                self.reserve_used = False
+            try:
+                if make_reserve(self._path):
+                    self.reserve_used = False
+            except OSError as error:
+                log.warning("could not make %s: %s", reserve_path(self._path), error)
 
         await self._run(make)
 

@@ -37,12 +37,22 @@ def small_disk() -> Iterator[Machine]:
         shutil.rmtree(place, ignore_errors=True)
 
 
+def _available(machine: Machine) -> int:
+    blocks, size = machine.run("stat", "-f", "-c", "%a %S", BOX_HOME).stdout.split()
+    return int(blocks) * int(size)
+
+
+def _has_reserve(machine: Machine) -> bool:
+    found = machine.run("test", "-e", f"{BOX_HOME}/box.db-reserve", check=False)
+    return found.returncode == 0
+
+
 def test_a_task_that_fills_the_disk_fails_and_the_box_goes_on(small_disk: Machine) -> None:
     machine = small_disk
     size = machine.run("df", "--output=size", "-B1M", BOX_HOME).stdout.split()[-1]
     assert int(size) < DISK_MIB, "BOX_HOME is not the small disk"
-    assert machine.run("test", "-e", f"{BOX_HOME}/box.db-reserve", check=False).returncode == 0
     token = boxctl(machine, "token", "create").stdout.strip()
+
     # Another task waits until the disk is full, then logs a megabyte of steps: boxd must
     # record them, though its database can only grow into the space it kept in reserve.
     big_steps = "sh head -c 3000 /dev/urandom | base64 -w0\n" * STEPS_WHILE_FULL
@@ -55,10 +65,8 @@ def test_a_task_that_fills_the_disk_fails_and_the_box_goes_on(small_disk: Machin
     )
     wait_for_step(machine, other["id"])
     # It writes until the disk is full (through its overlay, root's reserved blocks too), and
-    # holds the space a while before it gives up.
-    filler = start_fake(
-        machine, token, "step filling\nsh dd if=/dev/zero of=big bs=1M; sleep 30; exit 1"
-    )
+    # then holds on to the space, as an agent that retries for ever would.
+    hog = start_fake(machine, token, "step filling\nsh dd if=/dev/zero of=big bs=1M; sleep 600")
     done = finish(machine, other["id"])
     assert done["state"] == "done", done
     texts = [s["text"] for s in done["steps"]]
@@ -67,21 +75,29 @@ def test_a_task_that_fills_the_disk_fails_and_the_box_goes_on(small_disk: Machin
     assert all(len(text) == 4000 for text in texts[2:-1])
     gave_up = machine.run("journalctl", "-u", "boxd.service", "--grep", "gave up the space")
     assert "The box's disk is full" in gave_up.stdout
-    # boxd answers while the disk is full.
+    # boxd stopped the task whose changes took the disk, in plain words, and its space is back.
+    stopped = finish(machine, hog["id"])
+    assert stopped["state"] == "failed", stopped
+    assert stopped["error"].startswith(
+        "The box's disk is full, and this task's changes took the most of it ("
+    ), stopped["error"]
+    assert stopped["error"].endswith(
+        "MiB): boxd stopped it and threw them away to free the space. Start it again once the "
+        "box has room for what it writes."
+    ), stopped["error"]
     status, listed = http(machine, "GET", "/api/tasks", token)
     assert status == 200, listed
-    assert {other["id"], filler["id"]} <= {t["id"] for t in listed}
+    assert {other["id"], hog["id"]} <= {t["id"] for t in listed}
+    assert _available(machine) > (DISK_MIB // 2) * 2**20
 
-    ended = finish(machine, filler["id"])
+    # A task that gives up by itself on the full disk says why in the box's words, not dd's.
+    quitter = start_fake(machine, token, "sh dd if=/dev/zero of=big bs=1M; exit 1")
+    ended = finish(machine, quitter["id"])
     assert ended["state"] == "failed", ended
-    assert ended["error"].startswith(
-        "The box's disk is full: the task could not write what it needed. Its changes were "
-        "thrown away, which gives back the space they took;"
-    ), ended["error"]
+    assert ended["error"].startswith("The box's disk is full"), ended["error"]
     # Its layer is gone, and with it the space it took; boxd keeps its reserve again.
-    avail = machine.run("stat", "-f", "-c", "%a %S", BOX_HOME).stdout.split()
-    assert int(avail[0]) * int(avail[1]) > (DISK_MIB // 2) * 2**20
-    assert machine.run("test", "-e", f"{BOX_HOME}/box.db-reserve", check=False).returncode == 0
+    assert _available(machine) > (DISK_MIB // 2) * 2**20
+    assert _has_reserve(machine)
     after = start_fake(machine, token, "write ok.txt fine")
     assert finish(machine, after["id"])["state"] == "done"
     restarts = machine.run("systemctl", "show", "-P", "NRestarts", "boxd.service").stdout
