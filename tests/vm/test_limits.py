@@ -212,17 +212,30 @@ def test_max_running_tasks_queues_the_rest_and_starts_them_in_order(
         boxctl(machine, "stop", one)
         _until_state(machine, token, three, "running")
         assert _state(machine, token, four) == "queued"
+        # A task that comes now waits behind the one already waiting.
+        five = start_fake(machine, token, "sleep 120", title="in line 4")["id"]
+        started.append(five)
+        assert _state(machine, token, five) == "queued"
 
         # The line survives a restart: the running keep their places, the queued wait on.
         machine.run("systemctl", "restart", "boxd.service")
-        assert [_state(machine, token, t) for t in (two, three, four)] == [
+        assert [_state(machine, token, t) for t in (two, three, four, five)] == [
             "running",
             "running",
             "queued",
+            "queued",
         ]
 
-        boxctl(machine, "stop", two)
+        # A place freed while boxd is down goes, when it comes back, to the oldest in line.
+        machine.run("systemctl", "stop", "boxd.service")
+        machine.run("systemctl", "kill", "--signal=KILL", units[1])
+        machine.run("systemctl", "start", "boxd.service")
+        _until_state(machine, token, two, "failed")
         _until_state(machine, token, four, "running")
+        assert _state(machine, token, five) == "queued"
+
+        boxctl(machine, "stop", three)
+        _until_state(machine, token, five, "running")
     finally:
         for task_id in started:
             boxctl(machine, "stop", task_id, check=False)
