@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from boxd.errors import BoxError
-from boxd.manager.folders import Folder, check_folder, check_folders, folder_workspace
+from boxd.manager import owner_process
 from boxd.manager.beneath import NotBeneath, open_path, parent_of
 from boxd.manager.folder_stream import data_ranges
-from boxd.manager import owner_process
+from boxd.manager.folders import Folder, check_folder, check_folders, folder_workspace
 from boxd.manager.keep import Places, keep, layer_changes, take_manifest
 from boxd.manager.mirror import check_readable, sync_mirror, sync_tree
 from boxd.manager.pause import VARIABLE

@@ -393,6 +393,7 @@ class Box:
                 "notApplied": outcome.not_applied,
                 "stoppedAt": outcome.stopped_at,
                 "why": outcome.why,
+                "error": error,
             }
         task = task.model_copy(update={"review": Review.KEPT, "error": None})
         return task, {**state, "review": "kept", "applied": len(outcome.applied)}

@@ -17,11 +17,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+import boxd
 from boxd.manager.folder_stream import Reader, Writer
 from boxd.manager.pause import VARIABLE
-
-
-import boxd
 
 # The interpreter and the folder boxd's package is in: -I leaves PYTHONPATH out, so the child
 # is told where to import boxd from. Tests that run as root swap in an interpreter the folder's
