@@ -389,8 +389,9 @@ class Box:
                 **state,
                 "review": "pending",
                 "applied": len(outcome.applied),
-                "appliedPaths": outcome.applied,
-                "notApplied": outcome.not_applied,
+                # The first thousand of each: one event stays a size a log can hold.
+                "appliedPaths": outcome.applied[:1000],
+                "notApplied": outcome.not_applied[:1000],
                 "stoppedAt": outcome.stopped_at,
                 "why": outcome.why,
                 "error": error,

@@ -244,10 +244,11 @@ def keep(changes: list[Change], saw: dict[str, State], layer: Path, places: Plac
             try:
                 uid = folder_owner(plan.folder.path)
                 child = stack.enter_context(OwnerProcess(uid, "keep", str(plan.folder.path)))
-            except (MirrorError, OwnerError) as error:
-                raise KeepError(
-                    f"folder {plan.folder.path}: {error}; nothing was applied"
-                ) from None
+            except MirrorError as error:
+                raise KeepError(f"{error}; nothing was applied") from None
+            except (OwnerError, OSError) as error:
+                why = f"folder {plan.folder.path}: {error}; nothing was applied"
+                raise KeepError(why) from None
             children.append(child)
             child.writer.record(
                 {
@@ -264,8 +265,8 @@ def keep(changes: list[Change], saw: dict[str, State], layer: Path, places: Plac
                 answer = None
             if answer is None or "conflicts" not in answer:
                 child.finish()
-                why = answer.get("error") if answer else child.complaint()
-                raise KeepError(f"folder {plan.folder.path}: {why}; nothing was applied")
+                said = answer.get("error") if answer else child.complaint()
+                raise KeepError(f"folder {plan.folder.path}: {said}; nothing was applied")
             found.extend(places.view(plan.folder, str(p)) for p in answer["conflicts"])
         if found:
             return Outcome(conflicts=sorted(found))

@@ -136,7 +136,11 @@ def sync_tree(source: Path, target: Path, gid: int) -> int:
         have = {path: list(state_of(info)) for path, info in walk(root)}
         seen: set[str] = set()
         changed = 0
-        with OwnerProcess(uid, "read", str(source)) as child:
+        try:
+            reading = OwnerProcess(uid, "read", str(source))
+        except (OwnerError, OSError) as error:
+            raise MirrorError(f"folder {source} could not be read as its owner: {error}") from None
+        with reading as child:
             child.writer.record({"have": have})
             child.close_input()
             try:

@@ -23,7 +23,7 @@ from tests.vm.test_personal_folders import folder, keep, tree
 PAUSES = "/run/boxd-pauses"
 DROP_IN = "/etc/systemd/system/boxd.service.d/50-pauses.conf"
 OTHER = "other"
-SECRET = "the other account's secret"
+SECRET = "a secret of the other account"
 
 
 @pytest.fixture(scope="module", autouse=True)
