@@ -31,7 +31,6 @@ from boxd.manager.exit_words import why_failed
 from boxd.manager.folders import check_folders, folder_workspace, owner_home, real_folders
 from boxd.manager.keep import (
     KeepError,
-    Outcome,
     Places,
     keep,
     layer_changes,
@@ -383,7 +382,7 @@ class Box:
             task = task.model_copy(update={"review": Review.CONFLICT, "error": error})
             return task, {**state, "review": "conflict", "conflicts": clash}
         if outcome.stopped_at is not None:
-            error = _half_kept(outcome)
+            error = outcome.stopped_words()
             task = task.model_copy(update={"review": Review.PENDING, "error": error})
             return task, {
                 **state,
@@ -615,23 +614,6 @@ class Box:
 def _owner_only(caller: Caller) -> None:
     if caller.role != Role.OWNER:
         die(Problem.FORBIDDEN, OWNER_ONLY)
-
-
-def _listed(paths: list[str]) -> str:
-    if not paths:
-        return "nothing"
-    more = f" and {len(paths) - 20} more" if len(paths) > 20 else ""
-    return ", ".join(paths[:20]) + more
-
-
-def _half_kept(outcome: Outcome) -> str:
-    """A keep that stopped half-way, in words: what is in the folders now and what is not."""
-    return (
-        f"Keeping stopped at {outcome.stopped_at}: {outcome.why}. Applied (in your folders now): "
-        f"{_listed(outcome.applied)}. Not applied: {_listed(outcome.not_applied)}. Fix what "
-        "stopped it and keep again (what was applied counts as no conflict), or undo the task "
-        "(what was applied stays)."
-    )
 
 
 def _words(error: Exception) -> str:

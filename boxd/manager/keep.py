@@ -129,6 +129,22 @@ class Outcome:
     stopped_at: str | None = None
     why: str | None = None
 
+    def stopped_words(self) -> str:
+        """A keep that stopped half-way, in words: what is in the folders now and what is not."""
+        return (
+            f"Keeping stopped at {self.stopped_at}: {self.why}. Applied (in your folders now): "
+            f"{_listed(self.applied)}. Not applied: {_listed(self.not_applied)}. Fix what "
+            "stopped it and keep again (what was applied counts as no conflict), or undo the "
+            "task (what was applied stays)."
+        )
+
+
+def _listed(paths: list[str]) -> str:
+    if not paths:
+        return "nothing"
+    more = f" and {len(paths) - 20} more" if len(paths) > 20 else ""
+    return ", ".join(paths[:20]) + more
+
 
 @dataclass
 class _Plan:
