@@ -32,10 +32,9 @@ from boxd.manager.disk import MIB, disk_full, full_words, stopped_words, tree_by
 from boxd.manager.exit_words import why_failed
 from boxd.manager.folders import check_folders, folder_workspace, owner_home, real_folders
 from boxd.manager.keep import (
+    KeepError,
     Places,
-    UnsafePath,
-    apply,
-    conflicts,
+    keep,
     layer_changes,
     load_manifest,
     save_manifest,
@@ -43,7 +42,8 @@ from boxd.manager.keep import (
 )
 from boxd.manager.last_words import last_words
 from boxd.manager.layers import MAX_DONE, Layers, layer_name
-from boxd.manager.mirror import sync_mirror
+from boxd.manager.mirror import MirrorError, check_readable, sync_mirror
+from boxd.manager.owner_process import OwnerError
 from boxd.manager.records import Records
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError
@@ -210,6 +210,10 @@ class Box:
             checked = await asyncio.to_thread(
                 check_folders, personal, owner_home(caller.user), settings.agentFolders, self.home
             )
+            for folder in checked:
+                why = await asyncio.to_thread(check_readable, folder.path, caller.user)
+                if why is not None:
+                    die(Problem.INVALID, f"folder {folder.path}: {why}; agents may not either")
             folders = [str(folder.path) for folder in checked]
             workspace = folder_workspace(checked)
         shared: list[dict[str, Any]] = []
@@ -350,6 +354,9 @@ class Box:
             await self.records.record(
                 task, EventKind.TASK_STATE, {**data, "by": caller.name}, drop_layer=kept
             )
+            if "stoppedAt" in data and task.error is not None:
+                # Recorded first, so the log and the task's error say what was applied.
+                die(Problem.FAILED, task.error)
         await self._collect_layers(task.workspace)
         return task.public()
 
@@ -371,8 +378,12 @@ class Box:
         manifest = task_manifest(self.home, task.id)
         changes = await asyncio.to_thread(layer_changes, layer)
         saw = await asyncio.to_thread(load_manifest, manifest)
-        clash = await asyncio.to_thread(conflicts, changes, saw, places)
+        try:
+            outcome = await asyncio.to_thread(keep, changes, saw, layer, places)
+        except KeepError as refused:
+            die(Problem.INVALID, str(refused))
         state = {"state": task.state.value}
+        clash = outcome.conflicts
         if clash:
             shown = ", ".join(clash[:20]) + (
                 f" and {len(clash) - 20} more" if len(clash) > 20 else ""
@@ -383,12 +394,22 @@ class Box:
             )
             task = task.model_copy(update={"review": Review.CONFLICT, "error": error})
             return task, {**state, "review": "conflict", "conflicts": clash}
-        try:
-            applied = await asyncio.to_thread(apply, changes, layer, places)
-        except UnsafePath as unsafe:
-            die(Problem.INVALID, str(unsafe))
+        if outcome.stopped_at is not None:
+            error = outcome.stopped_words()
+            task = task.model_copy(update={"review": Review.PENDING, "error": error})
+            return task, {
+                **state,
+                "review": "pending",
+                "applied": len(outcome.applied),
+                # The first thousand of each: one event stays a size a log can hold.
+                "appliedPaths": outcome.applied[:1000],
+                "notApplied": outcome.not_applied[:1000],
+                "stoppedAt": outcome.stopped_at,
+                "why": outcome.why,
+                "error": error,
+            }
         task = task.model_copy(update={"review": Review.KEPT, "error": None})
-        return task, {**state, "review": "kept", "applied": applied}
+        return task, {**state, "review": "kept", "applied": len(outcome.applied)}
 
     async def _collect_layers(self, workspace: str) -> None:
         """Deletes the files of layers that left the stack (undone, kept), once no unfinished
@@ -528,7 +549,10 @@ class Box:
         assert task.folders is not None
         base = workspaces_dir(self.home) / task.workspace
         gid = grp.getgrnam(WORK_GROUP).gr_gid
-        await asyncio.to_thread(sync_mirror, real_folders(task.folders), base, gid)
+        try:
+            await asyncio.to_thread(sync_mirror, real_folders(task.folders), base, gid)
+        except (MirrorError, OwnerError) as error:
+            die(Problem.FAILED, str(error))
 
     async def _prepare_view(self, task: Task, layers: list[str]) -> None:
         """The task's user and its view of the workspace; for a personal task, a manifest of
