@@ -112,8 +112,16 @@ def _judge(
     return None
 
 
+def _unscoped(address: IPAddress) -> IPAddress:
+    # fd00:ec2::254%eth0 is fd00:ec2::254 on that link, but is not equal to it in Python.
+    if isinstance(address, ipaddress.IPv6Address) and address.scope_id:
+        return ipaddress.IPv6Address(int(address))
+    return address
+
+
 def never_reached(address: IPAddress) -> str | None:
     """Why no task reaches this address, even one its hosts list; None if some task may."""
+    address = _unscoped(address)
     if address in CLOUD_METADATA:
         return CLOUD_METADATA[address]
     why = _judge(address, NEVER, never_reached)
@@ -128,10 +136,11 @@ def never_reached(address: IPAddress) -> str | None:
 
 def private_network(address: IPAddress) -> str | None:
     """Why a task reaches this address only when its hosts list it; None if it is public."""
-    return _judge(address, PRIVATE, private_network)
+    return _judge(_unscoped(address), PRIVATE, private_network)
 
 
 def own_address_refusal(address: IPAddress, own: set[IPAddress]) -> str | None:
+    address = _unscoped(address)
     embedded = _embedded(address)
     if address in own or (embedded is not None and embedded[1] in own):
         return "this box's own address: tasks never reach the box itself"
