@@ -369,8 +369,19 @@ import errno, socket, sys
 try:
     socket.create_connection((sys.argv[1], 80), timeout=5).close()
     print("connected")
+except TimeoutError:
+    print("timed out")
 except OSError as e:
     print(errno.errorcode.get(e.errno, str(e)))
+"""
+
+
+# Runs a command in the cgroup of the unit named first, where the unit's IPAddressDeny= holds.
+JOIN_THE_BROKER = """
+pid=$(systemctl show -p MainPID --value "$0")
+cgroup=$(sed -n 's/^0:://p' "/proc/$pid/cgroup")
+root=$(findmnt -n -o TARGET -t cgroup2 | head -n 1)
+echo $$ > "$root$cgroup/cgroup.procs" && exec "$@"
 """
 
 
@@ -381,15 +392,14 @@ def test_the_broker_unit_walls_off_link_local(machine: Machine, token: str) -> N
     try:
         shown = machine.run("systemctl", "show", unit, "-p", "IPAddressDeny", "--value").stdout
         assert {"169.254.0.0/16", "fe80::/10", "224.0.0.0/4", "ff00::/8"} <= set(shown.split())
-        cgroup = machine.run("systemctl", "show", unit, "-p", "ControlGroup", "--value")
         machine.run("tee", "/usr/local/bin/broker-connects", input=BROKER_CONNECTS)
         probe = ["python3", "/usr/local/bin/broker-connects", LINK_LOCAL_ADDRESS]
         # The neighbour answers anyone else on the machine...
         assert machine.run(*probe).stdout.strip() == "connected"
         # ...but not a process in the broker's cgroup, as if a bug let the broker try.
-        join = 'echo $$ > "/sys/fs/cgroup$0/cgroup.procs" && exec "$@"'
-        inside = machine.run("sh", "-c", join, cgroup.stdout.strip(), *probe)
-        assert inside.stdout.strip() == "EPERM"
+        inside = machine.run("sh", "-c", JOIN_THE_BROKER, unit, *probe)
+        # The kernel drops its packets (a SYN that never leaves times out; some calls get EPERM).
+        assert inside.stdout.strip() in ("timed out", "EPERM")
     finally:
         http(machine, "POST", f"/api/tasks/{task['id']}/stop", token)
 
