@@ -16,7 +16,7 @@ NEVER = [
     ("127.0.0.1", "a loopback address"),
     ("127.9.9.9", "a loopback address"),
     ("::1", "a loopback address"),
-    ("169.254.169.254", "a cloud metadata service's address"),
+    ("169.254.169.254", "a link-local address"),
     ("fd00:ec2::254", "a cloud metadata service's address"),
     ("fd00:ec2::254%eth0", "a cloud metadata service's address"),
     ("100.100.100.200", "a cloud metadata service's address"),
@@ -58,11 +58,12 @@ PRIVATE = [
 # Embeddings of IPv4 addresses in IPv6, each judged by the address it carries.
 EMBEDDED_NEVER = [
     ("::ffff:127.0.0.1", "the IPv4-mapped form of 127.0.0.1, a loopback address"),
-    ("::ffff:169.254.169.254", "the IPv4-mapped form of 169.254.169.254, a cloud metadata"),
+    ("::ffff:169.254.169.254", "the IPv4-mapped form of 169.254.169.254, a link-local"),
     ("::ffff:224.0.0.1", "the IPv4-mapped form of 224.0.0.1, a multicast address"),
     ("::ffff:0.0.0.0", "the IPv4-mapped form of 0.0.0.0, not the address of one host"),
     ("64:ff9b::7f00:1", "the NAT64 form of 127.0.0.1, a loopback address"),
-    ("64:ff9b::a9fe:a9fe", "the NAT64 form of 169.254.169.254, a cloud metadata"),
+    ("64:ff9b::a9fe:a9fe", "the NAT64 form of 169.254.169.254, a link-local address"),
+    ("::ffff:100.100.100.200", "the IPv4-mapped form of 100.100.100.200, a cloud metadata"),
     ("2002:7f00:1::1", "a 6to4 address of 127.0.0.1, a loopback address"),
     # Teredo: server 65.54.227.120, client 127.0.0.1 (stored inverted: 80ff:fffe).
     ("2001:0:4136:e378:8000:63bf:80ff:fffe", "a Teredo address carrying 127.0.0.1"),

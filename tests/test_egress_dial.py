@@ -77,6 +77,8 @@ async def test_a_name_resolving_to_the_box_is_refused_whatever_the_hosts_say() -
     dial = dialer(["example.com"], {"example.com": [OWN]})
     assert "resolves to 192.0.2.2, this box's own address" in await refused(dial, "example.com:443")
     dial = dialer(["example.com"], {"example.com": [address("169.254.169.254")]})
+    assert ", a link-local address" in await refused(dial, "example.com:443")
+    dial = dialer(["example.com"], {"example.com": [address("100.100.100.200")]})
     assert ", a cloud metadata service's address" in await refused(dial, "example.com:443")
 
 

@@ -1,9 +1,10 @@
 """The addresses a task's egress refuses, in two kinds.
 
 `never_reached`: addresses no task reaches, whatever its hosts say. The box itself (loopback
-and, through `own_address_refusal`, its own addresses), link-local neighbours, the clouds'
-metadata services (they hand out the machine's credentials), and addresses that are not one
-host (unspecified, multicast, broadcast, reserved).
+and, through `own_address_refusal`, its own addresses), link-local neighbours (most clouds'
+metadata service is one, at 169.254.169.254), the other clouds' metadata services (they hand out
+the machine's credentials), and addresses that are not one host (unspecified, multicast,
+broadcast, reserved).
 
 `private_network`: addresses inside somebody's network rather than on the Internet: RFC 1918,
 carrier-grade NAT, IPv6 unique-local and site-local, and the protocol blocks local to a network.
@@ -37,9 +38,9 @@ _v4 = ipaddress.IPv4Network
 _v6 = ipaddress.IPv6Network
 
 _METADATA = "a cloud metadata service's address: it hands out this machine's credentials"
-# Checked before link-local and carrier-grade NAT, so the reason names what they are.
+# Most clouds' is 169.254.169.254, link-local and so never reached; these two sit in blocks a
+# listed address may open (unique-local, carrier-grade NAT), so they are named apart.
 CLOUD_METADATA = {
-    ipaddress.ip_address("169.254.169.254"): _METADATA,  # AWS, GCP, Azure, OCI, ...
     ipaddress.ip_address("fd00:ec2::254"): _METADATA,  # AWS over IPv6
     ipaddress.ip_address("100.100.100.200"): _METADATA,  # Alibaba Cloud
 }

@@ -40,6 +40,7 @@ PRIVATE_NAMES = {
     "multicast.test": "224.0.0.1",
     "mapped.test": "::ffff:10.0.0.1",
     "metadata.test": "169.254.169.254",
+    "metadata6.test": "fd00:ec2::254",
 }
 DIR = "/run/outside"
 LOG = f"{DIR}/arrived.log"

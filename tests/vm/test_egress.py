@@ -297,7 +297,8 @@ PRIVATE_REASONS = {
     "ula.test": "a unique local IPv6 address (fc00::/7)",
     "multicast.test": "a multicast address, not the address of one host",
     "mapped.test": "a private network's address (RFC 1918)",
-    "metadata.test": "a cloud metadata service's address",
+    "metadata.test": "a link-local address",
+    "metadata6.test": "a cloud metadata service's address",
 }
 
 
