@@ -6,7 +6,9 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Field,
     StrictBool,
+    StrictInt,
     StrictStr,
     StringConstraints,
 )
@@ -56,6 +58,10 @@ class CostRecord(BaseModel):
     tokens: dict[str, int] | None = None
 
 
+# Far above what a task can be refused in a broker's life, and exact in a JSON reader's double.
+MAX_REFUSAL_COUNT = 2**53 - 1
+
+
 class NetRefusal(BaseModel):
     """The data of a `net.refused` event: where the task tried to go, and why it may not."""
 
@@ -63,6 +69,8 @@ class NetRefusal(BaseModel):
 
     target: Annotated[StrictStr, StringConstraints(max_length=1000)]
     reason: Annotated[StrictStr, StringConstraints(max_length=1000)]
+    # How many refusals this event stands for: the broker logs at most one a second per host.
+    count: Annotated[StrictInt, Field(ge=1, le=MAX_REFUSAL_COUNT)] = 1
 
 
 class Question(AskRequest):

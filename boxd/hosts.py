@@ -1,12 +1,15 @@
 """Host rules a task's network may reach: `name`, `*.name` or `name:port`.
 
-A rule is never the box itself (localhost, loopback), a link-local address, or a whole top-level
-domain, whatever the caller means by it: those would open the box's own services to the agent.
+A rule is never the box itself (localhost, loopback), a link-local address, a cloud metadata
+service, an address that is not one host's, or a whole top-level domain, whatever the caller
+means by it: those would open the box's own services to the agent. A private address may be
+listed: it is the owner's choice (boxd.broker.address_screen).
 """
 
 import ipaddress
 import re
 
+from boxd.broker.address_screen import never_reached
 from boxd.errors import Problem, die
 
 MAX_HOSTS = 50
@@ -45,15 +48,10 @@ def _check_address(rule: str, host: str) -> bool:
         address = ipaddress.ip_address(host)
     except ValueError:
         return False
-    # ::ffff:127.0.0.1 is 127.0.0.1 to the kernel, but not is_loopback to Python 3.11.
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    if address.is_loopback:
-        _refuse(rule, "is a loopback address: tasks never reach the box itself")
-    if address.is_link_local:
-        _refuse(rule, "is a link-local address")
-    if address.is_unspecified or address.is_multicast:
-        _refuse(rule, "is not the address of a host")
+    # The egress screen's own list: a rule for an address no task reaches would never work.
+    why = never_reached(address)
+    if why is not None:
+        _refuse(rule, f"is {why}")
     return True
 
 

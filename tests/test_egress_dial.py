@@ -3,7 +3,6 @@ import ipaddress
 
 import pytest
 
-from boxd.broker.address_screen import never_reached
 from boxd.broker.egress_dial import Dialer, Refused, Unreachable, system_resolver
 from boxd.broker.egress_target import IPAddress, make_target, parse_authority
 from boxd.broker.host_rules import HostRules
@@ -22,33 +21,6 @@ OWN = ipaddress.IPv4Address("192.0.2.2")
 
 def address(text: str) -> IPAddress:
     return ipaddress.ip_address(text)
-
-
-@pytest.mark.parametrize(
-    ("text", "why"),
-    [
-        ("127.0.0.1", "a loopback address"),
-        ("127.9.9.9", "a loopback address"),
-        ("::1", "a loopback address"),
-        ("::ffff:127.0.0.1", "a loopback address"),
-        ("169.254.169.254", "a link-local address"),
-        ("fe80::1", "a link-local address"),
-        ("0.0.0.0", "not the address of one host"),
-        ("0.1.2.3", "not the address of one host"),
-        ("::", "not the address of one host"),
-        ("224.0.0.1", "not the address of one host"),
-        ("ff02::1", "not the address of one host"),
-        ("255.255.255.255", "not the address of one host"),
-    ],
-)
-def test_addresses_no_task_reaches(text: str, why: str) -> None:
-    found = never_reached(address(text))
-    assert found is not None and why in found
-
-
-@pytest.mark.parametrize("text", ["93.184.216.34", "10.1.2.3", "2606:2800:220:1::", "fd00::5"])
-def test_addresses_a_task_may_reach(text: str) -> None:
-    assert never_reached(address(text)) is None
 
 
 FIB_TRIE = """Main:
@@ -106,6 +78,8 @@ async def test_a_name_resolving_to_the_box_is_refused_whatever_the_hosts_say() -
     assert "resolves to 192.0.2.2, this box's own address" in await refused(dial, "example.com:443")
     dial = dialer(["example.com"], {"example.com": [address("169.254.169.254")]})
     assert ", a link-local address" in await refused(dial, "example.com:443")
+    dial = dialer(["example.com"], {"example.com": [address("100.100.100.200")]})
+    assert ", a cloud metadata service's address" in await refused(dial, "example.com:443")
 
 
 async def test_one_bad_address_refuses_the_name() -> None:
@@ -119,6 +93,26 @@ async def test_a_listed_address_of_the_box_is_still_refused() -> None:
     assert await refused(dial, "192.0.2.2:22") == (
         "192.0.2.2 is this box's own address: tasks never reach the box itself"
     )
+
+
+@pytest.mark.parametrize(
+    "private", ["10.1.2.3", "192.168.1.1", "172.16.0.1", "100.64.0.1", "fd00::1", "::ffff:10.0.0.1"]
+)
+async def test_a_name_resolving_to_a_private_address_is_refused(private: str) -> None:
+    dial = dialer(["example.com"], {"example.com": [PUBLIC, address(private)]})
+    found = await refused(dial, "example.com:443")
+    assert found.startswith(f"example.com resolves to {address(private)}, ")
+    assert found.endswith("a task reaches one only when its hosts list the address itself")
+
+
+async def test_a_private_address_the_hosts_list_is_the_owner_s_choice() -> None:
+    db = address("10.0.0.5")
+    dial = dialer(["10.0.0.5:5432", "[fd00::5]", "db.internal"], {"db.internal": [db]})
+    assert await dial.addresses(parse_authority("10.0.0.5:5432")) == [db]
+    assert await dial.addresses(parse_authority("[fd00::5]:22")) == [address("fd00::5")]
+    # By a name too: it reaches nothing the task could not reach by the address, on its port.
+    assert await dial.addresses(parse_authority("db.internal:5432")) == [db]
+    assert "a private network's address" in await refused(dial, "db.internal:22")
 
 
 async def test_the_rules_are_checked_before_the_name_is_looked_up() -> None:

@@ -1,6 +1,6 @@
 """Opening a connection for a task: check the target against its hosts, resolve the name here
-(the task has no DNS), refuse addresses no task reaches, then connect to the very address that
-was checked.
+(the task has no DNS), refuse addresses no task reaches and private addresses the hosts do not
+list, then connect to the very address that was checked.
 
 Connecting by address, never by name again, is what keeps DNS rebinding out: a resolver that
 answers a public address for the check and 127.0.0.1 for the connection never gets asked twice.
@@ -12,7 +12,12 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 
-from boxd.broker.address_screen import AddressCheck, never_reached, own_address_refusal
+from boxd.broker.address_screen import (
+    AddressCheck,
+    never_reached,
+    own_address_refusal,
+    private_network,
+)
 from boxd.broker.egress_target import IPAddress, Target, make_target
 from boxd.broker.host_rules import HostRules
 from boxd.broker.own_addresses import RecentOwnAddresses
@@ -88,12 +93,24 @@ class Dialer:
         # One bad address refuses the name: a name that points at the box is a trick, not a
         # host with a spare address.
         for address in addresses:
-            why = self.address_check(address) or own_address_refusal(address, own)
+            why = (
+                self.address_check(address)
+                or own_address_refusal(address, own)
+                or self._unlisted_private(address, target.port)
+            )
             if why is not None:
                 if target.name is not None:
                     raise Refused(f"{target.name} resolves to {address}, {why}")
                 raise Refused(f"{address} is {why}")
         return addresses
+
+    def _unlisted_private(self, address: IPAddress, port: int) -> str | None:
+        """A private address is the owner's choice when the task's hosts list it, at that port:
+        then a name that resolves to it reaches nothing the task could not reach by address."""
+        why = private_network(address)
+        if why is None or self.rules.refusal(Target(None, address, port)) is None:
+            return None
+        return why
 
     async def _resolve(self, name: str, port: int) -> list[IPAddress]:
         try:

@@ -39,7 +39,9 @@ def story(event: Event) -> str:
             f"Task {event.task} approval {data.get('id')} {data.get('state')} by {data.get('by')}"
         )
     if event.kind == EventKind.NET_REFUSED:
-        return f"Task {event.task} was refused {data.get('target')}: {data.get('reason')}"
+        count = data.get("count", 1)
+        times = f" {count} times" if count != 1 else ""
+        return f"Task {event.task} was refused {data.get('target')}{times}: {data.get('reason')}"
     return f"Task {event.task} {event.kind}: {json.dumps(data)[:500]}"
 
 

@@ -2,12 +2,19 @@
 by a veth pair, with real HTTP and HTTPS servers and a UDP listener, and names in /etc/hosts.
 Never the real internet: test machines boot with a private network.
 
-    outside   10.77.0.2 and fd77::2 (namespace `outside`); the machine is 10.77.0.1, fd77::1
+    outside   198.18.0.2 and 2001:2::2, the public face (namespace `outside`); the machine is
+              198.18.0.1 and 2001:2::1. Also 10.77.0.2 and fd77::2, a private network's
+              addresses (the machine: 10.77.0.1, fd77::1), and 169.254.77.2, a link-local
+              neighbour (the machine: 169.254.77.1).
     HTTP on 80 and 8080, HTTPS on 443 (a self-signed certificate the machine trusts), UDP on 53
-    names: allowed.test other.test wild.test www.wild.test -> 10.77.0.2; sneaky.test -> 127.0.0.1
+    names: allowed.test other.test wild.test www.wild.test -> 198.18.0.2; private.test ->
+           10.77.0.2; sneaky.test -> 127.0.0.1; and PRIVATE_NAMES, names of addresses nothing
+           here has, which egress must refuse before it connects
 
-Each server answers `hello from PORT PATH` and appends what it got to a log file, so a test can
-assert that something never arrived.
+The public face is in the benchmarking blocks (198.18.0.0/15, 2001:2::/48): egress lets a name
+resolve there, as it does to any public address, while it refuses a name that resolves to a
+private one (boxd/broker/address_screen.py). Each server answers `hello from PORT PATH` and
+appends what it got to a log file, so a test can assert that something never arrived.
 """
 
 import time
@@ -15,10 +22,26 @@ import time
 from tests.vm.machine import Machine, MachineProcess
 
 NAMESPACE = "outside"
-ADDRESS = "10.77.0.2"
-ADDRESS6 = "fd77::2"
+ADDRESS = "198.18.0.2"
+ADDRESS6 = "2001:2::2"
+PRIVATE_ADDRESS = "10.77.0.2"
+PRIVATE_ADDRESS6 = "fd77::2"
+LINK_LOCAL_ADDRESS = "169.254.77.2"
 NAMES = ("allowed.test", "other.test", "wild.test", "www.wild.test")
+PRIVATE_NAME = "private.test"
 LOOPBACK_NAME = "sneaky.test"
+# Names of addresses egress refuses; no namespace has them, and no connection is ever tried.
+PRIVATE_NAMES = {
+    "rfc1918-a.test": "10.1.2.3",
+    "rfc1918-b.test": "192.168.1.1",
+    "rfc1918-c.test": "172.16.0.1",
+    "cgnat.test": "100.64.0.1",
+    "ula.test": "fd00::1",
+    "multicast.test": "224.0.0.1",
+    "mapped.test": "::ffff:10.0.0.1",
+    "metadata.test": "169.254.169.254",
+    "metadata6.test": "fd00:ec2::254",
+}
 DIR = "/run/outside"
 LOG = f"{DIR}/arrived.log"
 
@@ -77,15 +100,25 @@ note("ready")
 udp()
 """
 
+_PRIVATE_HOSTS_LINES = "".join(
+    f"echo '{address} {name}' >> /etc/hosts\n" for name, address in PRIVATE_NAMES.items()
+)
+
 SETUP = f"""
 set -e
 ip netns add {NAMESPACE}
 ip link add box-out type veth peer name out0 netns {NAMESPACE}
+ip addr add 198.18.0.1/24 dev box-out
 ip addr add 10.77.0.1/24 dev box-out
+ip addr add 169.254.77.1/24 dev box-out
+ip -6 addr add 2001:2::1/64 dev box-out nodad
 ip -6 addr add fd77::1/64 dev box-out nodad
 ip link set box-out up
 ip -n {NAMESPACE} addr add {ADDRESS}/24 dev out0
+ip -n {NAMESPACE} addr add {PRIVATE_ADDRESS}/24 dev out0
+ip -n {NAMESPACE} addr add {LINK_LOCAL_ADDRESS}/24 dev out0
 ip -n {NAMESPACE} -6 addr add {ADDRESS6}/64 dev out0 nodad
+ip -n {NAMESPACE} -6 addr add {PRIVATE_ADDRESS6}/64 dev out0 nodad
 ip -n {NAMESPACE} link set out0 up
 ip -n {NAMESPACE} link set lo up
 mkdir -p {DIR}
@@ -95,8 +128,9 @@ openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=boxd-test-outside \\
 cp {DIR}/cert.pem /usr/local/share/ca-certificates/boxd-test-outside.crt
 update-ca-certificates >/dev/null
 echo "{ADDRESS} {" ".join(NAMES)}" >> /etc/hosts
+echo "{PRIVATE_ADDRESS} {PRIVATE_NAME}" >> /etc/hosts
 echo "127.0.0.1 {LOOPBACK_NAME}" >> /etc/hosts
-"""
+{_PRIVATE_HOSTS_LINES}"""
 
 
 def start_outside(machine: Machine) -> MachineProcess:
