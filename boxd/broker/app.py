@@ -5,13 +5,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from aiohttp import web
-from pydantic import BaseModel, BeforeValidator, ConfigDict, StrictStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 
-from boxd.approval import ApprovalState, AskRequest, cents
+from boxd.approval import ApprovalState, AskRequest
 from boxd.apps.registry import find_tool
 from boxd.broker.calls import Calls
 from boxd.broker.manager_link import Manager, Waiter
 from boxd.broker.syncfs import syncfs
+from boxd.caps import MAX_LABEL, cents, text
 from boxd.errors import Problem
 from boxd.json_errors import MAX_BODY, json_errors
 from boxd.plain_errors import parse
@@ -30,15 +31,15 @@ class CostRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     cents: Annotated[float, BeforeValidator(lambda v: cents(v, "cents"))]
-    what: StrictStr
+    what: Annotated[str, text("what", MAX_LABEL)]
 
 
 class UsageRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model: StrictStr
+    model: Annotated[str, text("model", MAX_LABEL)]
     tokens: Tokens
-    what: StrictStr = "model"
+    what: Annotated[str, text("what", MAX_LABEL)] = "model"
 
 
 async def get_task(request: web.Request) -> web.Response:

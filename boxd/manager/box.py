@@ -4,7 +4,6 @@ task's lock; what brokers ask is in broker_methods, the owner's answers in appro
 
 import asyncio
 import grp
-import json
 import logging
 import os
 import time
@@ -59,6 +58,7 @@ from boxd.manager.worker_unit import (
 from boxd.manager.workspaces import PERSONAL, Workspaces
 from boxd.paths import task_dir, task_manifest, task_work_dir, workspaces_dir
 from boxd.settings import NetworkDefault, change_settings
+from boxd.strict_json import loads
 from boxd.task import Review, Task, TaskState
 from boxd.task_request import Worker, parse_task_request
 
@@ -395,10 +395,7 @@ class Box:
         return (await self.store.settings()).model_dump(mode="json")
 
     async def set_settings(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        try:
-            changes = json.loads(args[0])
-        except json.JSONDecodeError as error:
-            die(Problem.INVALID, f"the settings are not valid JSON: {error}")
+        changes = loads(args[0], "the settings")
         if not isinstance(changes, dict):
             die(Problem.INVALID, "the settings must be a JSON object of names and values")
         settings = change_settings(await self.store.settings(), changes)
