@@ -13,8 +13,10 @@ from boxd.broker.calls import Calls
 from boxd.broker.manager_link import Manager, Waiter
 from boxd.broker.syncfs import syncfs
 from boxd.caps import MAX_LABEL, cents, text
+from boxd.dbus.client import pages
 from boxd.errors import Problem
 from boxd.json_errors import MAX_BODY, json_errors
+from boxd.json_pages import stream
 from boxd.plain_errors import parse
 from boxd.pricing import Tokens, price_cents
 from boxd.step import Step
@@ -42,8 +44,10 @@ class UsageRequest(BaseModel):
     what: Annotated[str, text("what", MAX_LABEL)] = "model"
 
 
-async def get_task(request: web.Request) -> web.Response:
-    return web.json_response(await request.app[MANAGER].call("GetTask"))
+async def get_task(request: web.Request) -> web.StreamResponse:
+    manager = request.app[MANAGER]
+    task = pages(lambda page: manager.call("GetTask", page))
+    return await stream(request, task, "steps", lambda first: {"task": first["task"]})
 
 
 async def get_tools(request: web.Request) -> web.Response:

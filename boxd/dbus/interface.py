@@ -45,12 +45,14 @@ def _methods(interface: str, token: bool = False) -> list[Method]:
     first = ("token",) if token else ()
     return [
         Method(interface, "CreateTask", (*first, "request"), "task"),
-        Method(interface, "GetTask", (*first, "id"), "task"),
-        Method(interface, "ListTasks", first, "tasks"),
+        # Long answers come in pages: "" asks for the first, an answer's `next` for the one
+        # after it (boxd.manager.pages).
+        Method(interface, "GetTask", (*first, "id", "page"), "task"),
+        Method(interface, "ListTasks", (*first, "page"), "tasks"),
         Method(interface, "StopTask", (*first, "id"), "task"),
         Method(interface, "UndoTask", (*first, "id"), "task"),
         Method(interface, "KeepTask", (*first, "id"), "task"),
-        Method(interface, "ListApprovals", first, "approvals"),
+        Method(interface, "ListApprovals", (*first, "page"), "approvals"),
         Method(interface, "AnswerApproval", (*first, "id", "approved:b"), "approval"),
         Method(interface, "ListWorkspaces", first, "workspaces"),
         Method(interface, "CreateWorkspace", (*first, "name"), "workspace"),
@@ -68,7 +70,7 @@ METHODS: tuple[Method, ...] = (
     Method(MANAGER, "RemoveSecret", ("name",), "secret"),
     Method(MANAGER, "ListSecrets", (), "names"),
     *_methods(GATEWAY, token=True),
-    Method(BROKER, "GetTask", ("id",), "task"),
+    Method(BROKER, "GetTask", ("id", "page"), "task"),
     Method(BROKER, "LogStep", ("id", "step"), "event"),
     Method(BROKER, "BeginCall", ("id", "call"), "begun"),
     Method(BROKER, "FinishCall", ("id", "result"), "finished"),

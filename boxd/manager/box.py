@@ -26,6 +26,7 @@ from boxd.ids import new_task_id, task_user
 from boxd.manager import netns
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
+from boxd.manager.damaged import DAMAGED
 from boxd.manager.exit_words import why_failed
 from boxd.manager.folders import check_folders, folder_workspace, owner_home, real_folders
 from boxd.manager.keep import (
@@ -41,6 +42,7 @@ from boxd.manager.keep import (
 from boxd.manager.last_words import last_words
 from boxd.manager.layers import MAX_DONE, Layers, layer_name
 from boxd.manager.mirror import sync_mirror
+from boxd.manager.pages import one_page, with_next
 from boxd.manager.records import Records
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError
@@ -110,6 +112,26 @@ class Box:
         await self.systemd.subscribe()
         for task in await self.store.tasks():
             self.records.export(task)
+        for task_id, state in await self.store.damaged_tasks():
+            await self._fail_damaged(task_id, state)
+
+    async def _fail_damaged(self, task_id: str, state: str) -> None:
+        """A task whose record cannot be read is stopped and recorded failed, saying so; the
+        manager goes on with the others."""
+        log.error("task %s is damaged: its record in box.db cannot be read; failing it", task_id)
+        task = await self.store.task(task_id)
+        if task is None:
+            return
+        try:
+            async with self.records.locks[task.id]:
+                if state in {s.value for s in TaskState if not s.ended}:
+                    await self._end(task, TaskState.FAILED, DAMAGED)
+                else:
+                    await self.records.record(
+                        task, EventKind.TASK_STATE, {"state": "failed", "error": DAMAGED}
+                    )
+        except Exception:
+            log.exception("could not record damaged task %s as failed", task_id)
 
     async def recover(self) -> None:
         """Picks up tasks that were running when boxd stopped. systemd kept their units; a worker
@@ -251,15 +273,25 @@ class Box:
         return (await self._start(task)).public()
 
     async def get_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """The task and one page of its steps (boxd.manager.pages)."""
         task = await self.records.task(args[0])
-        steps = await self.store.events(task.id, EventKind.TASK_STEP)
-        return {
-            **task.public(),
-            "steps": [{"seq": e.seq, "at": e.at, **e.data} for e in steps],
-        }
 
-    async def list_tasks(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
-        return [task.public() for task in reversed(await self.store.tasks())]
+        async def fetch(after: int | None, limit: int) -> list[tuple[int, dict[str, Any] | None]]:
+            steps = await self.store.events(task.id, EventKind.TASK_STEP, after or 0, limit)
+            return [(e.seq, {"seq": e.seq, "at": e.at, **e.data}) for e in steps]
+
+        steps, following = await one_page(fetch, args[1])
+        return with_next({**task.public(), "steps": steps}, following)
+
+    async def list_tasks(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """One page of the tasks, newest first."""
+
+        async def fetch(before: int | None, limit: int) -> list[tuple[int, dict[str, Any] | None]]:
+            rows = await self.store.task_rows(before, limit)
+            return [(row, task.public() if task else None) for row, task in rows]
+
+        tasks, following = await one_page(fetch, args[0])
+        return with_next({"tasks": tasks}, following)
 
     async def stop_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         task = await self.records.task(args[0])
