@@ -221,7 +221,7 @@ def main() -> None:
     try:
         sys.exit(asyncio.run(run(_parser().parse_args())))
     except BoxError as error:
-        print(f"boxctl: {error.message}", file=sys.stderr)
+        print(f"boxctl: {show.visible(error.message)}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -31,7 +31,7 @@ def _text(old: dict[str, Any], name: str, limit: int) -> str | None:
 
 def salvage(task_id: str, created: Any, record: Any, why: Exception) -> Task:
     """The task failed, keeping of its record only what reads as it should."""
-    log.error("the record of task %s in box.db is damaged: %s", task_id, why)
+    log.error("the record of task %s in box.db is damaged: %s", task_id, " ".join(str(why).split()))
     try:
         old = json.loads(record)
     except (ValueError, TypeError):

@@ -26,7 +26,7 @@ def cursor(page: str) -> int | None:
     if page == "":
         return None
     if not page.isdigit() or len(page) > 19:
-        die(Problem.INVALID, f'page {page!r} is not a page this box handed out: send "" or a next')
+        die(Problem.INVALID, f"page {page!r} is not one this box handed out: send '' or a next")
     return int(page)
 
 

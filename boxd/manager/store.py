@@ -342,6 +342,8 @@ class Store:
         def read(db: sqlite3.Connection) -> list[tuple[str, str]]:
             found = []
             for task_id, state, record in db.execute("SELECT id, state, record FROM tasks"):
+                if not isinstance(task_id, str) or not is_task_id(task_id):
+                    continue
                 try:
                     Task.model_validate_json(record)
                 except (ValidationError, ValueError, TypeError):
