@@ -14,8 +14,9 @@ from boxd.errors import Problem, die
 from boxd.strict_json import size
 
 PAGE_CHARS = 4 * 1024 * 1024
-# Rows read from the store at a time while filling a page.
-BATCH = 200
+# Rows read from the store at a time while filling a page: a few at first, then as many as the
+# items seen so far say will fit, so neither 1 MB steps nor 10,000 small tasks cost much.
+FIRST_BATCH, MAX_BATCH = 8, 500
 
 # (position, item) in order; an item the store could not read at all is None, and skipped.
 Fetch = Callable[[int | None, int], Awaitable[list[tuple[int, dict[str, Any] | None]]]]
@@ -36,8 +37,9 @@ async def one_page(fetch: Fetch, page: str) -> tuple[list[dict[str, Any]], str |
     after = cursor(page)
     items: list[dict[str, Any]] = []
     used = 0
+    limit = FIRST_BATCH
     while True:
-        batch = await fetch(after, BATCH)
+        batch = await fetch(after, limit)
         for position, item in batch:
             if item is None:
                 after = position
@@ -48,8 +50,10 @@ async def one_page(fetch: Fetch, page: str) -> tuple[list[dict[str, Any]], str |
             items.append(item)
             used += shown
             after = position
-        if len(batch) < BATCH:
+        if len(batch) < limit:
             return items, None
+        average = max(1, used // max(1, len(items)))
+        limit = max(1, min(MAX_BATCH, (PAGE_CHARS - used) // average + 1))
 
 
 def with_next(answer: dict[str, Any], following: str | None) -> dict[str, Any]:
