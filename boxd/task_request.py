@@ -28,6 +28,7 @@ from boxd.strict_json import loads
 MAX_TITLE = 200
 MAX_PROMPT = 100_000
 MAX_BUDGET_CENTS = 100_000
+MAX_WORKSPACE = 100
 
 
 class Worker(StrEnum):
@@ -156,7 +157,15 @@ class TaskRequest(BaseModel):
     @classmethod
     def _known_worker(cls, value: str) -> str:
         if value not in set(Worker):
-            raise plain(f"unknown worker {value!r}; this box has droid and fake")
+            raise plain(f"unknown worker {value[:MAX_LABEL]!r}; this box has droid and fake")
+        return value
+
+    @field_validator("workspace")
+    @classmethod
+    def _workspace(cls, value: str) -> str:
+        # A workspace's name is at most 100 characters; a longer one names none.
+        if len(value) > MAX_WORKSPACE:
+            raise plain(f"workspace is over {MAX_WORKSPACE} characters")
         return value
 
     @field_validator("source", "seat")

@@ -8,12 +8,13 @@ from dbus_fast import BusType, Message, MessageType
 from dbus_fast.aio import MessageBus
 
 from boxd.dbus.interface import BUS_NAME, GATEWAY, ROOT_PATH, find_method
+from boxd.dbus.patient_writes import patient
 from boxd.errors import BoxError, Problem, die
 
 
 async def connect_system_bus() -> MessageBus:
     try:
-        return await MessageBus(bus_type=BusType.SYSTEM).connect()
+        return patient(await MessageBus(bus_type=BusType.SYSTEM).connect())
     except (OSError, ValueError) as error:
         die(Problem.FAILED, f"cannot reach the system bus: {error}")
 
