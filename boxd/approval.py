@@ -66,7 +66,10 @@ class Approval(BaseModel):
     costCents: float | None = None
     payee: str | None = None
     purpose: str | None = None
+    # For a call: its tool, the sha256 of its validated input (boxd.key_use) and costCents, so
+    # the owner's yes approves that call and no other.
     tool: str | None = None
+    inputHash: str | None = None
     askedAt: float
     answeredAt: float | None = None
     answeredBy: str | None = None

@@ -21,11 +21,15 @@ TokenCount = Annotated[int, Field(ge=0, le=MAX_TOKENS)]
 
 
 class CallStart(BaseModel):
+    """A call begun: its key, tool, validated input and what the tool says it costs. Its
+    `tool.call` line adds the input's hash (boxd.key_use): the key names this call for good."""
+
     model_config = ConfigDict(extra="forbid")
 
     key: Key
     tool: Label
     input: Annotated[Any, data("input")] = None
+    costCents: Annotated[float, BeforeValidator(cents)] = 0
 
 
 class CallResult(BaseModel):

@@ -3,6 +3,8 @@
 from dataclasses import dataclass
 from enum import StrEnum
 
+OWNER_ONLY = "only this computer's own screen or the owner's paired device can do this"
+
 
 class Role(StrEnum):
     OWNER = "owner"

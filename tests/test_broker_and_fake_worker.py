@@ -15,6 +15,8 @@ import pytest
 from aiohttp import web
 
 from boxd.broker.app import make_app
+from boxd.errors import BoxError, Problem
+from boxd.key_use import CallUse, QuestionUse, Use, first_refusal, input_hash, logged_call_use
 from boxd.workers import fake
 from boxd.workers.broker_client import BrokerClient, BrokerRefused
 
@@ -36,6 +38,11 @@ class MemoryLog:
         self.approvals: dict[str, dict[str, Any]] = {}
         self.costs: list[dict[str, Any]] = []
         self.answered: dict[str, asyncio.Future[str]] = {}
+        # key -> the call's tool.call line
+        self.calls: dict[str, dict[str, Any]] = {}
+        # (member, key) -> held until set: a test's way to order what the broker does.
+        self.holds: dict[tuple[str, str], asyncio.Event] = {}
+        self.held: set[tuple[str, str]] = set()
 
     @property
     def prompt(self) -> str:
@@ -54,11 +61,23 @@ class MemoryLog:
         if member == "GetTask":
             return {"task": self.task, "steps": self.steps}
         data = json.loads(args[0])
+        hold = self.holds.get((member, data.get("key", "")))
+        if hold is not None:
+            self.held.add((member, data["key"]))
+            await hold.wait()
         if member == "LogStep":
             self.steps.append(data)
             return {"seq": len(self.steps), "kind": "task.step", "data": data}
         if member == "BeginCall":
-            return {"answered": self.answers.get(data["key"]), "spentCents": self.spent}
+            wanted = CallUse(data["tool"], input_hash(data["input"]), float(data["costCents"]))
+            self.refuse(data["key"], wanted)
+            self.calls.setdefault(data["key"], {**data, "inputHash": wanted.inputHash})
+            return {
+                "answered": self.answers.get(data["key"]),
+                "spentCents": self.spent,
+                "reservedCents": self.reserved(data["key"], wanted),
+                "approval": self.approvals.get(self.approval_id(data["key"])),
+            }
         if member == "FinishCall":
             if data["key"] not in self.answers:
                 self.results.append(data)
@@ -69,13 +88,57 @@ class MemoryLog:
                 )
             return {"answered": self.answers[data["key"]], "spentCents": self.spent}
         if member == "Ask":
-            approval_id = f"{self.task['id']}.{data['key']}"
+            use: Use
+            if data.get("tool") is None:
+                use = QuestionUse(data["question"], data.get("costCents"))
+            else:
+                begun = logged_call_use(self.calls[data["key"]])
+                use = CallUse(data["tool"], begun.inputHash, data["costCents"])
+            self.refuse(data["key"], use)
+            approval_id = self.approval_id(data["key"])
             return self.approvals.setdefault(
-                approval_id, {"id": approval_id, "state": "pending", **data}
+                approval_id,
+                {
+                    "id": approval_id,
+                    "state": "pending",
+                    **data,
+                    **({"inputHash": use.inputHash} if isinstance(use, CallUse) else {}),
+                },
             )
         assert member == "LogCost"
         self.costs.append(data)
         return {"kind": "cost", "data": data}
+
+    def approval_id(self, key: str) -> str:
+        return f"{self.task['id']}.{key}"
+
+    def refuse(self, key: str, wanted: Use) -> None:
+        """The manager's rule: a key names one call or one question (boxd.key_use)."""
+        taken: list[Use] = []
+        approval = self.approvals.get(self.approval_id(key))
+        if approval is not None:
+            taken.append(
+                CallUse(approval["tool"], approval["inputHash"], approval["costCents"])
+                if approval.get("tool")
+                else QuestionUse(approval["question"], approval.get("costCents"))
+            )
+        if key in self.calls:
+            taken.append(logged_call_use(self.calls[key]))
+        why = first_refusal(key, tuple(taken), wanted)
+        if why is not None:
+            raise BoxError(Problem.INVALID, why)
+
+    def reserved(self, key: str, call: CallUse) -> dict[str, float]:
+        """Costs of the other calls that wait for the owner or were approved and not run."""
+        return {
+            other["key"]: float(other["costCents"])
+            for other in self.approvals.values()
+            if other.get("tool")
+            and (other["state"] == "pending" or other["state"] == "approved")
+            and other["key"] not in self.answers
+            and other["key"] != key
+            and (other["tool"], other["inputHash"]) != (call.tool, call.inputHash)
+        }
 
     @property
     def spent(self) -> float:
@@ -366,3 +429,123 @@ async def test_fake_worker_calls_asks_and_costs(
         "claude-haiku-4-5 usage costs 0.15 cents",
         "approved",
     ]
+
+
+def pay(to: str, cents: int, key: str) -> dict[str, Any]:
+    return {"tool": "wallet.pay", "input": {"to": to, "cents": cents}, "key": key}
+
+
+async def test_an_answered_question_never_authorizes_a_call(broker: tuple[str, MemoryLog]) -> None:
+    path, log = broker
+    async with BrokerClient(path) as client:
+        assert await client.post("/ask", {"question": "News?", "key": "k"}) == {"pending": True}
+        question_key = r"^key k was used for a question \(POST /ask\); a call needs a key of its"
+        with pytest.raises(BrokerRefused, match=question_key):
+            await client.post("/call", pay("Mallory", 100_000, "k"))
+        log.decide("t000000001.k", "approved")
+        with pytest.raises(BrokerRefused, match=question_key):
+            await client.post("/call", pay("Mallory", 100_000, "k"))
+        with pytest.raises(BrokerRefused, match=r"^key k was used for another question; "):
+            await client.post("/ask", {"question": "May I pay Mallory?", "key": "k"})
+        assert await client.post("/ask", {"question": "News?", "key": "k"}) == {"approved": True}
+        balance = await client.post("/call", {"tool": "wallet.balance", "key": "b"})
+    assert balance["output"] == {"paidCents": 0, "payments": 0}
+    assert list(log.calls) == ["b"] and list(log.approvals) == ["t000000001.k"]
+
+
+async def test_a_key_names_one_call(broker: tuple[str, MemoryLog]) -> None:
+    path, log = broker
+    other_input = r"^key k was used for a call of wallet.pay with another input; a new call needs"
+    async with BrokerClient(path) as client:
+        assert (await client.post("/call", pay("Ada", 500, "k")))["pending"] is True
+        with pytest.raises(BrokerRefused, match=other_input):
+            await client.post("/call", pay("Mallory", 500, "k"))
+        approval = log.approvals["t000000001.k"]
+        assert (approval["tool"], approval["costCents"]) == ("wallet.pay", 500)
+        assert approval["question"].startswith('Spend 500 cents on wallet.pay {"to": "Ada", ')
+        log.decide("t000000001.k", "approved")
+        with pytest.raises(BrokerRefused, match=other_input):
+            await client.post("/call", pay("Mallory", 500, "k"))
+        with pytest.raises(BrokerRefused, match=r"^key k was used for a call of wallet.pay; a q"):
+            await client.post("/ask", {"question": "Pay Ada?", "key": "k"})
+        with pytest.raises(BrokerRefused, match=r"^key k was used for a call of wallet.pay; a n"):
+            await client.post("/call", {"tool": "wallet.balance", "key": "k"})
+        paid = await client.post("/call", pay("Ada", 500, "k"))
+        assert paid["ok"] is True and paid["output"]["to"] == "Ada"
+        # Exactly the same call again: the logged result, as the key rules say.
+        assert await client.post("/call", pay("Ada", 500, "k")) == paid
+        with pytest.raises(BrokerRefused, match=other_input):
+            await client.post("/call", pay("Ada", 501, "k"))
+    assert [r["key"] for r in log.results] == ["k"]
+
+
+async def test_a_shared_key_is_claimed_before_it_shares(broker: tuple[str, MemoryLog]) -> None:
+    path, log = broker
+    async with BrokerClient(path) as client:
+        assert await client.post("/ask", {"question": "News?", "key": "q"}) == {"pending": True}
+        first = asyncio.create_task(client.post("/call", pay("Bob", 150, "k1")))
+        await until(lambda: "t000000001.k1" in log.approvals)
+        # The same call under a question's key shares nothing: it is refused at once.
+        with pytest.raises(BrokerRefused, match=r"^key q was used for a question"):
+            await client.post("/call", pay("Bob", 150, "q"))
+        log.decide("t000000001.k1", "approved")
+        assert (await first)["ok"] is True
+    assert [r["key"] for r in log.results] == ["k1"]
+
+
+async def test_calls_waiting_for_an_ok_keep_their_cost_reserved(
+    broker: tuple[str, MemoryLog], tmp_path: Path
+) -> None:
+    path, log = broker
+    async with BrokerClient(path) as client:
+        assert (await client.post("/call", pay("Ada", 150, "a")))["pending"] is True
+        assert (await client.post("/call", pay("Bob", 150, "b")))["pending"] is True
+        assert log.approvals["t000000001.b"]["question"].endswith(
+            "That takes task t000000001 to 300 cents (150 of them for calls not yet finished), "
+            "over its budget of 100 cents."
+        )
+        # Ten cents fit the budget alone, not with the 300 that wait for the owner.
+        assert (await client.post("/call", pay("Cy", 10, "c")))["pending"] is True
+        assert "to 310 cents (300 of them" in log.approvals["t000000001.c"]["question"]
+    # A new broker (after a restart) knows the reservations from the record alone.
+    again = make_app(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.3)
+    runner = web.AppRunner(again)
+    await runner.setup()
+    await web.UnixSite(runner, str(tmp_path / "again.sock")).start()
+    try:
+        async with BrokerClient(str(tmp_path / "again.sock")) as client:
+            assert (await client.post("/call", pay("Dee", 5, "d")))["pending"] is True
+            assert "to 315 cents" in log.approvals["t000000001.d"]["question"]
+            for key in ("a", "b"):
+                log.decide(f"t000000001.{key}", "denied")
+            # c asked once, so it waits for its answer though it would fit now.
+            assert (await client.post("/call", pay("Cy", 10, "c")))["pending"] is True
+            log.decide("t000000001.c", "approved")
+            # Approved and not yet run, c still counts: 10 + 5 (d waits) + 90 > 100.
+            assert (await client.post("/call", pay("Eve", 90, "e")))["pending"] is True
+            assert (await client.post("/call", pay("Cy", 10, "c")))["ok"] is True
+            log.decide("t000000001.e", "denied")
+            assert (await client.post("/call", pay("Fay", 5, "f")))["ok"] is True
+    finally:
+        await runner.cleanup()
+    assert [r["key"] for r in log.results] == ["c", "f"]
+    assert log.spent == 15
+
+
+async def test_a_call_that_came_while_the_first_ran_shares_it(
+    broker: tuple[str, MemoryLog],
+) -> None:
+    """k2 comes while k1 runs; k1 ends while k2's key is still being claimed: k2 shares k1's
+    run all the same, and Ada is paid once."""
+    path, log = broker
+    log.holds = {("FinishCall", "k1"): asyncio.Event(), ("BeginCall", "k2"): asyncio.Event()}
+    async with BrokerClient(path) as one, BrokerClient(path) as two:
+        first = asyncio.create_task(one.post("/call", pay("Ada", 30, "k1")))
+        await until(lambda: ("FinishCall", "k1") in log.held)
+        second = asyncio.create_task(two.post("/call", pay("Ada", 30, "k2")))
+        await until(lambda: ("BeginCall", "k2") in log.held)
+        log.holds[("FinishCall", "k1")].set()
+        paid = await first
+        log.holds[("BeginCall", "k2")].set()
+        assert await second == paid
+    assert [(r["key"], r.get("sharedWith")) for r in log.results] == [("k1", None), ("k2", "k1")]

@@ -41,3 +41,23 @@ def test_autonomy() -> None:
     assert why_ask(task(budget=5000, autonomy="medium"), "wallet.pay", False, 101, 0) is not None
     assert budget_cents(task(budget=5000, autonomy="high")) == 5000
     assert why_ask(task(budget=5000, autonomy="high"), "wallet.pay", False, 4000, 0) is None
+
+
+def test_calls_not_yet_finished_count_and_are_named() -> None:
+    assert why_ask(task(), "wallet.pay", False, 10, spent=0, in_flight=90) is None
+    question = why_ask(task(), "wallet.pay", False, 10, spent=5, in_flight=300)
+    assert question == (
+        "Spend 10 cents on wallet.pay? That takes task t000000001 to 315 cents (300 of them for "
+        "calls not yet finished), over its budget of 100 cents."
+    )
+
+
+def test_the_question_shows_the_input_it_approves() -> None:
+    question = why_ask(task(), "wallet.pay", True, 5, 0, given={"to": "Ada", "cents": 5})
+    assert question == (
+        'Spend 5 cents on wallet.pay {"to": "Ada", "cents": 5}? wallet.pay always needs your OK.'
+    )
+    long = why_ask(task(), "mail.send", True, 0, 0, given={"body": "x" * 5000})
+    assert long is not None
+    shown = long.removeprefix("Spend 0 cents on mail.send ").split("?")[0]
+    assert len(shown) == 300 and shown.endswith("…")

@@ -1,20 +1,33 @@
+from typing import Any
+
 from dbus_fast.introspection import Node
 
-from boxd.dbus.interface import BROKER, GATEWAY, MANAGER, METHODS, find_method, introspection_xml
+from boxd.caller import Role
+from boxd.dbus.interface import (
+    BROKER,
+    GATEWAY,
+    MANAGER,
+    METHODS,
+    bound_methods,
+    find_method,
+    introspection_xml,
+)
+from boxd.manager.box import Box
 
 
 def test_introspection_is_valid_and_complete() -> None:
     node = Node.parse(introspection_xml(["task"]))
     names = {interface.name: interface for interface in node.interfaces}
-    for method in METHODS:
-        described = {m.name: m for m in names[method.interface].methods}[method.name]
-        assert [a.signature for a in described.in_args] == list(method.types)
+    for bound in bound_methods():
+        described = {m.name: m for m in names[bound.interface].methods}[bound.name]
+        assert [a.signature for a in described.in_args] == list(bound.types)
+        assert [a.name for a in described.in_args] == list(bound.names)
         assert [a.signature for a in described.out_args] == ["s"]
     assert [child.name for child in node.nodes] == ["task"]
 
 
 def test_gateway_methods_take_the_token_first() -> None:
-    for name in ("CreateTask", "GetTask", "ListTasks", "StopTask"):
+    for name in ("CreateTask", "GetTask", "ListTasks", "StopTask", "RevokeToken"):
         owner = find_method(MANAGER, name)
         gateway = find_method(GATEWAY, name)
         assert owner is not None and gateway is not None
@@ -23,3 +36,33 @@ def test_gateway_methods_take_the_token_first() -> None:
     answer = find_method(MANAGER, "AnswerApproval")
     assert answer is not None and answer.signature == "sb" and answer.names == ("id", "approved")
     assert find_method(MANAGER, "Nothing") is None
+
+
+def test_interfaces_follow_the_callers() -> None:
+    for method in METHODS:
+        on = set(method.interfaces)
+        assert (MANAGER in on) == (Role.OWNER in method.callers)
+        assert (GATEWAY in on) == bool(method.callers & {Role.OWNER, Role.APP})
+        assert (BROKER in on) == (Role.BROKER in method.callers)
+    # A broker reaches none of the owner's methods, and the owner none of the broker's.
+    assert find_method(BROKER, "AnswerApproval") is None
+    assert find_method(MANAGER, "LogStep") is None
+    assert find_method(GATEWAY, "LogStep") is None
+
+
+def test_an_app_may_only_start_see_and_stop() -> None:
+    admitted = {m.name for m in METHODS if Role.APP in m.callers}
+    assert admitted == {"CreateTask", "GetTask", "ListTasks", "StopTask"}
+
+
+class _Anything:
+    def __getattr__(self, name: str) -> str:
+        return name
+
+
+def test_every_method_has_a_handler_and_no_handler_is_undeclared() -> None:
+    # routes() only names bound methods of the box and of its parts.
+    box: Any = Box.__new__(Box)
+    box.approvals = box.broker = box.vault = _Anything()
+    routes = Box.routes(box)
+    assert set(routes) == set(METHODS)

@@ -43,6 +43,17 @@ def test_finished() -> None:
     assert not UnitStatus("activating", "start", "success", 0, 0).finished
 
 
+def test_judged_by_exit_not_by_active_state() -> None:
+    # A worker that exits 0 before its start job completes lands inactive in spite of
+    # RemainAfterExit: still a success.
+    assert UnitStatus("inactive", "dead", "success", 1, 0).succeeded
+    assert UnitStatus("active", "exited", "success", 1, 0).succeeded
+    assert not UnitStatus("inactive", "dead", "success", 2, 15).succeeded  # systemctl stop
+    assert not UnitStatus("inactive", "dead", "success", 0, 0).succeeded  # never ran
+    assert not UnitStatus("failed", "failed", "exit-code", 1, 3).succeeded
+    assert not UnitStatus("active", "running", "success", 0, 0).succeeded
+
+
 def test_unit_path_escapes_like_systemd() -> None:
     assert unit_path("box-task-t123.service") == (
         "/org/freedesktop/systemd1/unit/box_2dtask_2dt123_2eservice"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from boxd.approval import Approval, ApprovalState
 from boxd.errors import BoxError
 from boxd.event import EventKind
 from boxd.manager.damaged import DAMAGED, DAMAGED_STEP, DAMAGED_TITLE
@@ -82,10 +83,11 @@ async def test_calls_logged_by_key(tmp_path: Path) -> None:
     store = Store(tmp_path / "box.db")
     await store.open()
     task = a_task()
-    await store.save_task(task, EventKind.TOOL_CALL, {"key": "line-1", "tool": "echo.say"})
-    assert await store.call_logged(task.id, "line-1")
-    assert not await store.call_logged(task.id, "line-2")
-    assert not await store.call_logged("t000000002", "line-1")
+    begun = {"key": "line-1", "tool": "echo.say", "input": {"text": "a"}}
+    await store.save_task(task, EventKind.TOOL_CALL, begun)
+    assert await store.logged_call(task.id, "line-1") == begun
+    assert await store.logged_call(task.id, "line-2") is None
+    assert await store.logged_call("t000000002", "line-1") is None
     assert await store.answer(task.id, "line-1") is None
     await store.save_task(
         task, EventKind.TOOL_RESULT, {"key": "line-1"}, answer=("line-1", {"ok": True, "output": 1})
@@ -158,4 +160,37 @@ async def test_tasks_come_in_pages_newest_first(tmp_path: Path) -> None:
     assert [t.id for _, t in first if t] == ids[::-1][:3]
     rest = await store.task_rows(first[-1][0], 10)
     assert [t.id for _, t in rest if t] == ids[::-1][3:]
+    await store.close()
+
+
+async def test_reserving_approvals(tmp_path: Path) -> None:
+    """Calls waiting for the owner, or approved and not yet run, keep their cost reserved."""
+    store = Store(tmp_path / "box.db")
+    await store.open()
+    task = a_task()
+
+    def approval(key: str, state: ApprovalState, tool: str | None = "wallet.pay") -> Approval:
+        return Approval(
+            id=f"{task.id}.{key}",
+            task=task.id,
+            key=key,
+            state=state,
+            question="?",
+            costCents=10,
+            tool=tool,
+            askedAt=time.time(),
+        )
+
+    asked = (
+        approval("waits", ApprovalState.PENDING),
+        approval("approved", ApprovalState.APPROVED),
+        approval("ran", ApprovalState.APPROVED),
+        approval("denied", ApprovalState.DENIED),
+        approval("question", ApprovalState.PENDING, tool=None),
+    )
+    await store.save_task(task, EventKind.APPROVAL, {}, approvals=asked)
+    await store.save_task(task, EventKind.TOOL_RESULT, {}, answer=("ran", {"ok": True}))
+    reserving = await store.reserving_approvals(task.id)
+    assert [a.key for a in reserving] == ["waits", "approved"]
+    assert await store.reserving_approvals("t000000002") == []
     await store.close()

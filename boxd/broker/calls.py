@@ -1,11 +1,14 @@
 """`POST /call`: a tool run with keys that make it happen once.
 
+- A key names one call (tool, input, cost) for good: the manager refuses it for anything else
+  (another call, a question) with a 400 before anything runs (boxd.key_use).
 - A key already answered in the log returns the logged result; the tool does not run again.
 - A key whose call was cut off (broker killed, power cut) runs again, with the same `ctx.key`.
 - The same tool with the same input while a first call is running or waiting shares that call:
   approved once, charged once; the later key is answered with the same result.
-- Over budget (calls in flight included), by autonomy, or always for some tools: the owner is
-  asked first; denied never runs the tool; no answer in time returns a pending result, and the
+- Over budget (calls in flight included: running here, or waiting for the owner, or approved and
+  not yet run, as the record says), by autonomy, or always for some tools: the owner is asked
+  first; denied never runs the tool; no answer in time returns a pending result, and the
   approval stays open for the same key or the same tool and input.
 """
 
@@ -25,6 +28,7 @@ from boxd.broker.budget import why_ask
 from boxd.broker.manager_link import Manager, Waiter
 from boxd.caps import MAX_DATA, MAX_DATA_WORDS, MAX_LABEL, data, text
 from boxd.errors import Problem, die
+from boxd.key_use import input_hash
 from boxd.plain_errors import describe, parse
 from boxd.sdk import Context, Tool, ToolError
 from boxd.secret_names import SECRET_NAME, credential_name
@@ -57,6 +61,12 @@ class _Call:
     tool: Tool[Any]
     input: BaseModel
     app_name: str
+    cost: float
+
+    @property
+    def same(self) -> tuple[str, str]:
+        """What makes two calls the same call, whatever their keys."""
+        return (self.name, input_hash(self.input.model_dump(mode="json")))
 
 
 def _secrets(names: tuple[str, ...]) -> dict[str, str]:
@@ -88,9 +98,12 @@ class Calls:
         self._home = home
         self._wait_seconds = wait_seconds
         self._spent = float(task.get("costCents", 0))
+        # key -> cost of the calls this broker is running or waiting on; the record keeps those
+        # that wait for the owner across a restart (BeginCall's reservedCents).
         self._reserved: dict[str, float] = {}
-        self._running: dict[str, asyncio.Task[dict[str, Any]]] = {}
-        # (tool, input) -> the key of the first call, running or waiting for an answer.
+        # By (tool, input hash): what runs is one call, whichever key started it.
+        self._running: dict[tuple[str, str], asyncio.Task[dict[str, Any]]] = {}
+        # (tool, input hash) -> the key of the first call, running or waiting for an answer.
         self._first: dict[tuple[str, str], str] = {}
 
     def _check(self, request: CallRequest) -> _Call:
@@ -107,14 +120,25 @@ class Calls:
             detail = error.errors()[0]
             detail["loc"] = ("input", *detail["loc"])
             die(Problem.INVALID, describe(detail))
-        return _Call(request.key, request.tool, tool, value, app.name)
+        return _Call(request.key, request.tool, tool, value, app.name, float(tool.cost(value)))
 
     async def call(self, body: bytes) -> dict[str, Any]:
         request = parse(CallRequest, body)
         call = self._check(request)
-        same = (call.name, json.dumps(call.input.model_dump(mode="json"), sort_keys=True))
+        same = call.same
+        # Taken on arrival, so a call that comes while the first one runs shares it.
         first = self._first.setdefault(same, call.key)
-        result = await self._once(replace(call, key=first))
+        try:
+            # The key is claimed for this call before it shares or runs anything.
+            begun = await self._begin(call)
+        except BaseException:
+            self._forget(same, call.key)
+            raise
+        if begun["answered"] is not None:
+            self._forget(same, call.key)
+            return dict(begun["answered"])
+        own = begun if first == call.key else None
+        result = await self._once(same, replace(call, key=first), own)
         if result.get("pending"):
             return result
         if self._first.get(same) == first:
@@ -123,12 +147,36 @@ class Calls:
             await self._share(call, first, result)
         return result
 
-    async def _once(self, call: _Call) -> dict[str, Any]:
-        job = self._running.get(call.key)
+    def _forget(self, same: tuple[str, str], key: str) -> None:
+        """`key` leaves the place of its call's first key unless its run has begun: it was
+        refused, or answered before."""
+        if self._first.get(same) == key and same not in self._running:
+            del self._first[same]
+
+    async def _begin(self, call: _Call) -> dict[str, Any]:
+        begun = await self._manager.call(
+            "BeginCall",
+            json.dumps(
+                {
+                    "key": call.key,
+                    "tool": call.name,
+                    "input": call.input.model_dump(mode="json"),
+                    "costCents": call.cost,
+                }
+            ),
+        )
+        return dict(begun)
+
+    async def _once(
+        self, same: tuple[str, str], call: _Call, begun: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        job = self._running.get(same)
         if job is None:
-            job = asyncio.create_task(self._run(call))
-            self._running[call.key] = job
-            job.add_done_callback(lambda _: self._running.pop(call.key, None))
+            started = asyncio.create_task(self._run(call, begun))
+            self._running[same] = job = started
+            started.add_done_callback(
+                lambda _: self._running.pop(same) if self._running.get(same) is started else None
+            )
         # Shielded: a caller that hangs up does not cut off a tool that others share.
         return await asyncio.shield(job)
 
@@ -148,41 +196,47 @@ class Calls:
             ),
         )
 
-    async def _run(self, call: _Call) -> dict[str, Any]:
-        begun = await self._manager.call(
-            "BeginCall",
-            json.dumps(
-                {"key": call.key, "tool": call.name, "input": call.input.model_dump(mode="json")}
-            ),
-        )
+    async def _run(self, call: _Call, begun: dict[str, Any] | None) -> dict[str, Any]:
+        if begun is None:
+            begun = await self._begin(call)
         if begun["answered"] is not None:
             return dict(begun["answered"])
         self._spent = float(begun["spentCents"])
-        cost = float(call.tool.cost(call.input))
-        in_flight = sum(self._reserved.values())
-        self._reserved[call.key] = cost
+        others = {**begun["reservedCents"], **self._reserved}
+        others.pop(call.key, None)
+        in_flight = sum(float(cost) for cost in others.values())
+        self._reserved[call.key] = call.cost
         try:
             question = why_ask(
-                self._task, call.name, call.tool.needs_ok, cost, self._spent + in_flight
+                self._task,
+                call.name,
+                call.tool.needs_ok,
+                call.cost,
+                self._spent,
+                in_flight=in_flight,
+                given=call.input.model_dump(mode="json"),
             )
-            if question is not None:
+            # A call that asked once waits for that answer, even if it would fit now.
+            approval = begun["approval"]
+            if approval is None and question is not None:
                 approval = await self._manager.call(
                     "Ask",
                     json.dumps(
                         {
                             "key": call.key,
                             "question": question,
-                            "costCents": cost,
+                            "costCents": call.cost,
                             "tool": call.name,
                         }
                     ),
                 )
+            if approval is not None:
                 state = await self._waiter.wait(approval, self._wait_seconds)
                 if state == ApprovalState.PENDING:
                     return PENDING_CALL
                 if state == ApprovalState.DENIED:
                     return await self._finish(call, False, None, NOT_APPROVED, 0)
-            return await self._execute(call, cost)
+            return await self._execute(call, call.cost)
         finally:
             self._reserved.pop(call.key, None)
 

@@ -83,6 +83,10 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="for an app: it may start and follow tasks, but not act as the owner",
     )
+    tokens = token_commands.add_parser("ls", help="list tokens: id, name, role, made by")
+    tokens.add_argument("--json", action="store_true")
+    revoke = token_commands.add_parser("revoke", help="revoke a token: it is refused at once")
+    revoke.add_argument("id", help="the token's id, or its name if no other token has it")
 
     settings = commands.add_parser("settings", help="show or change the box's settings")
     settings.add_argument("--json", action="store_true")
@@ -189,7 +193,14 @@ async def run(arguments: argparse.Namespace) -> int:
             lines = [f"{found['name']} moved to {found['trash']}"]
         print(show.as_json(found) if as_json else "\n".join(lines))
     elif command == "token":
-        print(await client.call("CreateToken", arguments.name, arguments.app))
+        if arguments.token_command == "ls":
+            found = await client.call("ListTokens")
+            print(show.as_json(found) if as_json else show.token_table(found))
+        elif arguments.token_command == "revoke":
+            revoked = await client.call("RevokeToken", arguments.id)
+            print(f"revoked {revoked['id']} ({revoked['name']})")
+        else:
+            print(await client.call("CreateToken", arguments.name, arguments.app))
     elif command == "settings":
         if arguments.settings_command == "set":
             changes = {arguments.name: _value(arguments.value)}

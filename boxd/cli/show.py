@@ -86,6 +86,7 @@ _FIELDS = (
     "hosts",
     "tools",
     "source",
+    "app",
     "error",
 )
 
@@ -113,3 +114,20 @@ def approval_table(approvals: list[dict[str, Any]]) -> str:
     if not approvals:
         return "Nothing waits for your OK."
     return "\n".join(approval_line(approval) for approval in approvals)
+
+
+def token_table(tokens: list[dict[str, Any]]) -> str:
+    if not tokens:
+        return "No tokens. boxctl token create makes one."
+    header = f"{'ID':<12}  {'ROLE':<5} {'MADE BY':<12} {'MADE':<16} NAME"
+    return "\n".join(
+        [
+            header,
+            *(
+                f"{t['id']:<12}  {t['role']:<5} {t.get('createdBy', ''):<12} "
+                f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(t['createdAt'])):<16} "
+                f"{t['name']}"
+                for t in tokens
+            ),
+        ]
+    )

@@ -1,10 +1,20 @@
-"""Names and signatures of `org.boxd.Box1`, the one definition both sides use.
+"""`org.boxd.Box1`: every method declared once, with its arguments and the callers it admits.
+
+Which interfaces a method appears on follows from its callers: the owner calls on `Manager`
+(polkit decides) and on `Gateway` with a bearer token first; an app's token calls on `Gateway`;
+a task's broker on `Broker`. Introspection, dispatch, the signature check and the role check are
+all derived from this table, so no method can be reachable by a caller it does not name.
 
 Bodies are JSON strings checked by the same pydantic models the HTTP API uses, so a `busctl` or
 `boxctl` caller meets exactly the rules and messages an HTTP caller does.
 """
 
 from dataclasses import dataclass
+
+from dbus_fast import introspection as intr
+from dbus_fast.constants import ArgDirection
+
+from boxd.caller import Role
 
 BUS_NAME = "org.boxd.Box1"
 ROOT_PATH = "/org/boxd/Box1"
@@ -14,6 +24,8 @@ GATEWAY = "org.boxd.Box1.Gateway"
 BROKER = "org.boxd.Box1.Broker"
 TASK = "org.boxd.Box1.Task"
 MANAGE_ACTION = "org.boxd.Box1.manage"
+# Emitted on the root object whenever a task asks the owner for an OK.
+APPROVAL_ASKED = "ApprovalAsked"
 
 
 def task_path(task_id: str) -> str:
@@ -22,11 +34,39 @@ def task_path(task_id: str) -> str:
 
 @dataclass(frozen=True)
 class Method:
-    interface: str
     name: str
     # Each argument is a string unless its name says otherwise: `approved:b`.
     args: tuple[str, ...]
     returns: str
+    callers: frozenset[Role]
+
+    @property
+    def interfaces(self) -> tuple[str, ...]:
+        found = []
+        if Role.OWNER in self.callers:
+            found.append(MANAGER)
+        if self.callers & {Role.OWNER, Role.APP}:
+            found.append(GATEWAY)
+        if Role.BROKER in self.callers:
+            found.append(BROKER)
+        return tuple(found)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A method as it appears on one interface: on the gateway's, the bearer token comes first."""
+
+    interface: str
+    method: Method
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        token = ("token",) if self.interface == GATEWAY else ()
+        return (*token, *self.method.args)
+
+    @property
+    def name(self) -> str:
+        return self.method.name
 
     @property
     def types(self) -> tuple[str, ...]:
@@ -41,79 +81,122 @@ class Method:
         return "".join(self.types)
 
 
-def _methods(interface: str, token: bool = False) -> list[Method]:
-    first = ("token",) if token else ()
-    return [
-        Method(interface, "CreateTask", (*first, "request"), "task"),
-        # Long answers come in pages: "" asks for the first, an answer's `next` for the one
-        # after it (boxd.manager.pages).
-        Method(interface, "GetTask", (*first, "id", "page"), "task"),
-        Method(interface, "ListTasks", (*first, "page"), "tasks"),
-        Method(interface, "StopTask", (*first, "id"), "task"),
-        Method(interface, "UndoTask", (*first, "id"), "task"),
-        Method(interface, "KeepTask", (*first, "id"), "task"),
-        Method(interface, "ListApprovals", (*first, "page"), "approvals"),
-        Method(interface, "AnswerApproval", (*first, "id", "approved:b"), "approval"),
-        Method(interface, "ListWorkspaces", first, "workspaces"),
-        Method(interface, "CreateWorkspace", (*first, "name"), "workspace"),
-    ]
+_OWNER = frozenset({Role.OWNER})
+_OWNER_OR_APP = frozenset({Role.OWNER, Role.APP})
+_BROKER = frozenset({Role.BROKER})
 
+# An app's token starts tasks, and sees, follows and stops the ones it started.
+CREATE_TASK = Method("CreateTask", ("request",), "task", _OWNER_OR_APP)
+# Long answers come in pages: "" asks for the first, an answer's `next` for the one after it
+# (boxd.manager.pages), so none depends on fitting in one D-Bus message.
+GET_TASK = Method("GetTask", ("id", "page"), "task", _OWNER_OR_APP)
+LIST_TASKS = Method("ListTasks", ("page",), "tasks", _OWNER_OR_APP)
+STOP_TASK = Method("StopTask", ("id",), "task", _OWNER_OR_APP)
+# Everything else is the owner's.
+UNDO_TASK = Method("UndoTask", ("id",), "task", _OWNER)
+KEEP_TASK = Method("KeepTask", ("id",), "task", _OWNER)
+LIST_APPROVALS = Method("ListApprovals", ("page",), "approvals", _OWNER)
+ANSWER_APPROVAL = Method("AnswerApproval", ("id", "approved:b"), "approval", _OWNER)
+LIST_WORKSPACES = Method("ListWorkspaces", (), "workspaces", _OWNER)
+CREATE_WORKSPACE = Method("CreateWorkspace", ("name",), "workspace", _OWNER)
+REMOVE_WORKSPACE = Method("RemoveWorkspace", ("name",), "removed", _OWNER)
+GET_SETTINGS = Method("GetSettings", (), "settings", _OWNER)
+SET_SETTINGS = Method("SetSettings", ("changes",), "settings", _OWNER)
+CREATE_TOKEN = Method("CreateToken", ("name", "app:b"), "token", _OWNER)
+LIST_TOKENS = Method("ListTokens", (), "tokens", _OWNER)
+REVOKE_TOKEN = Method("RevokeToken", ("id",), "token", _OWNER)
+# The vault: values go in, never out.
+SET_SECRET = Method("SetSecret", ("name", "value"), "secret", _OWNER)
+REMOVE_SECRET = Method("RemoveSecret", ("name",), "secret", _OWNER)
+LIST_SECRETS = Method("ListSecrets", (), "names", _OWNER)
+# A task's broker, for its own task only (the first argument is the task's id).
+BROKER_GET_TASK = Method("GetTask", ("id", "page"), "task", _BROKER)
+LOG_STEP = Method("LogStep", ("id", "step"), "event", _BROKER)
+BEGIN_CALL = Method("BeginCall", ("id", "call"), "begun", _BROKER)
+FINISH_CALL = Method("FinishCall", ("id", "result"), "finished", _BROKER)
+ASK = Method("Ask", ("id", "ask"), "approval", _BROKER)
+LOG_COST = Method("LogCost", ("id", "cost"), "event", _BROKER)
+LOG_REFUSAL = Method("LogRefusal", ("id", "refusal"), "event", _BROKER)
 
 METHODS: tuple[Method, ...] = (
-    *_methods(MANAGER),
-    Method(MANAGER, "RemoveWorkspace", ("name",), "removed"),
-    Method(MANAGER, "GetSettings", (), "settings"),
-    Method(MANAGER, "SetSettings", ("changes",), "settings"),
-    Method(MANAGER, "CreateToken", ("name", "app:b"), "token"),
-    # The vault: the owner's only, like everything on this interface. Values go in, never out.
-    Method(MANAGER, "SetSecret", ("name", "value"), "secret"),
-    Method(MANAGER, "RemoveSecret", ("name",), "secret"),
-    Method(MANAGER, "ListSecrets", (), "names"),
-    *_methods(GATEWAY, token=True),
-    Method(BROKER, "GetTask", ("id", "page"), "task"),
-    Method(BROKER, "LogStep", ("id", "step"), "event"),
-    Method(BROKER, "BeginCall", ("id", "call"), "begun"),
-    Method(BROKER, "FinishCall", ("id", "result"), "finished"),
-    Method(BROKER, "Ask", ("id", "ask"), "approval"),
-    Method(BROKER, "LogCost", ("id", "cost"), "event"),
-    Method(BROKER, "LogRefusal", ("id", "refusal"), "event"),
+    CREATE_TASK,
+    GET_TASK,
+    LIST_TASKS,
+    STOP_TASK,
+    UNDO_TASK,
+    KEEP_TASK,
+    LIST_APPROVALS,
+    ANSWER_APPROVAL,
+    LIST_WORKSPACES,
+    CREATE_WORKSPACE,
+    REMOVE_WORKSPACE,
+    GET_SETTINGS,
+    SET_SETTINGS,
+    CREATE_TOKEN,
+    LIST_TOKENS,
+    REVOKE_TOKEN,
+    SET_SECRET,
+    REMOVE_SECRET,
+    LIST_SECRETS,
+    BROKER_GET_TASK,
+    LOG_STEP,
+    BEGIN_CALL,
+    FINISH_CALL,
+    ASK,
+    LOG_COST,
+    LOG_REFUSAL,
 )
-# Emitted on the root object whenever a task asks the owner for an OK.
-APPROVAL_ASKED = "ApprovalAsked"
 
 
-def find_method(interface: str | None, name: str | None) -> Method | None:
+def _bind() -> dict[tuple[str, str], Bound]:
+    table: dict[tuple[str, str], Bound] = {}
     for method in METHODS:
-        if method.interface == interface and method.name == name:
-            return method
-    return None
+        for interface in method.interfaces:
+            if (interface, method.name) in table:
+                raise RuntimeError(f"{interface}.{method.name} is declared twice")
+            table[(interface, method.name)] = Bound(interface, method)
+    return table
+
+
+_BOUND = _bind()
+
+
+def find_method(interface: str | None, name: str | None) -> Bound | None:
+    return _BOUND.get((interface or "", name or ""))
+
+
+def bound_methods() -> tuple[Bound, ...]:
+    return tuple(_BOUND.values())
 
 
 def introspection_xml(children: list[str]) -> str:
     """The XML `busctl introspect` shows for the root object."""
-    parts = ['<node name="/org/boxd/Box1">']
-    for interface in (MANAGER, GATEWAY, BROKER):
-        parts.append(f' <interface name="{interface}">')
-        for method in METHODS:
-            if method.interface != interface:
-                continue
-            parts.append(f'  <method name="{method.name}">')
-            parts.extend(
-                f'   <arg name="{name}" type="{kind}" direction="in"/>'
-                for name, kind in zip(method.names, method.types, strict=True)
+    interfaces = []
+    for name in (MANAGER, GATEWAY, BROKER):
+        methods = [
+            intr.Method(
+                bound.name,
+                in_args=[
+                    intr.Arg(kind, ArgDirection.IN, arg)
+                    for arg, kind in zip(bound.names, bound.types, strict=True)
+                ],
+                out_args=[intr.Arg("s", ArgDirection.OUT, bound.method.returns)],
             )
-            parts.append(f'   <arg name="{method.returns}" type="s" direction="out"/>')
-            parts.append("  </method>")
-        if interface == MANAGER:
-            parts.append(
-                f'  <signal name="{APPROVAL_ASKED}"><arg name="approval" type="s"/></signal>'
-            )
-        parts.append(" </interface>")
-    parts.append(
-        ' <interface name="org.freedesktop.DBus.Introspectable">'
-        '<method name="Introspect"><arg name="xml" type="s" direction="out"/></method>'
-        "</interface>"
+            for bound in _BOUND.values()
+            if bound.interface == name
+        ]
+        signals = (
+            [intr.Signal(APPROVAL_ASKED, [intr.Arg("s", name="approval")])]
+            if name == MANAGER
+            else []
+        )
+        interfaces.append(intr.Interface(name, methods=methods, signals=signals))
+    interfaces.append(
+        intr.Interface(
+            "org.freedesktop.DBus.Introspectable",
+            methods=[intr.Method("Introspect", out_args=[intr.Arg("s", ArgDirection.OUT, "xml")])],
+        )
     )
-    parts.extend(f' <node name="{child}"/>' for child in children)
-    parts.append("</node>")
-    return "\n".join(parts)
+    node = intr.Node(ROOT_PATH, interfaces=interfaces)
+    node.nodes = [intr.Node(child, is_root=False) for child in children]
+    return str(node.tostring())

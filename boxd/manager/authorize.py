@@ -25,7 +25,7 @@ class Authorizer:
         # up once per connection.
         self._brokers: dict[str, str] = {}
 
-    async def __call__(self, message: Message, method: api.Method) -> Caller:
+    async def __call__(self, message: Message, method: api.Bound) -> Caller:
         sender = message.sender or ""
         if method.interface == api.MANAGER:
             await check_authorization(self._bus, sender, api.MANAGE_ACTION)

@@ -17,7 +17,7 @@ from dbus_fast.aio import MessageBus
 
 from boxd.approval import TASK_ENDED, ApprovalState
 from boxd.apps.registry import find_tool
-from boxd.caller import Caller, Role
+from boxd.caller import OWNER_ONLY, Caller, Role
 from boxd.claude_models import DEFAULT_MODEL, resolve_model
 from boxd.dbus import interface as api
 from boxd.errors import BoxError, Problem, die
@@ -46,7 +46,7 @@ from boxd.manager.pages import one_page, with_next
 from boxd.manager.records import Records
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError
-from boxd.manager.tokens import check_token_name, new_token, token_hash
+from boxd.manager.tokens import check_token_name, find_token, new_token, token_hash
 from boxd.manager.users import ensure_user
 from boxd.manager.vault import Vault
 from boxd.manager.worker_unit import (
@@ -66,12 +66,13 @@ from boxd.task_request import Worker, parse_task_request
 
 log = logging.getLogger(__name__)
 
+Handler = Callable[[Caller, list[Any]], Awaitable[Any]]
+
 DROID_MISSING = (
     "This box cannot run Droid tasks yet: the Droid worker is not installed here. "
     "Start the task with worker fake, or wait for the Droid worker."
 )
 STOPPED = "Stopped by its owner."
-OWNER_ONLY = "only this computer's own screen or the owner's paired device can do this"
 UNDONE_WHILE_RUNNING = "Stopped by its owner, to undo it."
 
 
@@ -159,38 +160,35 @@ class Box:
             else:
                 self._check_soon(task.id)
 
-    def routes(self) -> dict[tuple[str, str], Callable[[Caller, list[str]], Awaitable[Any]]]:
-        owner = {
-            "CreateTask": self.create_task,
-            "GetTask": self.get_task,
-            "ListTasks": self.list_tasks,
-            "StopTask": self.stop_task,
-            "UndoTask": self.undo_task,
-            "KeepTask": self.keep_task,
-            "ListApprovals": self.approvals.list_approvals,
-            "AnswerApproval": self.approvals.answer_approval,
-            "ListWorkspaces": self.list_workspaces,
-            "CreateWorkspace": self.create_workspace,
+    def routes(self) -> dict[api.Method, Handler]:
+        return {
+            api.CREATE_TASK: self.create_task,
+            api.GET_TASK: self.get_task,
+            api.LIST_TASKS: self.list_tasks,
+            api.STOP_TASK: self.stop_task,
+            api.UNDO_TASK: self.undo_task,
+            api.KEEP_TASK: self.keep_task,
+            api.LIST_APPROVALS: self.approvals.list_approvals,
+            api.ANSWER_APPROVAL: self.approvals.answer_approval,
+            api.LIST_WORKSPACES: self.list_workspaces,
+            api.CREATE_WORKSPACE: self.create_workspace,
+            api.REMOVE_WORKSPACE: self.remove_workspace,
+            api.GET_SETTINGS: self.get_settings,
+            api.SET_SETTINGS: self.set_settings,
+            api.CREATE_TOKEN: self.create_token,
+            api.LIST_TOKENS: self.list_tokens,
+            api.REVOKE_TOKEN: self.revoke_token,
+            api.SET_SECRET: self.vault.set_secret,
+            api.REMOVE_SECRET: self.vault.remove_secret,
+            api.LIST_SECRETS: self.vault.list_secrets,
+            api.BROKER_GET_TASK: self.broker.broker_task,
+            api.LOG_STEP: self.broker.log_step,
+            api.BEGIN_CALL: self.broker.begin_call,
+            api.FINISH_CALL: self.broker.finish_call,
+            api.ASK: self.broker.ask,
+            api.LOG_COST: self.broker.log_cost,
+            api.LOG_REFUSAL: self.broker.log_refusal,
         }
-        table: dict[tuple[str, str], Callable[[Caller, list[str]], Awaitable[Any]]] = {}
-        for name, handler in owner.items():
-            table[(api.MANAGER, name)] = handler
-            table[(api.GATEWAY, name)] = _without_token(handler)
-        table[(api.MANAGER, "RemoveWorkspace")] = self.remove_workspace
-        table[(api.MANAGER, "GetSettings")] = self.get_settings
-        table[(api.MANAGER, "SetSettings")] = self.set_settings
-        table[(api.MANAGER, "CreateToken")] = self.create_token
-        table[(api.MANAGER, "SetSecret")] = self.vault.set_secret
-        table[(api.MANAGER, "RemoveSecret")] = self.vault.remove_secret
-        table[(api.MANAGER, "ListSecrets")] = self.vault.list_secrets
-        table[(api.BROKER, "GetTask")] = self.broker.broker_task
-        table[(api.BROKER, "LogStep")] = self.broker.log_step
-        table[(api.BROKER, "BeginCall")] = self.broker.begin_call
-        table[(api.BROKER, "FinishCall")] = self.broker.finish_call
-        table[(api.BROKER, "Ask")] = self.broker.ask
-        table[(api.BROKER, "LogCost")] = self.broker.log_cost
-        table[(api.BROKER, "LogRefusal")] = self.broker.log_refusal
-        return table
 
     # The owner's methods.
 
@@ -257,6 +255,7 @@ class Box:
             droid=request.droid if droid else None,
             folder=folders[0] if folders else None,
             folders=folders,
+            app=caller.name if caller.role == Role.APP else None,
             createdAt=time.time(),
         )
         await self.store.save_task(
@@ -274,7 +273,7 @@ class Box:
 
     async def get_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         """The task and one page of its steps (boxd.manager.pages)."""
-        task = await self.records.task(args[0])
+        task = await self._task_for(caller, args[0])
 
         async def fetch(after: int | None, limit: int) -> list[tuple[int, dict[str, Any] | None]]:
             steps = await self.store.events(task.id, EventKind.TASK_STEP, after or 0, limit)
@@ -284,17 +283,27 @@ class Box:
         return with_next({**task.public(), "steps": steps}, following)
 
     async def list_tasks(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        """One page of the tasks, newest first."""
+        """One page of the tasks the caller may see, newest first."""
 
         async def fetch(before: int | None, limit: int) -> list[tuple[int, dict[str, Any] | None]]:
             rows = await self.store.task_rows(before, limit)
-            return [(row, task.public() if task else None) for row, task in rows]
+            return [
+                (row, task.public() if task and _may_see(caller, task) else None)
+                for row, task in rows
+            ]
 
         tasks, following = await one_page(fetch, args[0])
         return with_next({"tasks": tasks}, following)
 
+    async def _task_for(self, caller: Caller, task_id: str) -> Task:
+        """The task, if the caller may see it: an app's token sees only the tasks it started."""
+        task = await self.records.task(task_id)
+        if not _may_see(caller, task):
+            die(Problem.FORBIDDEN, OWNER_ONLY)
+        return task
+
     async def stop_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        task = await self.records.task(args[0])
+        task = await self._task_for(caller, args[0])
         async with self.records.locks[task.id]:
             task = await self.records.task(task.id)
             if task.state.ended:
@@ -306,8 +315,6 @@ class Box:
         """Takes a task's changes out of its workspace; tasks after it keep theirs. A task still
         running is stopped first."""
         task = await self.records.task(args[0])
-        if task.folders:
-            _owner_only(caller)
         async with self.records.locks[task.id]:
             task = await self.records.task(task.id)
             if task.state == TaskState.UNDONE:
@@ -338,7 +345,6 @@ class Box:
     async def keep_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         """Applies a done personal task's changes, deletions included, to the real folders,
         unless a file it changed was changed there too since it started: then nothing is."""
-        _owner_only(caller)
         task = await self.records.task(args[0])
         if not task.folders:
             die(
@@ -440,6 +446,15 @@ class Box:
         token = new_token()
         await self.store.add_token(token_hash(token), name, role.value, caller.user)
         return token
+
+    async def list_tokens(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
+        return [token.public() for token in await self.store.tokens()]
+
+    async def revoke_token(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """Removes a token: its next call is refused (401), whatever it was doing."""
+        token = find_token(await self.store.tokens(), args[0])
+        await self.store.remove_token(token.hash)
+        return token.public()
 
     async def list_workspaces(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
         return [self.workspaces.describe(name) for name in self.workspaces.names()]
@@ -550,7 +565,7 @@ class Box:
                 status = await self.systemd.status(unit)
                 if status is None or not status.finished:
                     return
-                if status.active_state == "active" and status.result == "success":
+                if status.succeeded:
                     await self._end(task, TaskState.DONE, None)
                 else:
                     words = None if status.active_state == "inactive" else await last_words(unit)
@@ -621,14 +636,9 @@ def _owner_only(caller: Caller) -> None:
         die(Problem.FORBIDDEN, OWNER_ONLY)
 
 
+def _may_see(caller: Caller, task: Task) -> bool:
+    return caller.role == Role.OWNER or (caller.role == Role.APP and task.app == caller.name)
+
+
 def _words(error: Exception) -> str:
     return error.message if isinstance(error, BoxError) else str(error)
-
-
-def _without_token(
-    handler: Callable[[Caller, list[str]], Awaitable[Any]],
-) -> Callable[[Caller, list[str]], Awaitable[Any]]:
-    async def call(caller: Caller, args: list[str]) -> Any:
-        return await handler(caller, args[1:])
-
-    return call

@@ -13,6 +13,15 @@ from boxd.caller import Caller
 from boxd.dbus import interface as api
 from boxd.errors import Problem, die
 from boxd.event import EventKind
+from boxd.key_use import (
+    CallUse,
+    QuestionUse,
+    Use,
+    approval_use,
+    first_refusal,
+    input_hash,
+    logged_call_use,
+)
 from boxd.manager.pages import one_page, with_next
 from boxd.manager.records import Records
 from boxd.plain_errors import parse
@@ -48,16 +57,49 @@ class BrokerMethods:
         return event.model_dump(mode="json")
 
     async def begin_call(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """Logs a call begun, unless its key is already used for something else (a 400 then).
+        Says whether the key was answered, what the task spent, the costs reserved by its other
+        calls that wait for the owner or were approved and not yet run, and the key's own
+        approval if it asked for one."""
         call = parse(CallStart, args[1])
+        wanted = CallUse(call.tool, input_hash(call.input), call.costCents)
         async with self.records.locks[args[0]]:
             task = await self.records.running(args[0])
-            logged = await self.records.store.answer(task.id, call.key)
+            approval, logged = await self._used(task.id, call.key, wanted)
+            answered = await self.records.store.answer(task.id, call.key)
             # One tool.call line per key, however often a pending call is asked again.
-            if logged is None and not await self.records.store.call_logged(task.id, call.key):
-                await self.records.record(
-                    task, EventKind.TOOL_CALL, call.model_dump(mode="json"), show=False
-                )
-        return {"answered": logged, "spentCents": task.costCents}
+            if answered is None and logged is None:
+                data = {**call.model_dump(mode="json"), "inputHash": wanted.inputHash}
+                await self.records.record(task, EventKind.TOOL_CALL, data, show=False)
+            reserved = {
+                other.key: other.costCents or 0.0
+                for other in await self.records.store.reserving_approvals(task.id)
+                # The same call under another key would share this call's run, not add to it.
+                if other.key != call.key
+                and (other.tool, other.inputHash) != (call.tool, wanted.inputHash)
+            }
+        return {
+            "answered": answered,
+            "spentCents": task.costCents,
+            "reservedCents": reserved,
+            "approval": None if approval is None else approval.public(),
+        }
+
+    async def _used(
+        self, task_id: str, key: str, wanted: Use
+    ) -> tuple[Approval | None, dict[str, Any] | None]:
+        """The key's approval and `tool.call` line; a 400 if they show it used for another
+        thing than `wanted`."""
+        approval = await self.records.store.approval(approval_id(task_id, key))
+        logged = await self.records.store.logged_call(task_id, key)
+        taken = (
+            *(() if approval is None else (approval_use(approval),)),
+            *(() if logged is None else (logged_call_use(logged),)),
+        )
+        why = first_refusal(key, taken, wanted)
+        if why is not None:
+            die(Problem.INVALID, why)
+        return approval, logged
 
     async def finish_call(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         result = parse(CallResult, args[1])
@@ -97,10 +139,24 @@ class BrokerMethods:
         return event.model_dump(mode="json")
 
     async def ask(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """An /ask's question, or the OK a call needs (`tool` set): the approval records the
+        one thing it approves, and asking again with its key finds it."""
         question = parse(Question, args[1])
         async with self.records.locks[args[0]]:
             task = await self.records.task(args[0])
-            found = await self.records.store.approval(approval_id(task.id, question.key))
+            wanted: Use
+            if question.tool is None:
+                wanted = QuestionUse(
+                    question.question, question.costCents, question.payee, question.purpose
+                )
+            else:
+                # The approval binds the input the key's tool.call line logged.
+                logged = await self.records.store.logged_call(task.id, question.key)
+                begun = None if logged is None else logged_call_use(logged).inputHash
+                wanted = CallUse(question.tool, begun, question.costCents)
+            found, logged = await self._used(task.id, question.key, wanted)
+            if isinstance(wanted, CallUse) and logged is None:
+                die(Problem.INVALID, f"key {question.key} began no call to approve")
             if found is not None:
                 return found.public()
             if task.state.ended:
@@ -110,6 +166,7 @@ class BrokerMethods:
                 task=task.id,
                 state=ApprovalState.PENDING,
                 askedAt=time.time(),
+                inputHash=wanted.inputHash if isinstance(wanted, CallUse) else None,
                 **question.model_dump(exclude_none=True),
             )
             if task.state == TaskState.RUNNING:

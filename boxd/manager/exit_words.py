@@ -2,9 +2,7 @@
 
 import signal
 
-from boxd.manager.systemd import UnitStatus
-
-_CLD_EXITED, _CLD_KILLED, _CLD_DUMPED = 1, 2, 3
+from boxd.manager.systemd import CLD_DUMPED, CLD_EXITED, CLD_KILLED, UnitStatus
 
 # systemd's own exit statuses for a service that never got to run its program
 # (systemd.exec(5), "Process Exit Codes").
@@ -30,7 +28,7 @@ def _signal_name(number: int) -> str:
 
 def why_failed(status: UnitStatus, last_words: str | None = None) -> str:
     said = f": {last_words}" if last_words else "."
-    if status.result == "exit-code" and status.main_code == _CLD_EXITED:
+    if status.result == "exit-code" and status.main_code == CLD_EXITED:
         if status.main_status in _SETUP_FAILURES:
             return (
                 f"The worker could not start: {_SETUP_FAILURES[status.main_status]} "
@@ -39,9 +37,9 @@ def why_failed(status: UnitStatus, last_words: str | None = None) -> str:
         return f"The worker exited with status {status.main_status}{said}"
     if status.result == "oom-kill":
         return "The worker ran out of memory and the kernel killed it."
-    if status.result == "signal" or status.main_code == _CLD_KILLED:
+    if status.result == "signal" or status.main_code == CLD_KILLED:
         return f"The worker was killed by {_signal_name(status.main_status)}{said}"
-    if status.result == "core-dump" or status.main_code == _CLD_DUMPED:
+    if status.result == "core-dump" or status.main_code == CLD_DUMPED:
         return f"The worker crashed with {_signal_name(status.main_status)} and dumped core{said}"
     if status.result == "timeout":
         return "The worker ran past its time limit and systemd stopped it."

@@ -42,8 +42,8 @@ async def run() -> None:
     box = Box(home, store, bus, systemd)
     await box.open()
     server = Server(bus, Authorizer(bus, store, systemd))
-    for (interface, name), handler in box.routes().items():
-        server.handle(interface, name, handler)
+    for method, handler in box.routes().items():
+        server.handle(method, handler)
     if await bus.request_name(BUS_NAME) != RequestNameReply.PRIMARY_OWNER:
         die(Problem.FAILED, f"another process already owns {BUS_NAME} on the system bus")
     await box.recover()

@@ -23,6 +23,7 @@ from boxd.event import Event
 from boxd.ids import is_task_id
 from boxd.manager import journal
 from boxd.manager.damaged import DAMAGED_STEP, salvage
+from boxd.manager.tokens import TokenRecord
 from boxd.settings import Settings
 from boxd.task import Task, TaskState
 
@@ -236,16 +237,35 @@ class Store:
 
         return await self._run(read)
 
-    async def call_logged(self, task_id: str, key: str) -> bool:
-        """Whether a call with this key was begun before (it may have been cut off)."""
+    async def logged_call(self, task_id: str, key: str) -> dict[str, Any] | None:
+        """The `tool.call` line of the key's call, if one was begun (it may have been cut off)."""
 
-        def read(db: sqlite3.Connection) -> bool:
+        def read(db: sqlite3.Connection) -> dict[str, Any] | None:
             row = db.execute(
-                "SELECT 1 FROM events WHERE task = ? AND kind = 'tool.call' "
-                "AND json_extract(data, '$.key') = ? LIMIT 1",
+                "SELECT data FROM events WHERE task = ? AND kind = 'tool.call' "
+                "AND json_extract(data, '$.key') = ? ORDER BY seq LIMIT 1",
                 (task_id, key),
             ).fetchone()
-            return row is not None
+            return None if row is None else dict(json.loads(row[0]))
+
+        return await self._run(read)
+
+    async def reserving_approvals(self, task_id: str) -> list[Approval]:
+        """The task's approvals of calls whose cost is reserved: waiting for the owner, or
+        approved and not yet run (no answer logged for their key)."""
+
+        def read(db: sqlite3.Connection) -> list[Approval]:
+            rows = db.execute(
+                "SELECT a.id, a.record FROM approvals a "
+                "WHERE a.state IN ('pending', 'approved') AND a.task = ? "
+                "AND json_extract(a.record, '$.tool') IS NOT NULL "
+                "AND (a.state = 'pending' OR NOT EXISTS (SELECT 1 FROM answers n "
+                "WHERE n.task = a.task AND n.key = json_extract(a.record, '$.key'))) "
+                "ORDER BY a.rowid",
+                (task_id,),
+            ).fetchall()
+            found = (_approval(row[0], row[1]) for row in rows)
+            return [approval for approval in found if approval is not None]
 
         return await self._run(read)
 
@@ -388,6 +408,20 @@ class Store:
             return None if row is None else (row[0], row[1], row[2])
 
         return await self._run(read)
+
+    async def tokens(self) -> list[TokenRecord]:
+        def read(db: sqlite3.Connection) -> list[TokenRecord]:
+            rows = db.execute("SELECT hash, name, role, created, user FROM tokens ORDER BY created")
+            return [TokenRecord(*row) for row in rows]
+
+        return await self._run(read)
+
+    async def remove_token(self, token_hash: str) -> None:
+        def write(db: sqlite3.Connection) -> None:
+            with _transaction(db):
+                db.execute("DELETE FROM tokens WHERE hash = ?", (token_hash,))
+
+        await self._run(write)
 
     # Settings.
 

@@ -23,6 +23,8 @@ UNIT_PATH_PREFIX = "/org/freedesktop/systemd1/unit/"
 # JobRemoved can arrive before the caller starts waiting; remember that many finished jobs.
 _REMEMBERED_JOBS = 256
 JOB_TIMEOUT_SECONDS = 120.0
+# ExecMainCode: the si_code of the main process's end (waitid(2)).
+CLD_EXITED, CLD_KILLED, CLD_DUMPED = 1, 2, 3
 
 
 def unit_path(name: str) -> str:
@@ -44,6 +46,18 @@ class UnitStatus:
     def finished(self) -> bool:
         return self.active_state in ("failed", "inactive") or (
             self.active_state == "active" and self.sub_state == "exited"
+        )
+
+    @property
+    def succeeded(self) -> bool:
+        """The program ran and exited 0. Judged by its exit, never by the active state: a
+        worker that exits before its start job completes lands `inactive` in spite of
+        RemainAfterExit, with the same clean exit."""
+        return (
+            self.finished
+            and self.result == "success"
+            and self.main_code == CLD_EXITED
+            and self.main_status == 0
         )
 
 

@@ -3,10 +3,53 @@ plain SHA-256 is enough, and a stolen database gives no token back."""
 
 import hashlib
 import secrets
+from dataclasses import dataclass
+from typing import Any
 
 from boxd.errors import Problem, die
 
 MAX_NAME = 100
+# A token is shown and revoked by the start of its hash: enough to tell tokens apart, and the
+# hash of a long random string gives nothing of the token away.
+ID_LENGTH = 12
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    hash: str
+    name: str
+    role: str
+    created: float
+    user: str | None
+
+    @property
+    def id(self) -> str:
+        return self.hash[:ID_LENGTH]
+
+    def public(self) -> dict[str, Any]:
+        shown: dict[str, Any] = {
+            "id": self.id,
+            "name": self.name,
+            "role": self.role,
+            "createdAt": self.created,
+        }
+        if self.user:
+            shown["createdBy"] = self.user
+        return shown
+
+
+def find_token(tokens: list[TokenRecord], wanted: str) -> TokenRecord:
+    """The one token whose id, or else whose name, is `wanted`."""
+    by_id = [t for t in tokens if t.id == wanted]
+    if by_id:
+        return by_id[0]
+    by_name = [t for t in tokens if t.name == wanted]
+    if len(by_name) > 1:
+        ids = ", ".join(t.id for t in by_name)
+        die(Problem.INVALID, f"{len(by_name)} tokens are named {wanted}: revoke one by id ({ids})")
+    if not by_name:
+        die(Problem.NOT_FOUND, f"no token {wanted} (boxctl token ls lists them)")
+    return by_name[0]
 
 
 def new_token() -> str:

@@ -96,6 +96,14 @@ async def create_workspace(request: web.Request) -> web.Response:
     return _json(await request.app[CLIENT].call_as(token, "CreateWorkspace", body.name), 201)
 
 
+async def list_tokens(request: web.Request) -> web.Response:
+    return _json(await _call(request, "ListTokens"))
+
+
+async def revoke_token(request: web.Request) -> web.Response:
+    return _json(await _call(request, "RevokeToken", request.match_info["id"]))
+
+
 async def _bus(app: web.Application) -> AsyncIterator[None]:
     bus = await connect_system_bus()
     app[CLIENT] = GatewayClient(bus)
@@ -108,7 +116,7 @@ def make_app() -> web.Application:
         lambda failure: failure.problem.http_status,
         "the API serves GET and POST /api/tasks, GET /api/tasks/{id}, "
         "POST /api/tasks/{id}/stop, /undo and /keep, GET /api/approvals, POST /api/approvals/{id}, "
-        "GET and POST /api/workspaces",
+        "GET and POST /api/workspaces, GET /api/tokens, DELETE /api/tokens/{id}",
     )
     app = web.Application(middlewares=[errors], client_max_size=MAX_BODY)
     app.cleanup_ctx.append(_bus)
@@ -122,4 +130,6 @@ def make_app() -> web.Application:
     app.router.add_get("/api/workspaces", list_workspaces)
     app.router.add_post("/api/workspaces", create_workspace)
     app.router.add_post("/api/approvals/{id}", answer_approval)
+    app.router.add_get("/api/tokens", list_tokens)
+    app.router.add_delete("/api/tokens/{id}", revoke_token)
     return app

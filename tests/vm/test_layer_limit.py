@@ -5,7 +5,7 @@ import json
 from tests.vm.box_api import finish, http, start_fake
 from tests.vm.machine import Machine
 
-# Starts tasks four at a time over the HTTP API and waits until each has ended; prints how many
+# Starts tasks eight at a time over the HTTP API and waits until each has ended; prints how many
 # ended in each state and why any failed.
 FILL = """
 import asyncio, json, sys
@@ -13,7 +13,7 @@ import aiohttp
 
 async def main(token, workspace, count):
     headers = {"Authorization": f"Bearer {token}"}
-    gate = asyncio.Semaphore(4)
+    gate = asyncio.Semaphore(8)
     errors = []
     async with aiohttp.ClientSession(headers=headers) as http:
         async def one(number):

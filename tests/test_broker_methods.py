@@ -1,0 +1,182 @@
+"""The manager's side of keys and approvals, on a real SQLite record: a key names one call or
+one question, and the costs of calls waiting for the owner stay reserved, also after a restart.
+D-Bus is a stand-in here (nothing listens); tests/vm has the real bus."""
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from dbus_fast import Message
+from dbus_fast.aio import MessageBus
+
+from boxd.approval import ApprovalState
+from boxd.caller import Caller, Role
+from boxd.errors import BoxError
+from boxd.event import EventKind
+from boxd.key_use import input_hash
+from boxd.manager.approval_answers import ApprovalAnswers
+from boxd.manager.broker_methods import BrokerMethods
+from boxd.manager.records import Records
+from boxd.manager.store import Store
+from boxd.task import TaskState
+from tests.test_store import a_task
+
+BROKER = Caller(Role.BROKER, ":1.7", task="t000000001")
+OWNER = Caller(Role.OWNER, "owner")
+TASK = "t000000001"
+
+
+class QuietBus:
+    """Takes exports and signals, and tells no one."""
+
+    def export(self, path: str, interface: object) -> None:
+        pass
+
+    def send(self, message: Message) -> None:
+        pass
+
+
+async def open_methods(path: Path) -> tuple[BrokerMethods, ApprovalAnswers, Store]:
+    store = Store(path)
+    await store.open()
+    records = Records(store, cast(MessageBus, QuietBus()))
+    task = await store.task(TASK)
+    if task is None:
+        task = a_task().model_copy(update={"state": TaskState.RUNNING})
+        records.export(task)
+        await records.record(task, EventKind.TASK_STATE, {"state": "running"})
+    records.export(task)
+    return BrokerMethods(records), ApprovalAnswers(records), store
+
+
+@pytest.fixture
+async def box(tmp_path: Path) -> AsyncIterator[tuple[BrokerMethods, ApprovalAnswers]]:
+    methods, answers, store = await open_methods(tmp_path / "box.db")
+    yield methods, answers
+    await store.close()
+
+
+def pay(to: str, cents: int, key: str) -> str:
+    return json.dumps(
+        {"key": key, "tool": "wallet.pay", "input": {"to": to, "cents": cents}, "costCents": cents}
+    )
+
+
+def okay_for(key: str, cents: int) -> str:
+    question = {"key": key, "question": "Spend?", "costCents": cents, "tool": "wallet.pay"}
+    return json.dumps(question)
+
+
+async def refused(call: Any, message: str) -> None:
+    with pytest.raises(BoxError) as caught:
+        await call
+    assert caught.value.message == message
+
+
+async def test_an_answered_question_is_no_calls_approval(
+    box: tuple[BrokerMethods, ApprovalAnswers],
+) -> None:
+    methods, answers = box
+    asked = await methods.ask(BROKER, [TASK, json.dumps({"key": "k", "question": "News?"})])
+    assert "tool" not in asked and "inputHash" not in asked
+    await answers.answer_approval(OWNER, [asked["id"], True])
+    await refused(
+        methods.begin_call(BROKER, [TASK, pay("Mallory", 100_000, "k")]),
+        "key k was used for a question (POST /ask); a call needs a key of its own",
+    )
+    await refused(
+        methods.ask(BROKER, [TASK, okay_for("k", 100_000)]),
+        "key k was used for a question (POST /ask); a call needs a key of its own",
+    )
+    await refused(
+        methods.ask(BROKER, [TASK, json.dumps({"key": "k", "question": "Pay Mallory?"})]),
+        "key k was used for another question; a new question needs a new key",
+    )
+    again = await methods.ask(BROKER, [TASK, json.dumps({"key": "k", "question": "News?"})])
+    assert again["state"] == ApprovalState.APPROVED
+    events = await methods.records.store.events(TASK, EventKind.TOOL_CALL)
+    assert events == []
+
+
+async def test_a_call_approval_records_its_call(
+    box: tuple[BrokerMethods, ApprovalAnswers],
+) -> None:
+    methods, _ = box
+    begun = await methods.begin_call(BROKER, [TASK, pay("Ada", 500, "k")])
+    assert begun == {"answered": None, "spentCents": 0, "reservedCents": {}, "approval": None}
+    (line,) = await methods.records.store.events(TASK, EventKind.TOOL_CALL)
+    assert line.data["inputHash"] == input_hash({"to": "Ada", "cents": 500})
+    assert line.data["costCents"] == 500
+    approval = await methods.ask(BROKER, [TASK, okay_for("k", 500)])
+    assert (approval["tool"], approval["costCents"]) == ("wallet.pay", 500)
+    assert approval["inputHash"] == line.data["inputHash"]
+    again = await methods.begin_call(BROKER, [TASK, pay("Ada", 500, "k")])
+    assert again["approval"] == approval
+    other_input = (
+        "key k was used for a call of wallet.pay with another input; a new call needs a new key"
+    )
+    await refused(methods.begin_call(BROKER, [TASK, pay("Mallory", 500, "k")]), other_input)
+    await refused(
+        methods.ask(BROKER, [TASK, okay_for("k", 5)]),
+        "key k was used for a call of wallet.pay costing 500 cents, not 5; "
+        "a new call needs a new key",
+    )
+    await refused(
+        methods.ask(BROKER, [TASK, json.dumps({"key": "k", "question": "Pay?"})]),
+        "key k was used for a call of wallet.pay; a question needs a key of its own",
+    )
+    await refused(
+        methods.ask(BROKER, [TASK, okay_for("never-begun", 5)]),
+        "key never-begun began no call to approve",
+    )
+    # Still one tool.call line for k.
+    assert len(await methods.records.store.events(TASK, EventKind.TOOL_CALL)) == 1
+
+
+async def test_an_answered_call_key_returns_its_result_only_for_its_call(
+    box: tuple[BrokerMethods, ApprovalAnswers],
+) -> None:
+    methods, _ = box
+    say = {"key": "e", "tool": "echo.say", "input": {"text": "a"}, "costCents": 0}
+    await methods.begin_call(BROKER, [TASK, json.dumps(say)])
+    finished = {"key": "e", "tool": "echo.say", "ok": True, "output": {"text": "a"}}
+    await methods.finish_call(BROKER, [TASK, json.dumps(finished)])
+    again = await methods.begin_call(BROKER, [TASK, json.dumps(say)])
+    assert again["answered"] == {"ok": True, "output": {"text": "a"}}
+    await refused(
+        methods.begin_call(BROKER, [TASK, json.dumps({**say, "input": {"text": "b"}})]),
+        "key e was used for a call of echo.say with another input; a new call needs a new key",
+    )
+
+
+async def test_waiting_calls_stay_reserved_across_a_restart(tmp_path: Path) -> None:
+    methods, answers, store = await open_methods(tmp_path / "box.db")
+    for key, to in (("a", "Ada"), ("b", "Bob")):
+        await methods.begin_call(BROKER, [TASK, pay(to, 150, key)])
+        await methods.ask(BROKER, [TASK, okay_for(key, 150)])
+    third = await methods.begin_call(BROKER, [TASK, pay("Cy", 10, "c")])
+    assert third["reservedCents"] == {"a": 150, "b": 150}
+    # The same call as a under another key would share a's run: not counted twice.
+    same = await methods.begin_call(BROKER, [TASK, pay("Ada", 150, "a2")])
+    assert same["reservedCents"] == {"b": 150}
+    await store.close()
+
+    methods, answers, store = await open_methods(tmp_path / "box.db")
+    assert (await methods.begin_call(BROKER, [TASK, pay("Cy", 10, "c")]))["reservedCents"] == {
+        "a": 150,
+        "b": 150,
+    }
+    await answers.answer_approval(OWNER, [f"{TASK}.a", False])
+    await answers.answer_approval(OWNER, [f"{TASK}.b", True])
+    # b is approved and not yet run: still reserved; a was denied: not.
+    assert (await methods.begin_call(BROKER, [TASK, pay("Cy", 10, "c")]))["reservedCents"] == {
+        "b": 150
+    }
+    done = {"key": "b", "tool": "wallet.pay", "ok": True, "output": {}, "costCents": 150}
+    finished = await methods.finish_call(BROKER, [TASK, json.dumps(done)])
+    assert finished["spentCents"] == 150
+    last = await methods.begin_call(BROKER, [TASK, pay("Cy", 10, "c")])
+    assert (last["reservedCents"], last["spentCents"]) == ({}, 150)
+    await store.close()
