@@ -1,5 +1,6 @@
 """The owner's settings, stored in the database, with the seed's defaults."""
 
+import os
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -7,6 +8,7 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Field,
     StrictStr,
     ValidationError,
     field_validator,
@@ -39,6 +41,29 @@ MIN_MEMORY_BYTES = 64 * MIB
 MAX_MEMORY_BYTES = 1024 * 1024 * MIB
 MIN_TASKS, MAX_TASKS = 16, 65536
 MIN_CPU_PERCENT, MAX_CPU_PERCENT = 1, 100 * 1024
+
+
+GIB = 1024 * MIB
+MAX_RUNNING_TASKS = 4096
+MAX_ALL_TASKS = 4_194_304  # the kernel's highest pid_max
+
+
+def machine_memory_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def default_max_running_tasks(cores: int, memory_bytes: int) -> int:
+    """Four tasks a core, two a GiB of memory, whichever is fewer; at least one.
+
+    An agent mostly waits for its model, so a core keeps several busy; but each running task is
+    a worker (node, with what it runs) and a broker, half a GiB together in practice, and a box
+    that swaps serves no task well."""
+    return max(1, min(cores * 4, memory_bytes // GIB * 2, MAX_RUNNING_TASKS))
+
+
+def default_all_tasks_memory(memory_bytes: int) -> int:
+    """Three quarters of the machine's memory: the rest is for boxd, brokers and the system."""
+    return min(max(memory_bytes * 3 // 4, MIN_MEMORY_BYTES), MAX_MEMORY_BYTES)
 
 
 def _whole(field: str, what: str, low: int, high: int) -> BeforeValidator:
@@ -74,6 +99,28 @@ class Settings(BaseModel):
             "taskCPUPercent", "a whole percentage of one core", MIN_CPU_PERCENT, MAX_CPU_PERCENT
         ),
     ] = 200
+
+    # All tasks' workers together, in box.slice; and how many tasks run at once, the rest
+    # waiting `queued` in the order they came. The defaults come from the machine.
+    allTasksMemoryMaxBytes: Annotated[
+        int,
+        _whole(
+            "allTasksMemoryMaxBytes",
+            "a whole number of bytes",
+            MIN_MEMORY_BYTES,
+            MAX_MEMORY_BYTES,
+        ),
+    ] = Field(default_factory=lambda: default_all_tasks_memory(machine_memory_bytes()))
+    allTasksTasksMax: Annotated[
+        int, _whole("allTasksTasksMax", "a whole number of processes", MIN_TASKS, MAX_ALL_TASKS)
+    ] = 16384
+    maxRunningTasks: Annotated[
+        int, _whole("maxRunningTasks", "a whole number of tasks", 1, MAX_RUNNING_TASKS)
+    ] = Field(
+        default_factory=lambda: default_max_running_tasks(
+            os.cpu_count() or 1, machine_memory_bytes()
+        )
+    )
 
     @field_validator("agentFolders")
     @classmethod

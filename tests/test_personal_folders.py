@@ -1,14 +1,23 @@
 """The rules for personal folders, their mirror, and keeping a task's layer, on plain files."""
 
 import os
+import shutil
+import stat
+import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from boxd.errors import BoxError
+from boxd.manager import owner_process
+from boxd.manager.beneath import NotBeneath, open_path, parent_of
+from boxd.manager.folder_stream import data_ranges
 from boxd.manager.folders import Folder, check_folder, check_folders, folder_workspace
-from boxd.manager.keep import Places, apply, conflicts, layer_changes, take_manifest
-from boxd.manager.mirror import sync_mirror, sync_tree
+from boxd.manager.keep import Places, keep, layer_changes, take_manifest
+from boxd.manager.mirror import check_readable, sync_mirror, sync_tree
+from boxd.manager.pause import VARIABLE
 
 SOMEONE = 65534  # nobody: as root, folders must belong to someone else to be allowed
 
@@ -18,6 +27,27 @@ def owned(path: Path) -> Path:
     if os.geteuid() == 0:
         os.chown(path, SOMEONE, SOMEONE)
     return path
+
+
+@pytest.fixture
+def place(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A folder every account can pass through: the owner's process walks from / to it, and
+    pytest's own folders are root's alone. As root, the owner's process runs as nobody, with an
+    interpreter nobody may run (this venv's may live in root's home)."""
+    if os.geteuid() == 0:
+        system = Path("/usr/bin/python3.11")
+        if not system.exists():
+            pytest.skip("as root, these need /usr/bin/python3.11, which nobody may run")
+        monkeypatch.setattr(owner_process, "PYTHON", str(system))
+    made = Path(tempfile.mkdtemp(prefix="boxd-folders-"))
+    made.chmod(0o755)
+    try:
+        yield made
+    finally:
+        for path in [made, *made.rglob("*")]:
+            if path.is_dir() and not path.is_symlink():
+                path.chmod(0o755)
+        shutil.rmtree(made)
 
 
 def give_away(folder: Path) -> None:
@@ -76,8 +106,8 @@ def test_several_folders(tmp_path: Path) -> None:
         check_folders([str(notes), str(home / "other" / "notes")], home, [], box)
 
 
-def test_mirror_copies_only_what_changed(tmp_path: Path) -> None:
-    real, base = tmp_path / "real", tmp_path / "base"
+def test_mirror_copies_only_what_changed(place: Path) -> None:
+    real, base = place / "real", place / "base"
     (real / "sub").mkdir(parents=True)
     (real / "a.txt").write_text("a")
     (real / "sub" / "b.txt").write_text("b")
@@ -100,14 +130,116 @@ def test_mirror_copies_only_what_changed(tmp_path: Path) -> None:
     assert not (base / "root.txt").exists()
 
 
-def test_keep_applies_a_layer_and_finds_conflicts(tmp_path: Path) -> None:
-    real, view, layer = tmp_path / "real", tmp_path / "view", tmp_path / "layer"
+def test_mirror_reads_only_what_the_owner_can(place: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to make a file the owner cannot read")
+    real, base = place / "real", place / "base"
+    real.mkdir()
+    (real / "mine.txt").write_text("mine")
+    give_away(real)
+    secret = real / "theirs.txt"
+    secret.write_text("someone else's")
+    os.chown(secret, SOMEONE - 1, SOMEONE - 1)
+    secret.chmod(0o600)
+    sync_mirror([Folder(real, "real")], base, os.getgid())
+    assert sorted(p.name for p in base.iterdir()) == ["mine.txt"]
+
+
+def test_mirror_leaves_fifos_out_and_keeps_holes(place: Path) -> None:
+    real, base = place / "real", place / "base"
+    real.mkdir()
+    os.mkfifo(real / "pipe")
+    with (real / "sparse.img").open("wb") as sparse:
+        sparse.truncate(64 << 30)
+        sparse.seek(1 << 30)
+        sparse.write(b"middle")
+    give_away(real)
+    sync_mirror([Folder(real, "real")], base, os.getgid())
+    assert sorted(p.name for p in base.iterdir()) == ["sparse.img"]
+    copy = (base / "sparse.img").stat()
+    assert copy.st_size == 64 << 30 and copy.st_blocks * 512 < 1 << 20
+    with (base / "sparse.img").open("rb") as read:
+        read.seek(1 << 30)
+        assert read.read(6) == b"middle"
+
+
+def test_a_folder_swapped_for_a_link_mid_mirror_is_not_followed(
+    place: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the pause points answer only FIFOs made by root")
+    real, base, elsewhere = place / "real", place / "base", place / "elsewhere"
+    (real / "sub").mkdir(parents=True)
+    (real / "sub" / "ok.txt").write_text("ok")
+    elsewhere.mkdir()
+    (elsewhere / "secret.txt").write_text("not the folder's")
+    give_away(real)
+    give_away(elsewhere)
+    pauses = place / "pauses"
+    pauses.mkdir()
+    os.mkfifo(pauses / "mirror-sub")
+    monkeypatch.setenv(VARIABLE, str(pauses))
+
+    def swap() -> None:
+        with (pauses / "mirror-sub").open("wb"):  # waits until the mirror is there
+            (real / "sub").rename(real / "sub.moved")
+            (real / "sub").symlink_to(elsewhere)
+
+    swapping = threading.Thread(target=swap)
+    swapping.start()
+    sync_mirror([Folder(real, "real")], base, os.getgid())
+    swapping.join()
+    assert not (base / "sub").exists()
+    assert [p.name for p in base.iterdir()] == []
+
+
+def test_beneath_walks_follow_no_link(place: Path) -> None:
+    (place / "dir").mkdir()
+    (place / "link").symlink_to(place / "dir")
+    fd = open_path(str(place))
+    try:
+        with pytest.raises(OSError):
+            parent_of(fd, "link/x")
+        for bad in ("../x", "/etc/passwd", "a//b", "."):
+            with pytest.raises(NotBeneath):
+                parent_of(fd, bad)
+        parent, name = parent_of(fd, "dir/x")
+        os.close(parent)
+        assert name == "x"
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError):
+        open_path(str(place / "link"))
+
+
+def test_data_ranges_skip_holes(tmp_path: Path) -> None:
+    with (tmp_path / "f").open("wb") as f:
+        f.truncate(10 << 20)
+        f.seek(4 << 20)
+        f.write(b"x")
+    fd = os.open(tmp_path / "f", os.O_RDONLY)
+    try:
+        ranges = data_ranges(fd, 10 << 20)
+    finally:
+        os.close(fd)
+    assert len(ranges) == 1 and ranges[0][0] <= 4 << 20 < ranges[0][1] <= 5 << 20
+
+
+def _task_on(place: Path, files: dict[str, str]) -> tuple[Path, Path, Path]:
+    real, view, layer = place / "real", place / "view", place / "layer"
     for folder in (real, view, layer):
         folder.mkdir()
-    (real / "a.txt").write_text("old")
-    (real / "b.txt").write_text("keep me")
+    for name, text in files.items():
+        (real / name).parent.mkdir(parents=True, exist_ok=True)
+        (real / name).write_text(text)
+        (real / name).chmod(0o644)
     give_away(real)
     sync_tree(real, view, os.getgid())
+    return real, view, layer
+
+
+def test_keep_applies_a_layer_and_finds_conflicts(place: Path) -> None:
+    real, view, layer = _task_on(place, {"a.txt": "old", "b.txt": "keep me"})
     saw = take_manifest(view)
     # What the task's overlay would have put in its upper folder.
     (layer / "a.txt").write_text("new")
@@ -115,11 +247,109 @@ def test_keep_applies_a_layer_and_finds_conflicts(tmp_path: Path) -> None:
     (layer / "dir" / "c.txt").write_text("c")
     places = Places([Folder(real, "real")])
     changes = layer_changes(layer)
-    assert conflicts(changes, saw, places) == []
-    assert apply(changes, layer, places) == 3
+    outcome = keep(changes, saw, layer, places)
+    assert outcome.conflicts == [] and outcome.stopped_at is None
+    assert outcome.applied == ["a.txt", "dir", "dir/c.txt"]
     assert (real / "a.txt").read_text() == "new"
     assert (real / "dir" / "c.txt").read_text() == "c"
     assert (real / "b.txt").read_text() == "keep me"
-    # The owner changed a.txt since: keeping again would conflict.
+    assert (real / "dir" / "c.txt").stat().st_uid == (real.stat().st_uid)
+    # Kept again: what is already there as the task left it is no conflict.
+    assert keep(changes, saw, layer, places).conflicts == []
+    # The owner changed a.txt since: keeping again would conflict, and apply nothing.
     (real / "a.txt").write_text("the owner's")
-    assert conflicts(changes, saw, places) == ["a.txt", "dir/c.txt"]
+    outcome = keep(changes, saw, layer, places)
+    assert outcome.conflicts == ["a.txt"] and outcome.applied == []
+    assert (real / "a.txt").read_text() == "the owner's"
+
+
+def test_keep_never_widens_a_mode(place: Path) -> None:
+    real, view, layer = _task_on(place, {"a.txt": "a", "b.txt": "b"})
+    assert (view / "a.txt").stat().st_mode & 0o777 == 0o664  # the mirror's copy: group-writable
+    saw = take_manifest(view)
+    shutil.copy2(view / "a.txt", layer / "a.txt")  # unchanged but copied up
+    (layer / "b.txt").write_text("b2")
+    (layer / "b.txt").chmod(0o6777)
+    (layer / "new.sh").write_text("new")
+    (layer / "new.sh").chmod(0o4777)
+    outcome = keep(layer_changes(layer), saw, layer, Places([Folder(real, "real")]))
+    assert outcome.stopped_at is None, outcome
+    modes = {name: stat.S_IMODE((real / name).stat().st_mode) for name in ("a.txt", "b.txt")}
+    assert modes == {"a.txt": 0o644, "b.txt": 0o644}
+    assert stat.S_IMODE((real / "new.sh").stat().st_mode) == 0o755
+
+
+def test_keep_keeps_holes(place: Path) -> None:
+    real, view, layer = _task_on(place, {})
+    saw = take_manifest(view)
+    with (layer / "big.img").open("wb") as big:
+        big.truncate(1 << 40)
+        big.write(b"start")
+    outcome = keep(layer_changes(layer), saw, layer, Places([Folder(real, "real")]))
+    assert outcome.applied == ["big.img"]
+    kept = (real / "big.img").stat()
+    assert kept.st_size == 1 << 40 and kept.st_blocks * 512 < 1 << 20
+
+
+def test_a_keep_that_stops_says_what_was_applied(place: Path) -> None:
+    real, view, layer = _task_on(place, {"a.txt": "a", "locked/b.txt": "b"})
+    saw = take_manifest(view)
+    (layer / "a.txt").write_text("a2")
+    (layer / "locked").mkdir()
+    (layer / "locked" / "b.txt").write_text("b2")
+    (layer / "z.txt").write_text("z")
+    (real / "locked").chmod(0o555)  # the owner's process may not write there
+    outcome = keep(layer_changes(layer), saw, layer, Places([Folder(real, "real")]))
+    assert outcome.conflicts == []
+    assert outcome.applied == ["a.txt", "locked"]
+    assert outcome.stopped_at == "locked/b.txt"
+    assert outcome.why == "permission denied"
+    assert outcome.not_applied == ["locked/b.txt", "z.txt"]
+    assert (real / "a.txt").read_text() == "a2"
+    assert (real / "locked" / "b.txt").read_text() == "b"
+    assert not (real / "z.txt").exists()
+
+
+def test_a_folder_swapped_for_a_link_mid_keep_writes_nothing_outside(
+    place: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the pause points answer only FIFOs made by root")
+    real, view, layer = _task_on(place, {"sub/a.txt": "a"})
+    outside = place / "outside"
+    outside.mkdir()
+    give_away(outside)
+    saw = take_manifest(view)
+    (layer / "sub").mkdir()
+    (layer / "sub" / "a.txt").write_text("written")
+    pauses = place / "pauses"
+    pauses.mkdir()
+    os.mkfifo(pauses / "keep-sub%a.txt")
+    monkeypatch.setenv(VARIABLE, str(pauses))
+
+    def swap() -> None:
+        with (pauses / "keep-sub%a.txt").open("wb"):
+            (real / "sub").rename(real / "sub.moved")
+            (real / "sub").symlink_to(outside)
+
+    swapping = threading.Thread(target=swap)
+    swapping.start()
+    outcome = keep(layer_changes(layer), saw, layer, Places([Folder(real, "real")]))
+    swapping.join()
+    assert outcome.stopped_at == "sub/a.txt"
+    assert outcome.why == "a folder on its way is a link or a file now, so it was not followed"
+    assert list(outside.iterdir()) == []
+
+
+def test_check_readable(place: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to ask as another account")
+    folder = place / "closed"
+    folder.mkdir(mode=0o700)
+    os.chown(folder, SOMEONE - 1, SOMEONE - 1)
+    assert check_readable(folder, "nobody") == (
+        "your account (nobody) cannot read it itself (permission denied)"
+    )
+    os.chown(folder, SOMEONE, SOMEONE)
+    assert check_readable(folder, "nobody") is None
+    assert check_readable(folder, "root") is None

@@ -1,11 +1,26 @@
+import os
+
 import pytest
 
 from boxd.errors import BoxError
-from boxd.settings import NetworkDefault, Settings, change_settings
+from boxd.settings import (
+    GIB,
+    NetworkDefault,
+    Settings,
+    change_settings,
+    default_all_tasks_memory,
+    default_max_running_tasks,
+    machine_memory_bytes,
+)
 
 
 def test_seed_defaults() -> None:
-    assert Settings().model_dump(mode="json") == {
+    defaults = Settings().model_dump(mode="json")
+    memory = machine_memory_bytes()
+    assert defaults.pop("allTasksMemoryMaxBytes") == memory * 3 // 4
+    assert defaults.pop("allTasksTasksMax") == 16384
+    assert defaults.pop("maxRunningTasks") == default_max_running_tasks(os.cpu_count() or 1, memory)
+    assert defaults == {
         "defaultBudgetCents": 100,
         "defaultHosts": [],
         "networkDefault": "none",
@@ -14,6 +29,25 @@ def test_seed_defaults() -> None:
         "taskTasksMax": 1024,
         "taskCPUPercent": 200,
     }
+
+
+@pytest.mark.parametrize(
+    ("cores", "gib", "running"),
+    [
+        (2, 4, 8),  # both allow 8
+        (64, 4, 8),  # memory is the limit
+        (1, 64, 4),  # cores are the limit
+        (8, 0, 1),  # under a GiB of memory: still one
+        (1024, 4096, 4096),  # never beyond what the setting accepts
+    ],
+)
+def test_running_tasks_from_the_machine(cores: int, gib: int, running: int) -> None:
+    assert default_max_running_tasks(cores, gib * GIB) == running
+
+
+def test_all_tasks_memory_from_the_machine() -> None:
+    assert default_all_tasks_memory(8 * GIB) == 6 * GIB
+    assert default_all_tasks_memory(1) == 64 * 1024 * 1024
 
 
 def test_change_keeps_the_rest() -> None:
@@ -41,6 +75,15 @@ def test_change_keeps_the_rest() -> None:
         (
             {"taskCPUPercent": True},
             "taskCPUPercent must be a whole percentage of one core from 1 to 102400",
+        ),
+        ({"maxRunningTasks": 0}, "maxRunningTasks must be a whole number of tasks from 1 to 4096"),
+        (
+            {"allTasksTasksMax": 10},
+            "allTasksTasksMax must be a whole number of processes from 16 to 4194304",
+        ),
+        (
+            {"allTasksMemoryMaxBytes": "1G"},
+            "allTasksMemoryMaxBytes must be a whole number of bytes from 67108864",
         ),
     ],
 )

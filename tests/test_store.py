@@ -1,5 +1,6 @@
 """The record on a real SQLite file: WAL with synchronous=FULL, tasks with their events."""
 
+import errno
 import json
 import sqlite3
 import time
@@ -11,7 +12,8 @@ from boxd.approval import Approval, ApprovalState
 from boxd.errors import BoxError
 from boxd.event import EventKind
 from boxd.manager.damaged import DAMAGED, DAMAGED_STEP, DAMAGED_TITLE
-from boxd.manager.store import Store
+from boxd.manager.disk import RESERVE_BYTES
+from boxd.manager.store import RECORD_FULL, Store
 from boxd.settings import Settings
 from boxd.task import Task, TaskState
 
@@ -193,4 +195,76 @@ async def test_reserving_approvals(tmp_path: Path) -> None:
     reserving = await store.reserving_approvals(task.id)
     assert [a.key for a in reserving] == ["waits", "approved"]
     assert await store.reserving_approvals("t000000002") == []
+    await store.close()
+
+
+async def test_task_uids_are_handed_out_once(tmp_path: Path) -> None:
+    store = Store(tmp_path / "box.db")
+    await store.open()
+    first, last = 0x7000_0000, 0x7000_0004
+    someone_elses = {first + 1}
+    first_uid = await store.claim_uid("t000000001", first, last, someone_elses.__contains__)
+    assert first_uid == first
+    # The same task gets the same uid back, as after a restart mid-start.
+    assert await store.claim_uid("t000000001", first, last, someone_elses.__contains__) == first
+    # A number another account has is skipped.
+    assert await store.claim_uid("t000000002", first, last, someone_elses.__contains__) == first + 2
+    await store.close()
+
+    # Rows outlive the users: after a restart, numbers go on from the highest ever handed out.
+    again = Store(tmp_path / "box.db")
+    await again.open()
+    assert await again.claim_uid("t000000003", first, last, lambda _: False) == first + 3
+    assert await again.claim_uid("t000000004", first, last, lambda _: False) == first + 4
+    try:
+        await again.claim_uid("t000000005", first, last, lambda _: False)
+    except BoxError as error:
+        assert "every task user id from 1879048192 to 1879048196" in error.message
+    else:
+        raise AssertionError("a uid beyond the range was handed out")
+    await again.close()
+
+
+async def test_a_full_disk_uses_the_reserve_once_then_says_so(tmp_path: Path) -> None:
+    """SQLite's max_page_count makes the database full as a full disk would (SQLITE_FULL)."""
+    store = Store(tmp_path / "box.db")
+    await store.open()
+    reserve = tmp_path / "box.db-reserve"
+    assert reserve.stat().st_size == RESERVE_BYTES
+    db = store._db
+    assert db is not None
+    pages = db.execute("PRAGMA page_count").fetchone()[0]
+    db.execute(f"PRAGMA max_page_count = {pages}")
+    big = a_task("t000000001").model_copy(update={"prompt": "x" * 100_000})
+    # The reserve is given up and the write tried again, still full here: plain words, and
+    # nothing half-written.
+    with pytest.raises(BoxError) as caught:
+        await store.save_task(big, EventKind.TASK_STATE, {"state": "queued"})
+    assert caught.value.message == RECORD_FULL
+    assert not reserve.exists() and store.reserve_used
+    assert await store.task("t000000001") is None
+    assert not db.in_transaction
+    # Space again: the next write goes through, and the reserve comes back.
+    db.execute("PRAGMA max_page_count = 1073741823")
+    await store.save_task(big, EventKind.TASK_STATE, {"state": "queued"})
+    await store.keep_reserve()
+    assert reserve.stat().st_size == RESERVE_BYTES and not store.reserve_used
+    await store.close()
+
+
+async def test_the_reserve_makes_room_for_the_write_that_needs_it(tmp_path: Path) -> None:
+    store = Store(tmp_path / "box.db")
+    await store.open()
+    attempts = 0
+
+    def fills_once(db: sqlite3.Connection) -> str:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return "written"
+
+    assert await store._run(fills_once) == "written"
+    assert attempts == 2 and store.reserve_used
+    assert not (tmp_path / "box.db-reserve").exists()
     await store.close()

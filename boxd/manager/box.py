@@ -24,16 +24,17 @@ from boxd.errors import BoxError, Problem, die
 from boxd.event import EventKind
 from boxd.ids import new_task_id, task_user
 from boxd.manager import netns
+from boxd.manager.admission import next_to_start
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.damaged import DAMAGED
+from boxd.manager.disk import MIB, disk_full, full_words, stopped_words, tree_bytes
 from boxd.manager.exit_words import why_failed
 from boxd.manager.folders import check_folders, folder_workspace, owner_home, real_folders
 from boxd.manager.keep import (
+    KeepError,
     Places,
-    UnsafePath,
-    apply,
-    conflicts,
+    keep,
     layer_changes,
     load_manifest,
     save_manifest,
@@ -41,16 +42,19 @@ from boxd.manager.keep import (
 )
 from boxd.manager.last_words import last_words
 from boxd.manager.layers import MAX_DONE, Layers, layer_name
-from boxd.manager.mirror import sync_mirror
+from boxd.manager.mirror import MirrorError, check_readable, sync_mirror
+from boxd.manager.owner_process import OwnerError
 from boxd.manager.pages import one_page, with_next
 from boxd.manager.records import Records
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError
 from boxd.manager.tokens import check_token_name, find_token, new_token, token_hash
-from boxd.manager.users import ensure_user
+from boxd.manager.users import FIRST_UID, LAST_UID, ensure_user, id_taken, remove_user
 from boxd.manager.vault import Vault
 from boxd.manager.worker_unit import (
+    ALL_TASKS_SLICE,
     WORK_GROUP,
+    all_tasks_properties,
     broker_service_unit,
     broker_socket_unit,
     egress_socket_units,
@@ -59,7 +63,7 @@ from boxd.manager.worker_unit import (
 )
 from boxd.manager.workspaces import PERSONAL, Workspaces
 from boxd.paths import task_dir, task_manifest, task_work_dir, workspaces_dir
-from boxd.settings import NetworkDefault, change_settings
+from boxd.settings import NetworkDefault, Settings, change_settings
 from boxd.strict_json import loads
 from boxd.task import Review, Task, TaskState
 from boxd.task_request import Worker, parse_task_request
@@ -101,6 +105,9 @@ class Box:
         self.approvals = ApprovalAnswers(self.records)
         self.broker = BrokerMethods(self.records)
         self._background: set[asyncio.Task[None]] = set()
+        # Tasks that hold one of the maxRunningTasks places: starting, running or waiting.
+        self._places: set[str] = set()
+        self._admission = asyncio.Lock()
 
     # Start-up and recovery.
 
@@ -111,8 +118,12 @@ class Box:
         os.chmod(self.home / "tasks", 0o755)
         self.vault.open()
         await self.systemd.subscribe()
+        await self._limit_all_tasks(await self.store.settings())
+        self.store.on_full = self._free_disk_soon
         for task in await self.store.tasks():
             self.records.export(task)
+            if task.state in (TaskState.RUNNING, TaskState.WAITING):
+                self._places.add(task.id)
         for task_id, state in await self.store.damaged_tasks():
             await self._fail_damaged(task_id, state)
 
@@ -137,13 +148,8 @@ class Box:
     async def recover(self) -> None:
         """Picks up tasks that were running when boxd stopped. systemd kept their units; a worker
         that is gone without a trace (the machine restarted) is started again and resumes from
-        its logged steps."""
-        for task in await self.store.tasks(
-            (TaskState.QUEUED, TaskState.RUNNING, TaskState.WAITING)
-        ):
-            if task.state == TaskState.QUEUED:
-                await self._start(task)
-                continue
+        its logged steps. Then queued tasks start, oldest first, as places are free."""
+        for task in await self.store.tasks((TaskState.RUNNING, TaskState.WAITING)):
             self.systemd.watch(worker_unit(task.id), partial(self._check_soon, task.id))
             if await self.systemd.status(worker_unit(task.id)) is None:
                 log.info("task %s has no worker unit; starting it again to resume", task.id)
@@ -159,6 +165,7 @@ class Box:
                         )
             else:
                 self._check_soon(task.id)
+        await self._start_queued()
 
     def routes(self) -> dict[api.Method, Handler]:
         return {
@@ -225,6 +232,10 @@ class Box:
             checked = await asyncio.to_thread(
                 check_folders, personal, owner_home(caller.user), settings.agentFolders, self.home
             )
+            for folder in checked:
+                why = await asyncio.to_thread(check_readable, folder.path, caller.user)
+                if why is not None:
+                    die(Problem.INVALID, f"folder {folder.path}: {why}; agents may not either")
             folders = [str(folder.path) for folder in checked]
             workspace = folder_workspace(checked)
         shared: list[dict[str, Any]] = []
@@ -269,7 +280,8 @@ class Box:
             },
         )
         self.records.export(task)
-        return (await self._start(task)).public()
+        await self._start_queued()
+        return (await self.records.task(task.id)).public()
 
     async def get_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         """The task and one page of its steps (boxd.manager.pages)."""
@@ -375,6 +387,9 @@ class Box:
             await self.records.record(
                 task, EventKind.TASK_STATE, {**data, "by": caller.name}, drop_layer=kept
             )
+            if "stoppedAt" in data and task.error is not None:
+                # Recorded first, so the log and the task's error say what was applied.
+                die(Problem.FAILED, task.error)
         await self._collect_layers(task.workspace)
         return task.public()
 
@@ -396,8 +411,12 @@ class Box:
         manifest = task_manifest(self.home, task.id)
         changes = await asyncio.to_thread(layer_changes, layer)
         saw = await asyncio.to_thread(load_manifest, manifest)
-        clash = await asyncio.to_thread(conflicts, changes, saw, places)
+        try:
+            outcome = await asyncio.to_thread(keep, changes, saw, layer, places)
+        except KeepError as refused:
+            die(Problem.INVALID, str(refused))
         state = {"state": task.state.value}
+        clash = outcome.conflicts
         if clash:
             shown = ", ".join(clash[:20]) + (
                 f" and {len(clash) - 20} more" if len(clash) > 20 else ""
@@ -408,12 +427,22 @@ class Box:
             )
             task = task.model_copy(update={"review": Review.CONFLICT, "error": error})
             return task, {**state, "review": "conflict", "conflicts": clash}
-        try:
-            applied = await asyncio.to_thread(apply, changes, layer, places)
-        except UnsafePath as unsafe:
-            die(Problem.INVALID, str(unsafe))
+        if outcome.stopped_at is not None:
+            error = outcome.stopped_words()
+            task = task.model_copy(update={"review": Review.PENDING, "error": error})
+            return task, {
+                **state,
+                "review": "pending",
+                "applied": len(outcome.applied),
+                # The first thousand of each: one event stays a size a log can hold.
+                "appliedPaths": outcome.applied[:1000],
+                "notApplied": outcome.not_applied[:1000],
+                "stoppedAt": outcome.stopped_at,
+                "why": outcome.why,
+                "error": error,
+            }
         task = task.model_copy(update={"review": Review.KEPT, "error": None})
-        return task, {**state, "review": "kept", "applied": applied}
+        return task, {**state, "review": "kept", "applied": len(outcome.applied)}
 
     async def _collect_layers(self, workspace: str) -> None:
         """Deletes the files of layers that left the stack (undone, kept), once no unfinished
@@ -428,6 +457,8 @@ class Box:
             for number, task_id in dropped:
                 if task_id not in needed:
                     await self.layers.remove(workspace, layer_name(number))
+                    # Its files are gone with its layer: nothing of its user's is left.
+                    await self._remove_user(task_id)
 
     async def get_settings(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         return (await self.store.settings()).model_dump(mode="json")
@@ -437,8 +468,20 @@ class Box:
         if not isinstance(changes, dict):
             die(Problem.INVALID, "the settings must be a JSON object of names and values")
         settings = change_settings(await self.store.settings(), changes)
+        await self._limit_all_tasks(settings)
         await self.store.save_settings(settings)
+        # A higher maxRunningTasks lets queued tasks start now.
+        self._start_queued_soon()
         return settings.model_dump(mode="json")
+
+    async def _limit_all_tasks(self, settings: Settings) -> None:
+        try:
+            await self.systemd.set_properties(ALL_TASKS_SLICE, all_tasks_properties(settings))
+        except SystemdError as error:
+            die(
+                Problem.FAILED,
+                f"could not set the limits of all tasks together on {ALL_TASKS_SLICE}: {error}",
+            )
 
     async def create_token(self, caller: Caller, args: list[Any]) -> str:
         name = check_token_name(args[0])
@@ -473,8 +516,33 @@ class Box:
 
     # The task's life.
 
+    async def _admit(self) -> list[Task]:
+        """Gives the free places to the oldest queued tasks; returns them, oldest first."""
+        async with self._admission:
+            limit = (await self.store.settings()).maxRunningTasks
+            queued = await self.store.tasks((TaskState.QUEUED,))
+            chosen = next_to_start(queued, self._places, limit)
+            self._places.update(task.id for task in chosen)
+            return chosen
+
+    async def _start_queued(self) -> None:
+        for task in await self._admit():
+            await self._start(task)
+
+    def _start_queued_soon(self) -> None:
+        job = asyncio.create_task(self._start_queued())
+        self._background.add(job)
+        job.add_done_callback(self._background.discard)
+
     async def _start(self, task: Task) -> Task:
+        """Starts a queued task that has been given a place."""
         async with self.records.locks[task.id]:
+            current = await self.store.task(task.id)
+            if current is None or current.state != TaskState.QUEUED:
+                # Stopped while it waited for its place.
+                self._places.discard(task.id)
+                return current or task
+            task = current
             if task.worker == Worker.DROID:
                 return await self._end(task, TaskState.FAILED, DROID_MISSING)
             failure: str | None = None
@@ -511,7 +579,10 @@ class Box:
         assert task.folders is not None
         base = workspaces_dir(self.home) / task.workspace
         gid = grp.getgrnam(WORK_GROUP).gr_gid
-        await asyncio.to_thread(sync_mirror, real_folders(task.folders), base, gid)
+        try:
+            await asyncio.to_thread(sync_mirror, real_folders(task.folders), base, gid)
+        except (MirrorError, OwnerError) as error:
+            die(Problem.FAILED, str(error))
 
     async def _prepare_view(self, task: Task, layers: list[str]) -> None:
         """The task's user and its view of the workspace; for a personal task, a manifest of
@@ -519,7 +590,9 @@ class Box:
         user = task_user(task.id)
         directory = task_dir(self.home, task.id)
         directory.mkdir(mode=0o755, exist_ok=True)
-        uid, _ = await ensure_user(user, directory)
+        uid, _ = await ensure_user(
+            user, directory, partial(self.store.claim_uid, task.id, FIRST_UID, LAST_UID, id_taken)
+        )
         await self.layers.mount(task.id, task.workspace, layers, uid)
         manifest = task_manifest(self.home, task.id)
         if task.folders and not manifest.exists():
@@ -569,7 +642,12 @@ class Box:
                     await self._end(task, TaskState.DONE, None)
                 else:
                     words = None if status.active_state == "inactive" else await last_words(unit)
-                    await self._end(task, TaskState.FAILED, why_failed(status, words))
+                    error = why_failed(status, words)
+                    # What the worker said last is often not why (dd's byte count, a traceback's
+                    # last frame): a full disk is said first, in the box's words.
+                    if await asyncio.to_thread(disk_full, self.home):
+                        error = full_words(error)
+                    await self._end(task, TaskState.FAILED, error)
         except Exception:
             log.exception("could not follow the worker of task %s", task_id)
 
@@ -607,8 +685,48 @@ class Box:
             await netns.remove(task.id)
         except BoxError as failure:
             log.warning("%s", failure.message)
+        if not recorded:
+            # Its worker is stopped and its layer thrown away: its user owns nothing now.
+            await self._remove_user(task.id)
         await self._collect_layers(task.workspace)
+        # The layer it left or threw away may have given back the space boxd keeps in reserve.
+        await self.store.keep_reserve()
+        self._places.discard(task.id)
+        self._start_queued_soon()
         return task
+
+    def _free_disk_soon(self) -> None:
+        job = asyncio.create_task(self._free_disk())
+        self._background.add(job)
+        job.add_done_callback(self._background.discard)
+
+    async def _free_disk(self) -> None:
+        """The record could not grow: the disk is full. The unfinished task whose changes take
+        the most space is stopped, whether or not its agent gave up on its own, so the others
+        and the record can go on."""
+        try:
+            sizes = []
+            for task in await self.store.tasks((TaskState.RUNNING, TaskState.WAITING)):
+                used = await asyncio.to_thread(tree_bytes, self.layers.upper(task.id))
+                sizes.append((used, task.id))
+            if not sizes:
+                return
+            used, task_id = max(sizes)
+            async with self.records.locks[task_id]:
+                task = await self.records.task(task_id)
+                if task.state.ended:
+                    return
+                log.warning(
+                    "the disk is full: stopping task %s, whose changes take the most", task_id
+                )
+                await self._end(task, TaskState.FAILED, stopped_words(used // MIB))
+        except Exception:
+            log.exception("could not free the disk")
+
+    async def _remove_user(self, task_id: str) -> None:
+        failed = await remove_user(task_user(task_id))
+        if failed:
+            log.warning("%s", failed)
 
     async def _record_end(
         self, task: Task, state: TaskState, error: str | None, layer: int | None

@@ -48,6 +48,10 @@ class Layers:
     def store(self, workspace: str) -> Path:
         return self.home / "layers" / workspace
 
+    def upper(self, task_id: str) -> Path:
+        """Where a running task's changes are written."""
+        return self._upper(task_id)
+
     def _upper(self, task_id: str) -> Path:
         return task_dir(self.home, task_id) / "upper"
 

@@ -5,18 +5,30 @@ starts: only what changed since is copied, by size and modification time. The mi
 group boxd-work and is group-writable, so a task's own user can change its overlay copy, while
 the real folders keep their owner and modes. Files keep their modification times, so what a task
 saw can be compared with the real folder when the owner keeps it.
+
+boxd never reads the real folders itself: a process running as the folder's owner
+(as_owner.py) reads them and streams what it read, and boxd writes it into the mirror by
+directory fds, following no link (beneath.py). Sparse files stay sparse.
 """
 
 import os
-import shutil
+import pwd
 import stat
 from pathlib import Path
+from typing import Any
 
+from boxd.manager.beneath import DIR_FLAGS, lstat_at, open_dir, parent_of, remove_at, walk
+from boxd.manager.folder_stream import Reader, StreamError
 from boxd.manager.folders import Folder
+from boxd.manager.owner_process import OwnerError, OwnerProcess
 
 # A path's state as far as the copy goes: kind, size and modification time (0 for folders, whose
 # times change with their entries). Equal states are the same file; keep.py compares them too.
 State = tuple[str, int, int]
+
+
+class MirrorError(Exception):
+    """The real folder could not be read into the mirror; the words say why."""
 
 
 def state_of(info: os.stat_result) -> State:
@@ -27,62 +39,139 @@ def state_of(info: os.stat_result) -> State:
     return (kind, info.st_size, info.st_mtime_ns)
 
 
-def remove_entry(path: Path) -> None:
-    """Removes a file, a link (never what it points to) or a whole folder, if it is there."""
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        path.unlink(missing_ok=True)
+def folder_owner(folder: Path) -> int:
+    """The uid that reads and writes a real folder for boxd: its owner, never root."""
+    try:
+        info = folder.lstat()
+    except OSError:
+        info = None
+    if info is None or not stat.S_ISDIR(info.st_mode):
+        raise MirrorError(f"folder {folder} is gone or has become a link")
+    if info.st_uid == 0:
+        raise MirrorError(f"folder {folder} belongs to root now; agents may not use root's folders")
+    return info.st_uid
 
 
-def _copy_entry(source: Path, target: Path, info: os.stat_result, gid: int) -> None:
-    if stat.S_ISLNK(info.st_mode):
-        target.symlink_to(os.readlink(source))
-        os.lchown(target, -1, gid)
-        os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns), follow_symlinks=False)
-    elif stat.S_ISDIR(info.st_mode):
-        target.mkdir()
-        os.chown(target, -1, gid)
-        os.chmod(target, (stat.S_IMODE(info.st_mode) | 0o2070) & ~0o4000)
-    elif stat.S_ISREG(info.st_mode):
-        # Not copy2: it would also copy extended attributes, overlayfs's own among them.
-        shutil.copyfile(source, target)
-        os.chown(target, -1, gid)
-        os.chmod(target, (stat.S_IMODE(info.st_mode) | 0o060) & ~0o6000)
-        os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns))
-    # Devices, sockets and pipes are not files a task works on; they are left out.
+def check_readable(folder: Path, user: str | None) -> str | None:
+    """Why the asking account cannot open and list the folder itself, or None if it can. Root,
+    or a call with no account behind it, reads as the folder's owner later anyway."""
+    if user is None:
+        return None
+    try:
+        uid = pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return None
+    if uid == 0:
+        return None
+    try:
+        with OwnerProcess(uid, "check", str(folder)) as child:
+            child.close_input()
+            answer = child.reader.record()
+            child.finish()
+    except (OwnerError, StreamError, OSError) as error:
+        return str(error)
+    if answer is not None and answer.get("ok") is True:
+        return None
+    why = answer.get("error") if answer else None
+    return f"your account ({user}) cannot read it itself ({why or 'it could not be opened'})"
+
+
+def _file_mode(mode: int) -> int:
+    return (mode | 0o060) & 0o1777
+
+
+def _take(root: int, record: dict[str, Any], reader: Reader, gid: int) -> int:
+    """Puts one entry the owner's process sent into the mirror; 1 if it changed."""
+    parent, name = parent_of(root, str(record["p"]))
+    try:
+        present = lstat_at(parent, name)
+        kind = record["k"]
+        if kind == "dir":
+            if present is not None and not stat.S_ISDIR(present.st_mode):
+                remove_at(parent, name)
+                present = None
+            if present is None:
+                os.mkdir(name, 0o700, dir_fd=parent)
+            made = open_dir(parent, name)
+            try:
+                os.fchown(made, -1, gid)
+                os.fchmod(made, (int(record["m"]) | 0o2070) & 0o3777)
+            finally:
+                os.close(made)
+            return int(present is None)
+        if kind == "link":
+            times = (int(record["a"]), int(record["t"]))
+            if present is not None and state_of(present) == ("link", record["s"], times[1]):
+                return 0
+            remove_at(parent, name)
+            os.symlink(str(record["l"]), name, dir_fd=parent)
+            os.chown(name, -1, gid, dir_fd=parent, follow_symlinks=False)
+            os.utime(name, ns=times, dir_fd=parent, follow_symlinks=False)
+            return 1
+        if kind != "file":
+            raise StreamError(f"unknown kind {kind!r}")
+        if record.get("same") and present is not None and stat.S_ISREG(present.st_mode):
+            return 0
+        remove_at(parent, name)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(name, flags, 0o600, dir_fd=parent)
+        try:
+            reader.content(fd, int(record["s"]))
+            os.fchown(fd, -1, gid)
+            os.fchmod(fd, _file_mode(int(record["m"])))
+            os.utime(fd, ns=(int(record["a"]), int(record["t"])))
+        finally:
+            os.close(fd)
+        return 1
+    finally:
+        os.close(parent)
 
 
 def sync_tree(source: Path, target: Path, gid: int) -> int:
-    """Makes `target` a copy of `source`; returns how many entries were copied or removed."""
-    changed = 0
-    # What belongs to root stays out of the copy: the owner may not be able to read it, and
-    # boxd, which can, must not hand it to a task.
-    wanted = {
-        entry.name: entry
-        for entry in os.scandir(source)
-        if entry.stat(follow_symlinks=False).st_uid != 0
-    }
-    for entry in os.scandir(target):
-        if entry.name not in wanted:
-            remove_entry(Path(entry.path))
-            changed += 1
-    for name, entry in wanted.items():
-        info = entry.stat(follow_symlinks=False)
-        mirrored = target / name
+    """Makes `target` a copy of the real folder `source`, read as its owner; returns how many
+    entries were copied or removed."""
+    uid = folder_owner(source)
+    root = os.open(target, DIR_FLAGS)
+    try:
+        have = {path: list(state_of(info)) for path, info in walk(root)}
+        seen: set[str] = set()
+        changed = 0
         try:
-            present = mirrored.lstat()
-        except FileNotFoundError:
-            present = None
-        if present is not None and state_of(info) != state_of(present):
-            remove_entry(mirrored)
-            present = None
-        if present is None:
-            _copy_entry(Path(entry.path), mirrored, info, gid)
-            changed += 1
-        if stat.S_ISDIR(info.st_mode) and not stat.S_ISLNK(info.st_mode):
-            changed += sync_tree(Path(entry.path), mirrored, gid)
-    return changed
+            reading = OwnerProcess(uid, "read", str(source))
+        except (OwnerError, OSError) as error:
+            raise MirrorError(f"folder {source} could not be read as its owner: {error}") from None
+        with reading as child:
+            child.writer.record({"have": have})
+            child.close_input()
+            try:
+                while (record := child.reader.record()) is not None:
+                    if "error" in record:
+                        raise MirrorError(f"folder {source}: {record['error']}")
+                    if "skip" in record:
+                        continue
+                    seen.add(str(record["p"]))
+                    changed += _take(root, record, child.reader, gid)
+            except (StreamError, KeyError, TypeError, ValueError) as error:
+                raise MirrorError(
+                    f"folder {source}: the copy made as its owner could not be read ({error})"
+                ) from error
+            if child.finish() != 0:
+                raise MirrorError(f"folder {source} could not be read: {child.complaint()}")
+        for path in have:
+            if path in seen:
+                continue
+            try:
+                parent, name = parent_of(root, path)
+            except OSError:
+                continue  # its folder went already
+            try:
+                remove_at(parent, name)
+                changed += 1
+            finally:
+                os.close(parent)
+        return changed
+    finally:
+        os.close(root)
 
 
 def _own_folder(folder: Path, gid: int) -> None:

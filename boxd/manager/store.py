@@ -6,6 +6,7 @@ A method returns only after its transaction is on disk.
 """
 
 import asyncio
+import errno
 import json
 import logging
 import sqlite3
@@ -23,13 +24,18 @@ from boxd.event import Event
 from boxd.ids import is_task_id
 from boxd.manager import journal
 from boxd.manager.damaged import DAMAGED_STEP, salvage
+from boxd.manager.disk import give_up_reserve, make_reserve, reserve_path
 from boxd.manager.tokens import TokenRecord
 from boxd.settings import Settings
 from boxd.task import Task, TaskState
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
+RECORD_FULL = (
+    "The box's disk is full: boxd cannot add to its record until some space is freed "
+    "(undo tasks or remove workspaces you no longer need)."
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -76,6 +82,12 @@ CREATE TABLE IF NOT EXISTS layers (
     active INTEGER NOT NULL,
     PRIMARY KEY (workspace, number)
 );
+-- The uid each task's user was given. Rows stay when the user is removed, so a uid is
+-- handed out once, for good: files a task left keep a number no later task gets.
+CREATE TABLE IF NOT EXISTS task_uids (
+    task TEXT PRIMARY KEY,
+    uid INTEGER NOT NULL UNIQUE
+);
 CREATE TABLE IF NOT EXISTS settings (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     record TEXT NOT NULL
@@ -88,14 +100,54 @@ class Store:
         self._path = path
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
         self._db: sqlite3.Connection | None = None
+        # Whether the reserve was given up since it was last made.
+        self.reserve_used = False
+        # Called on the event loop when the reserve is given up.
+        self.on_full: Callable[[], None] | None = None
 
     async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        loop = asyncio.get_running_loop()
+
         def on_thread() -> T:
             if self._db is None:
                 raise RuntimeError("the store is not open")
-            return work(self._db)
+            try:
+                return work(self._db)
+            except (sqlite3.OperationalError, OSError) as error:
+                if not _disk_full(error):
+                    raise
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                # The disk is full: the reserve gives the record room to say so, once.
+                if give_up_reserve(self._path):
+                    log.warning(
+                        "The box's disk is full: boxd gave up the space it keeps in reserve "
+                        "(%s) to go on recording",
+                        reserve_path(self._path),
+                    )
+                    self.reserve_used = True
+                    if self.on_full is not None:
+                        loop.call_soon_threadsafe(self.on_full)
+                    try:
+                        return work(self._db)
+                    except (sqlite3.OperationalError, OSError) as again:
+                        if not _disk_full(again):
+                            raise
+                die(Problem.FAILED, RECORD_FULL)
 
-        return await asyncio.get_running_loop().run_in_executor(self._thread, on_thread)
+        return await loop.run_in_executor(self._thread, on_thread)
+
+    async def keep_reserve(self) -> None:
+        """Makes the reserve again once the disk has room for it."""
+
+        def make(db: sqlite3.Connection) -> None:
+            try:
+                if make_reserve(self._path):
+                    self.reserve_used = False
+            except OSError as error:
+                log.warning("could not make %s: %s", reserve_path(self._path), error)
+
+        await self._run(make)
 
     async def open(self) -> None:
         def connect() -> None:
@@ -105,6 +157,7 @@ class Store:
             db.execute("PRAGMA busy_timeout=5000")
             db.executescript(_SCHEMA)
             _add_column(db, "tokens", "user", "TEXT")
+            make_reserve(self._path)
             self._db = db
 
         await asyncio.get_running_loop().run_in_executor(self._thread, connect)
@@ -386,6 +439,36 @@ class Store:
 
         return await self._run(read)
 
+    # Task users' uids.
+
+    async def claim_uid(
+        self, task_id: str, first: int, last: int, taken: Callable[[int], bool]
+    ) -> int:
+        """The task's uid: the one it was given before, or the next never handed out from
+        first..last that `taken` does not say another account already has."""
+
+        def write(db: sqlite3.Connection) -> int:
+            with _transaction(db):
+                row = db.execute("SELECT uid FROM task_uids WHERE task = ?", (task_id,)).fetchone()
+                if row is not None:
+                    return int(row[0])
+                row = db.execute(
+                    "SELECT MAX(uid) FROM task_uids WHERE uid BETWEEN ? AND ?", (first, last)
+                ).fetchone()
+                uid = first if row[0] is None else int(row[0]) + 1
+                while uid <= last and taken(uid):
+                    uid += 1
+                if uid > last:
+                    die(
+                        Problem.FAILED,
+                        f"this box has handed out every task user id from {first} to {last}: "
+                        "no new task can start",
+                    )
+                db.execute("INSERT INTO task_uids (task, uid) VALUES (?, ?)", (task_id, uid))
+                return uid
+
+        return await self._run(write)
+
     # Tokens: only their hashes are kept.
 
     async def add_token(self, token_hash: str, name: str, role: str, user: str | None) -> None:
@@ -450,6 +533,12 @@ class Store:
         await self._run(write)
 
 
+def _disk_full(error: sqlite3.OperationalError | OSError) -> bool:
+    if isinstance(error, sqlite3.OperationalError):
+        return error.sqlite_errorcode == sqlite3.SQLITE_FULL
+    return error.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
 class _transaction:
     """BEGIN IMMEDIATE ... COMMIT, so a writer never meets a busy upgrade half-way."""
 
@@ -460,7 +549,12 @@ class _transaction:
         self._db.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, kind: object, error: object, trace: object) -> None:
-        self._db.execute("COMMIT" if error is None else "ROLLBACK")
+        if error is None:
+            self._db.execute("COMMIT")
+        # SQLite rolls back by itself on some errors (SQLITE_FULL among them); a second
+        # ROLLBACK would fail and hide the first error.
+        elif self._db.in_transaction:
+            self._db.execute("ROLLBACK")
 
 
 def _add_column(db: sqlite3.Connection, table: str, column: str, kind: str) -> None:

@@ -176,6 +176,16 @@ class Systemd:
             [name, "fail", [list(p) for p in properties], []],
         )
 
+    async def set_properties(self, name: str, properties: list[tuple[str, Variant]]) -> None:
+        """Sets unit properties until the next boot (`systemctl set-property --runtime`)."""
+        await self._call(
+            _MANAGER_PATH,
+            _MANAGER,
+            "SetUnitProperties",
+            "sba(sv)",
+            [name, True, [list(p) for p in properties]],
+        )
+
     async def status(self, name: str) -> UnitStatus | None:
         """The unit's state, or None when systemd has no such unit loaded."""
         try:

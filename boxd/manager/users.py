@@ -1,14 +1,27 @@
-"""Each task runs as its own persistent system user, box-<id>.
+"""Each task runs as its own user, box-<id>, with a uid from a range of boxd's own.
 
 Not DynamicUser: the task's files outlive its units, and a recycled uid would hand them to a
-later task. useradd locks /etc/passwd, so creations are serialized.
+later task. Not the system range (100-999) either: it holds some 850 users, fewer than the tasks
+a box runs in a week. The uids come from 0x70000000-0x7FFDFFFF, which systemd's UIDS-GIDS.md
+leaves unused (above its container ranges, below its foreign range and below 2^31, where
+signedness bugs live) and which is far above the subordinate ids useradd hands out (100000 to
+600100000). The store hands them out in order and never twice, so a user can be removed once
+its task has ended and nothing of its own is left on the box that anyone still looks at: a
+file left behind with its bare number still belongs to no one else.
+
+useradd and userdel lock /etc/passwd, so changes are serialized.
 """
 
 import asyncio
+import grp
 import pwd
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from boxd.errors import Problem, die
+
+FIRST_UID = 0x7000_0000
+LAST_UID = 0x7FFD_FFFF
 
 _lock = asyncio.Lock()
 
@@ -29,15 +42,62 @@ def user_name(uid: int) -> str:
         return f"uid {uid}"
 
 
-async def ensure_user(name: str, home: Path) -> tuple[int, int]:
+def id_taken(number: int) -> bool:
+    """Whether a user or a group already has this number (made by someone other than boxd)."""
+    try:
+        pwd.getpwuid(number)
+        return True
+    except KeyError:
+        pass
+    try:
+        grp.getgrgid(number)
+        return True
+    except KeyError:
+        return False
+
+
+def _group_exists(name: str) -> bool:
+    try:
+        grp.getgrnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+async def _run(*argv: str) -> str | None:
+    """Runs a command; returns its complaint, or None when it succeeded."""
+    process = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+    )
+    _, stderr = await process.communicate()
+    return None if process.returncode == 0 else stderr.decode(errors="replace").strip()
+
+
+async def ensure_user(
+    name: str, home: Path, claim_uid: Callable[[], Awaitable[int]]
+) -> tuple[int, int]:
+    """The user's uid and gid, making the user (and its group, same number) if need be, with
+    the uid `claim_uid` hands out."""
     async with _lock:
         ids = user_ids(name)
         if ids is not None:
             return ids
-        process = await asyncio.create_subprocess_exec(
+        uid = await claim_uid()
+        if not _group_exists(name):
+            failed = await _run("groupadd", "--system", "--gid", str(uid), name)
+            if failed:
+                die(Problem.FAILED, f"could not create group {name}: {failed}")
+        failed = await _run(
             "useradd",
+            # --system: no subordinate uids (65536 each) for a user that never logs in.
             "--system",
-            "--user-group",
+            # No lastlog/faillog entry: at a uid near 2^31 those sparse files would claim
+            # hundreds of gigabytes.
+            "--no-log-init",
+            "--uid",
+            str(uid),
+            "--gid",
+            name,
             "--no-create-home",
             "--home-dir",
             str(home),
@@ -46,13 +106,25 @@ async def ensure_user(name: str, home: Path) -> tuple[int, int]:
             "--comment",
             "boxd task",
             name,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
         )
-        _, stderr = await process.communicate()
-        if process.returncode != 0:
-            die(Problem.FAILED, f"could not create user {name}: {stderr.decode().strip()}")
+        if failed:
+            die(Problem.FAILED, f"could not create user {name}: {failed}")
     ids = user_ids(name)
     if ids is None:
         die(Problem.FAILED, f"useradd made {name}, but the system cannot find it")
     return ids
+
+
+async def remove_user(name: str) -> str | None:
+    """Removes the task's user and its group, if they are there; returns why it could not."""
+    async with _lock:
+        if user_ids(name) is not None:
+            failed = await _run("userdel", name)
+            if failed:
+                return f"could not remove user {name}: {failed}"
+        # userdel takes the user's own group along; one left by a cut-off useradd may remain.
+        if _group_exists(name):
+            failed = await _run("groupdel", name)
+            if failed:
+                return f"could not remove group {name}: {failed}"
+    return None

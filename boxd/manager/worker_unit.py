@@ -39,8 +39,20 @@ def broker_service_unit(task_id: str) -> str:
     return f"box-broker@{task_id}.service"
 
 
+# systemd nests slices by the dashes in their names: every box-<id>.slice is inside box.slice,
+# which holds the limits for all tasks together.
+ALL_TASKS_SLICE = "box.slice"
+
+
 def task_slice(task_id: str) -> str:
     return f"box-{task_id}.slice"
+
+
+def all_tasks_properties(settings: Settings) -> list[tuple[str, Variant]]:
+    return [
+        ("MemoryMax", Variant("t", settings.allTasksMemoryMaxBytes)),
+        ("TasksMax", Variant("t", settings.allTasksTasksMax)),
+    ]
 
 
 def worker_command(task: Task) -> list[str]:
