@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, StrictBool, StrictStr, field_validator
 
+from boxd.caps import MAX_LABEL, cents, text
 from boxd.task_request import plain
 
 MAX_KEY = 200
@@ -33,12 +34,6 @@ def key(value: object) -> str:
 Key = Annotated[str, BeforeValidator(key)]
 
 
-def cents(value: object, field: str = "costCents") -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise plain(f"{field} must be a number of US cents, 0 or more")
-    return float(value)
-
-
 class AskRequest(BaseModel):
     """The body of the broker's `POST /ask`."""
 
@@ -47,8 +42,8 @@ class AskRequest(BaseModel):
     question: StrictStr
     key: Key = ""
     costCents: Annotated[float, BeforeValidator(cents)] | None = None
-    payee: StrictStr | None = None
-    purpose: StrictStr | None = None
+    payee: Annotated[str, text("payee", MAX_LABEL)] | None = None
+    purpose: Annotated[str, text("purpose", MAX_LABEL)] | None = None
 
     @field_validator("question")
     @classmethod

@@ -13,7 +13,12 @@ from pydantic import (
     StringConstraints,
 )
 
-from boxd.approval import AskRequest, Key, cents
+from boxd.approval import AskRequest, Key
+from boxd.caps import MAX_ERROR, MAX_LABEL, MAX_TOKENS, cents, data, text
+
+Label = Annotated[str, text("tool", MAX_LABEL)]
+TokenKind = Annotated[str, text("tokens", MAX_LABEL)]
+TokenCount = Annotated[int, Field(ge=0, le=MAX_TOKENS)]
 
 
 class CallStart(BaseModel):
@@ -23,8 +28,8 @@ class CallStart(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     key: Key
-    tool: StrictStr
-    input: Any = None
+    tool: Label
+    input: Annotated[Any, data("input")] = None
     costCents: Annotated[float, BeforeValidator(cents)] = 0
 
 
@@ -32,13 +37,13 @@ class CallResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     key: Key
-    tool: StrictStr
+    tool: Label
     ok: StrictBool
-    output: Any = None
-    error: StrictStr | None = None
+    output: Annotated[Any, data("output")] = None
+    error: Annotated[str, text("error", MAX_ERROR)] | None = None
     costCents: Annotated[float, BeforeValidator(cents)] = 0
     # The key of the call whose run this one shared.
-    sharedWith: StrictStr | None = None
+    sharedWith: Key | None = None
 
     def answer(self) -> dict[str, Any]:
         """What the caller sees, now and every time it asks with this key again."""
@@ -53,9 +58,12 @@ class CostRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     cents: Annotated[float, BeforeValidator(lambda v: cents(v, "cents"))]
-    what: StrictStr
-    model: StrictStr | None = None
-    tokens: dict[str, int] | None = None
+    what: Annotated[str, text("what", MAX_LABEL)]
+    model: Annotated[str, text("model", MAX_LABEL)] | None = None
+    tokens: (
+        dict[Annotated[str, text("tokens", MAX_LABEL)], Annotated[int, Field(ge=0, le=MAX_TOKENS)]]
+        | None
+    ) = None
 
 
 # Far above what a task can be refused in a broker's life, and exact in a JSON reader's double.
@@ -76,4 +84,4 @@ class NetRefusal(BaseModel):
 class Question(AskRequest):
     """An /ask, or the OK an over-budget /call needs; `tool` names the call it is for."""
 
-    tool: StrictStr | None = None
+    tool: Label | None = None

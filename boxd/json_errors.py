@@ -6,9 +6,10 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from boxd.errors import BoxError
+from boxd.strict_json import MAX_BODY, TOO_LARGE
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-MAX_BODY = 10 * 1024 * 1024
+__all__ = ["MAX_BODY", "error", "json_errors"]
 
 
 def error(message: str, status: int) -> web.Response:
@@ -27,7 +28,7 @@ def json_errors(
         except BoxError as failure:
             return error(failure.message, status_of(failure))
         except web.HTTPRequestEntityTooLarge:
-            return error("the body is over 10 MB", 413)
+            return error(TOO_LARGE, 413)
         except web.HTTPNotFound:
             return error(f"no such request: {request.method} {request.path}; {routes}", 404)
         except web.HTTPMethodNotAllowed:

@@ -6,6 +6,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from boxd.errors import BoxError, Problem
+from boxd.strict_json import loads
 
 # Validators raise PydanticCustomError with this type when their text already says it all.
 PLAIN = "box"
@@ -40,7 +41,11 @@ Model = TypeVar("Model", bound=BaseModel)
 
 
 def parse(model: type[Model], body: str | bytes) -> Model:
-    """Reads a JSON body into `model`, or refuses it in one sentence naming the bad field."""
+    """Reads a JSON body into `model`, or refuses it in one sentence naming the bad field. The
+    JSON is read by strict_json, so no infinity or unbounded integer reaches a model."""
+    # Read by strict_json first, to refuse what pydantic's reader would take; then by pydantic,
+    # for its JSON wording ("a valid array").
+    loads(body or b"null")
     try:
         return model.model_validate_json(body or b"null")
     except ValidationError as error:

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+from boxd.caps import MAX_TOKENS
 from boxd.errors import Problem, die
 
 
@@ -49,7 +50,7 @@ PRICES: dict[str, Price] = {
 # Models are also named with their snapshot date, e.g. claude-sonnet-4-5-20250929.
 _DATED = re.compile(r"-\d{8}\Z")
 
-Count = Annotated[StrictInt, Field(ge=0)]
+Count = Annotated[StrictInt, Field(ge=0, le=MAX_TOKENS)]
 
 
 class Tokens(BaseModel):

@@ -17,7 +17,9 @@ from pydantic import (
 from boxd.errors import BoxError
 from boxd.hosts import check_hosts
 from boxd.plain_errors import invalid
-from boxd.task_request import budget_cents, plain
+from boxd.task_request import MAX_PATH, budget_cents, plain
+
+MAX_AGENT_FOLDERS = 50
 
 
 class NetworkDefault(StrEnum):
@@ -123,7 +125,11 @@ class Settings(BaseModel):
     @field_validator("agentFolders")
     @classmethod
     def _absolute(cls, folders: list[str]) -> list[str]:
+        if len(folders) > MAX_AGENT_FOLDERS:
+            raise plain(f"agentFolders names at most {MAX_AGENT_FOLDERS} folders")
         for folder in folders:
+            if len(folder) > MAX_PATH:
+                raise plain(f"agentFolders: a path is at most {MAX_PATH} characters")
             if not folder.startswith("/"):
                 raise plain(f"agentFolders: {folder!r} is not an absolute path")
         return folders

@@ -3,9 +3,11 @@
 Its own module, so the broker, which starts with every task, does not build the task models.
 """
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict
+
+from boxd import caps
 
 
 class Step(BaseModel):
@@ -13,5 +15,5 @@ class Step(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    text: str
-    data: Any = None
+    text: Annotated[str, caps.text("text", caps.MAX_STEP_TEXT)]
+    data: Annotated[Any, caps.data("data")] = None

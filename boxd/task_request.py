@@ -18,15 +18,17 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from boxd.caps import MAX_LABEL, MAX_TOOLS
 from boxd.claude_models import resolve_model
 from boxd.errors import BoxError
 from boxd.hosts import check_hosts
 from boxd.plain_errors import PLAIN, invalid
+from boxd.strict_json import loads
 
 MAX_TITLE = 200
 MAX_PROMPT = 100_000
 MAX_BUDGET_CENTS = 100_000
-MAX_LABEL = 200
+MAX_WORKSPACE = 100
 
 
 class Worker(StrEnum):
@@ -141,11 +143,29 @@ class TaskRequest(BaseModel):
             raise plain(f"{info.field_name} is over {limit:,} characters")
         return value
 
+    @field_validator("tools")
+    @classmethod
+    def _tools(cls, value: list[str]) -> list[str]:
+        if len(value) > MAX_TOOLS:
+            raise plain(f"tools has {len(value)} names; at most {MAX_TOOLS} are allowed")
+        for name in value:
+            if len(name) > MAX_LABEL:
+                raise plain(f"tools: a tool's name is at most {MAX_LABEL} characters")
+        return value
+
     @field_validator("worker")
     @classmethod
     def _known_worker(cls, value: str) -> str:
         if value not in set(Worker):
-            raise plain(f"unknown worker {value!r}; this box has droid and fake")
+            raise plain(f"unknown worker {value[:MAX_LABEL]!r}; this box has droid and fake")
+        return value
+
+    @field_validator("workspace")
+    @classmethod
+    def _workspace(cls, value: str) -> str:
+        # A workspace's name is at most 100 characters; a longer one names none.
+        if len(value) > MAX_WORKSPACE:
+            raise plain(f"workspace is over {MAX_WORKSPACE} characters")
         return value
 
     @field_validator("source", "seat")
@@ -219,6 +239,7 @@ class TaskRequest(BaseModel):
 
 
 def parse_task_request(body: str | bytes) -> TaskRequest:
+    loads(body)
     try:
         return TaskRequest.model_validate_json(body)
     except ValidationError as error:

@@ -1,6 +1,7 @@
 """The record on a real SQLite file: WAL with synchronous=FULL, tasks with their events."""
 
 import errno
+import json
 import sqlite3
 import time
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 from boxd.approval import Approval, ApprovalState
 from boxd.errors import BoxError
 from boxd.event import EventKind
+from boxd.manager.damaged import DAMAGED, DAMAGED_STEP, DAMAGED_TITLE
 from boxd.manager.disk import RESERVE_BYTES
 from boxd.manager.store import RECORD_FULL, Store
 from boxd.settings import Settings
@@ -93,6 +95,73 @@ async def test_calls_logged_by_key(tmp_path: Path) -> None:
         task, EventKind.TOOL_RESULT, {"key": "line-1"}, answer=("line-1", {"ok": True, "output": 1})
     )
     assert await store.answer(task.id, "line-1") == {"ok": True, "output": 1}
+    await store.close()
+
+
+async def test_a_damaged_record_reads_as_the_task_failed(tmp_path: Path) -> None:
+    store = Store(tmp_path / "box.db")
+    await store.open()
+    good, nulled, garbage = a_task("t000000001"), a_task("t000000002"), a_task("t000000003")
+    for task in (good, nulled, garbage):
+        await store.save_task(task, EventKind.TASK_STATE, {"state": "queued"})
+    await store.save_task(good, EventKind.TASK_STEP, {"text": "fine"})
+    db = sqlite3.connect(tmp_path / "box.db")
+    # What an infinite cost became on main: pydantic writes inf as null.
+    record = nulled.model_dump(mode="json") | {"costCents": None, "title": "kept title"}
+    db.execute("UPDATE tasks SET record = ? WHERE id = ?", (json.dumps(record), nulled.id))
+    db.execute("UPDATE tasks SET record = 'not json' WHERE id = ?", (garbage.id,))
+    db.execute("INSERT INTO tasks VALUES ('../../etc', 0, 'running', '{}')")
+    db.execute(
+        "INSERT INTO events (task, kind, at, data) VALUES (?, 'task.step', 0, '{oops')",
+        (good.id,),
+    )
+    db.commit()
+    db.close()
+    tasks = {t.id: t for t in await store.tasks()}
+    assert sorted(tasks) == [good.id, nulled.id, garbage.id]
+    assert tasks[good.id] == good
+    for damaged in (nulled, garbage):
+        assert tasks[damaged.id].state == TaskState.FAILED
+        assert tasks[damaged.id].error == DAMAGED
+    assert tasks[nulled.id].title == "kept title"
+    assert tasks[garbage.id].title == DAMAGED_TITLE
+    # Still found by the state its row had, so boxd can stop what it left running.
+    assert [t.id for t in await store.tasks((TaskState.QUEUED,))] == [
+        good.id,
+        nulled.id,
+        garbage.id,
+    ]
+    assert sorted(await store.damaged_tasks()) == [(nulled.id, "queued"), (garbage.id, "queued")]
+    steps = await store.events(good.id, EventKind.TASK_STEP)
+    assert [e.data for e in steps] == [{"text": "fine"}, DAMAGED_STEP]
+    await store.close()
+
+
+async def test_a_record_that_would_not_read_back_is_never_written(tmp_path: Path) -> None:
+    store = Store(tmp_path / "box.db")
+    await store.open()
+    task = a_task()
+    await store.save_task(task, EventKind.TASK_STATE, {"state": "queued"})
+    infinite = task.model_copy(update={"costCents": float("inf")})
+    with pytest.raises(BoxError, match="cannot be recorded"):
+        await store.save_task(infinite, EventKind.COST, {"cents": 1})
+    with pytest.raises(BoxError, match="not finite"):
+        await store.save_task(task, EventKind.COST, {"cents": float("nan")})
+    assert await store.task(task.id) == task
+    assert [e.kind for e in await store.events(task.id)] == ["task.state"]
+    await store.close()
+
+
+async def test_tasks_come_in_pages_newest_first(tmp_path: Path) -> None:
+    store = Store(tmp_path / "box.db")
+    await store.open()
+    ids = [f"t00000{n:04d}" for n in range(7)]
+    for task_id in ids:
+        await store.save_task(a_task(task_id), EventKind.TASK_STATE, {"state": "queued"})
+    first = await store.task_rows(None, 3)
+    assert [t.id for _, t in first if t] == ids[::-1][:3]
+    rest = await store.task_rows(first[-1][0], 10)
+    assert [t.id for _, t in rest if t] == ids[::-1][3:]
     await store.close()
 
 

@@ -5,15 +5,18 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from aiohttp import web
-from pydantic import BaseModel, BeforeValidator, ConfigDict, StrictStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 
-from boxd.approval import ApprovalState, AskRequest, cents
+from boxd.approval import ApprovalState, AskRequest
 from boxd.apps.registry import find_tool
 from boxd.broker.calls import Calls
 from boxd.broker.manager_link import Manager, Waiter
 from boxd.broker.syncfs import syncfs
+from boxd.caps import MAX_LABEL, cents, text
+from boxd.dbus.client import pages
 from boxd.errors import Problem
 from boxd.json_errors import MAX_BODY, json_errors
+from boxd.json_pages import stream
 from boxd.plain_errors import parse
 from boxd.pricing import Tokens, price_cents
 from boxd.step import Step
@@ -30,19 +33,21 @@ class CostRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     cents: Annotated[float, BeforeValidator(lambda v: cents(v, "cents"))]
-    what: StrictStr
+    what: Annotated[str, text("what", MAX_LABEL)]
 
 
 class UsageRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model: StrictStr
+    model: Annotated[str, text("model", MAX_LABEL)]
     tokens: Tokens
-    what: StrictStr = "model"
+    what: Annotated[str, text("what", MAX_LABEL)] = "model"
 
 
-async def get_task(request: web.Request) -> web.Response:
-    return web.json_response(await request.app[MANAGER].call("GetTask"))
+async def get_task(request: web.Request) -> web.StreamResponse:
+    manager = request.app[MANAGER]
+    task = pages(lambda page: manager.call("GetTask", page))
+    return await stream(request, task, "steps", lambda first: {"task": first["task"]})
 
 
 async def get_tools(request: web.Request) -> web.Response:

@@ -18,19 +18,21 @@ import logging
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from boxd.approval import ApprovalState, Key
 from boxd.apps.registry import find_tool
 from boxd.broker.budget import why_ask
 from boxd.broker.manager_link import Manager, Waiter
+from boxd.caps import MAX_DATA, MAX_DATA_WORDS, MAX_LABEL, data, text
 from boxd.errors import Problem, die
 from boxd.key_use import input_hash
 from boxd.plain_errors import describe, parse
 from boxd.sdk import Context, Tool, ToolError
 from boxd.secret_names import SECRET_NAME, credential_name
+from boxd.strict_json import size
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +49,8 @@ class CallRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
-    tool: StrictStr
-    input: Any = None
+    tool: Annotated[str, text("tool", MAX_LABEL)]
+    input: Annotated[Any, data("input")] = None
     key: Key = ""
 
 
@@ -247,7 +249,11 @@ class Calls:
         )
         try:
             output = await call.tool.run(call.input, context)
-            json.dumps(output)
+            if size(output) > MAX_DATA:
+                raise ToolError(
+                    f"{call.name} answered with more than {MAX_DATA_WORDS} of JSON, more than "
+                    "the box keeps of a tool's output"
+                )
         except ToolError as error:
             return await self._finish(call, False, None, str(error), 0)
         except Exception as error:

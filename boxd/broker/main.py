@@ -28,7 +28,7 @@ async def run(task_id: str) -> None:
     manager = ManagerLink(bus, task_id)
     waiter = ApprovalWaiter(bus, task_id)
     await waiter.start()
-    task = (await manager.call("GetTask"))["task"]
+    task = (await manager.call("GetTask", ""))["task"]
     home = box_home()
     wait_ms = float(os.environ.get("BOX_APPROVAL_WAIT_MS", DEFAULT_APPROVAL_WAIT_MS))
     app = make_app(manager, waiter, task, home, task_dir(home, task_id), wait_ms / 1000)

@@ -11,7 +11,7 @@ from typing import Any
 
 from boxd.cli import show
 from boxd.cli.follow import follow
-from boxd.dbus.client import BoxClient, connect_system_bus
+from boxd.dbus.client import BoxClient, connect_system_bus, whole
 from boxd.dbus.interface import MANAGER
 from boxd.errors import BoxError, Problem, die
 
@@ -163,10 +163,10 @@ async def run(arguments: argparse.Namespace) -> int:
             return await _follow(client, task["id"], as_json)
         return 0 if task["state"] != "failed" else 1
     if command == "list":
-        tasks = await client.call("ListTasks")
+        tasks = (await whole(lambda page: client.call("ListTasks", page), "tasks"))["tasks"]
         print(show.as_json(tasks) if as_json else show.task_table(tasks))
     elif command == "show":
-        task = await client.call("GetTask", arguments.id)
+        task = await whole(lambda page: client.call("GetTask", arguments.id, page), "steps")
         print(show.as_json(task) if as_json else show.task_details(task))
     elif command == "follow":
         return await _follow(client, arguments.id, as_json)
@@ -175,7 +175,8 @@ async def run(arguments: argparse.Namespace) -> int:
         task = await client.call(method, arguments.id)
         print(show.as_json(task) if as_json else show.task_line(task))
     elif command == "approvals":
-        pending = await client.call("ListApprovals")
+        pending = await whole(lambda page: client.call("ListApprovals", page), "approvals")
+        pending = pending["approvals"]
         print(show.as_json(pending) if as_json else show.approval_table(pending))
     elif command in ("approve", "deny"):
         approval = await client.call("AnswerApproval", arguments.id, command == "approve")
@@ -231,7 +232,7 @@ def main() -> None:
     try:
         sys.exit(asyncio.run(run(_parser().parse_args())))
     except BoxError as error:
-        print(f"boxctl: {error.message}", file=sys.stderr)
+        print(f"boxctl: {show.visible(error.message)}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)

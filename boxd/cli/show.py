@@ -1,8 +1,45 @@
-"""How boxctl prints tasks and steps for a person; `--json` prints what the API returned."""
+"""How boxctl prints tasks and steps for a person; `--json` prints what the API returned.
+
+Everything a task or an app wrote (titles, steps, questions, errors, tool output, keys) reaches
+the owner's terminal through `visible`: a task must not clear the screen, move the cursor, set
+the window title or forge a line that looks like boxd's own.
+"""
 
 import json
+import re
 import time
+import unicodedata
 from typing import Any
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# Unicode's control, format, separator, private, surrogate and unassigned characters.
+_HIDDEN = ("Cc", "Cf", "Zl", "Zp", "Co", "Cs", "Cn")
+# Only characters outside printable ASCII need a look.
+_CANDIDATES = re.compile(r"[^\x20-\x7e]")
+_CANDIDATES_KEEPING_NEWLINES = re.compile(r"[^\x20-\x7e\n]")
+# Each line of a step after its first starts with this, which no line of boxd's own does.
+CONTINUED = "  " + " " * 8 + "  | "
+
+
+def _shown(char: str) -> str:
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return _shown(char) if unicodedata.category(char) in _HIDDEN else char
+
+
+def visible(value: object, lines: bool = False) -> str:
+    """The text with control characters (ESC, CR, C1 codes, bidi overrides, line and paragraph
+    separators) shown as escapes like \\x1b; a newline stays one only where `lines` says so."""
+    text = value if isinstance(value, str) else str(value)
+    return (_CANDIDATES_KEEPING_NEWLINES if lines else _CANDIDATES).sub(_escape, text)
 
 
 def as_json(value: Any) -> str:
@@ -14,7 +51,8 @@ def clock(at: float) -> str:
 
 
 def task_line(task: dict[str, Any]) -> str:
-    return f"{task['id']}  {task['state']:<8} {task['worker']:<6} {task['title']}"
+    shown = {name: visible(task.get(name, "")) for name in ("id", "state", "worker", "title")}
+    return f"{shown['id']}  {shown['state']:<8} {shown['worker']:<6} {shown['title']}"
 
 
 def task_table(tasks: list[dict[str, Any]]) -> str:
@@ -25,12 +63,13 @@ def task_table(tasks: list[dict[str, Any]]) -> str:
 
 
 def step_line(step: dict[str, Any]) -> str:
-    return f"  {clock(step['at'])}  {step['text']}"
+    first, *more = visible(step.get("text", ""), lines=True).split("\n")
+    return "\n".join([f"  {clock(step['at'])}  {first}", *(CONTINUED + line for line in more)])
 
 
 def state_line(state: str, error: str | None, at: float) -> str:
-    line = f"  {clock(at)}  -> {state}"
-    return f"{line}: {error}" if error else line
+    line = f"  {clock(at)}  -> {visible(state)}"
+    return f"{line}: {visible(error)}" if error else line
 
 
 _FIELDS = (
@@ -53,21 +92,22 @@ _FIELDS = (
 
 
 def task_details(task: dict[str, Any]) -> str:
-    lines = [f"Task {task['id']}"]
+    lines = [f"Task {visible(task['id'])}"]
     for field in _FIELDS:
         if field in task and task[field] not in ([], None):
             value = task[field]
-            shown = ", ".join(value) if isinstance(value, list) else value
-            lines.append(f"  {field + ':':<13}{shown}")
+            shown = ", ".join(map(str, value)) if isinstance(value, list) else value
+            lines.append(f"  {field + ':':<13}{visible(shown)}")
     steps = task.get("steps", [])
     lines.append(f"  steps:       {len(steps)}")
-    lines.extend(f"  {step_line(step)}" for step in steps)
+    lines.extend("  " + step_line(step).replace("\n", "\n  ") for step in steps)
     return "\n".join(lines)
 
 
 def approval_line(approval: dict[str, Any]) -> str:
     cost = f" ({approval['costCents']:g} cents)" if approval.get("costCents") is not None else ""
-    return f"{approval['id']}  {approval['state']:<8} {approval['question']}{cost}"
+    shown = {name: visible(approval.get(name, "")) for name in ("id", "state", "question")}
+    return f"{shown['id']}  {shown['state']:<8} {shown['question']}{cost}"
 
 
 def approval_table(approvals: list[dict[str, Any]]) -> str:

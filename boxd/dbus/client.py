@@ -1,18 +1,20 @@
 """Calls the manager: used by the gateway (with a bearer token), the broker and boxctl."""
 
 import json
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from dbus_fast import BusType, Message, MessageType
 from dbus_fast.aio import MessageBus
 
 from boxd.dbus.interface import BUS_NAME, GATEWAY, ROOT_PATH, find_method
+from boxd.dbus.patient_writes import patient
 from boxd.errors import BoxError, Problem, die
 
 
 async def connect_system_bus() -> MessageBus:
     try:
-        return await MessageBus(bus_type=BusType.SYSTEM).connect()
+        return patient(await MessageBus(bus_type=BusType.SYSTEM).connect())
     except (OSError, ValueError) as error:
         die(Problem.FAILED, f"cannot reach the system bus: {error}")
 
@@ -53,6 +55,33 @@ class GatewayClient(BoxClient):
 
     async def call_as(self, token: str, member: str, *args: Any) -> Any:
         return await self.call(member, token, *args)
+
+
+async def pages(ask: Callable[[str], Awaitable[Any]]) -> AsyncIterator[dict[str, Any]]:
+    """Every page of a long answer (GetTask, ListTasks, ListApprovals), in order."""
+    page = ""
+    while True:
+        answer = await ask(page)
+        if not isinstance(answer, dict):
+            die(Problem.FAILED, "boxd answered a page with something that is not a page")
+        yield answer
+        following = answer.get("next")
+        if not isinstance(following, str) or not following:
+            return
+        page = following
+
+
+async def whole(ask: Callable[[str], Awaitable[Any]], key: str) -> dict[str, Any]:
+    """All pages put together: the first page's fields, with `key` holding every page's items."""
+    answer: dict[str, Any] | None = None
+    async for page in pages(ask):
+        if answer is None:
+            answer = {**page, key: list(page.get(key, []))}
+        else:
+            answer[key].extend(page.get(key, []))
+    assert answer is not None
+    answer.pop("next", None)
+    return answer
 
 
 def error_from_reply(name: str, body: list[Any]) -> BoxError:

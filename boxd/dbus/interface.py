@@ -87,13 +87,15 @@ _BROKER = frozenset({Role.BROKER})
 
 # An app's token starts tasks, and sees, follows and stops the ones it started.
 CREATE_TASK = Method("CreateTask", ("request",), "task", _OWNER_OR_APP)
-GET_TASK = Method("GetTask", ("id",), "task", _OWNER_OR_APP)
-LIST_TASKS = Method("ListTasks", (), "tasks", _OWNER_OR_APP)
+# Long answers come in pages: "" asks for the first, an answer's `next` for the one after it
+# (boxd.manager.pages), so none depends on fitting in one D-Bus message.
+GET_TASK = Method("GetTask", ("id", "page"), "task", _OWNER_OR_APP)
+LIST_TASKS = Method("ListTasks", ("page",), "tasks", _OWNER_OR_APP)
 STOP_TASK = Method("StopTask", ("id",), "task", _OWNER_OR_APP)
 # Everything else is the owner's.
 UNDO_TASK = Method("UndoTask", ("id",), "task", _OWNER)
 KEEP_TASK = Method("KeepTask", ("id",), "task", _OWNER)
-LIST_APPROVALS = Method("ListApprovals", (), "approvals", _OWNER)
+LIST_APPROVALS = Method("ListApprovals", ("page",), "approvals", _OWNER)
 ANSWER_APPROVAL = Method("AnswerApproval", ("id", "approved:b"), "approval", _OWNER)
 LIST_WORKSPACES = Method("ListWorkspaces", (), "workspaces", _OWNER)
 CREATE_WORKSPACE = Method("CreateWorkspace", ("name",), "workspace", _OWNER)
@@ -108,7 +110,7 @@ SET_SECRET = Method("SetSecret", ("name", "value"), "secret", _OWNER)
 REMOVE_SECRET = Method("RemoveSecret", ("name",), "secret", _OWNER)
 LIST_SECRETS = Method("ListSecrets", (), "names", _OWNER)
 # A task's broker, for its own task only (the first argument is the task's id).
-BROKER_GET_TASK = Method("GetTask", ("id",), "task", _BROKER)
+BROKER_GET_TASK = Method("GetTask", ("id", "page"), "task", _BROKER)
 LOG_STEP = Method("LogStep", ("id", "step"), "event", _BROKER)
 BEGIN_CALL = Method("BeginCall", ("id", "call"), "begun", _BROKER)
 FINISH_CALL = Method("FinishCall", ("id", "result"), "finished", _BROKER)

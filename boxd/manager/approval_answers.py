@@ -8,6 +8,7 @@ from boxd.approval import Approval, ApprovalState
 from boxd.caller import Caller
 from boxd.errors import Problem, die
 from boxd.event import EventKind
+from boxd.manager.pages import one_page, with_next
 from boxd.manager.records import Records
 from boxd.task import Task, TaskState
 
@@ -16,8 +17,17 @@ class ApprovalAnswers:
     def __init__(self, records: Records) -> None:
         self.records = records
 
-    async def list_approvals(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
-        return [a.public() for a in await self.records.store.approvals(ApprovalState.PENDING)]
+    async def list_approvals(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """One page of what waits for an answer, in the order asked (boxd.manager.pages)."""
+
+        async def fetch(after: int | None, limit: int) -> list[tuple[int, dict[str, Any] | None]]:
+            rows = await self.records.store.approval_rows(
+                ApprovalState.PENDING, None, after or 0, limit
+            )
+            return [(row, a.public() if a else None) for row, a in rows]
+
+        approvals, following = await one_page(fetch, args[0])
+        return with_next({"approvals": approvals}, following)
 
     async def answer_approval(self, caller: Caller, args: list[Any]) -> dict[str, Any]:
         approved: bool = args[1]

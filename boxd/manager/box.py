@@ -4,7 +4,6 @@ task's lock; what brokers ask is in broker_methods, the owner's answers in appro
 
 import asyncio
 import grp
-import json
 import logging
 import os
 import time
@@ -28,6 +27,7 @@ from boxd.manager import netns
 from boxd.manager.admission import next_to_start
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
+from boxd.manager.damaged import DAMAGED
 from boxd.manager.disk import MIB, disk_full, full_words, stopped_words, tree_bytes
 from boxd.manager.exit_words import why_failed
 from boxd.manager.folders import check_folders, folder_workspace, owner_home, real_folders
@@ -44,6 +44,7 @@ from boxd.manager.last_words import last_words
 from boxd.manager.layers import MAX_DONE, Layers, layer_name
 from boxd.manager.mirror import MirrorError, check_readable, sync_mirror
 from boxd.manager.owner_process import OwnerError
+from boxd.manager.pages import one_page, with_next
 from boxd.manager.records import Records
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError
@@ -63,6 +64,7 @@ from boxd.manager.worker_unit import (
 from boxd.manager.workspaces import PERSONAL, Workspaces
 from boxd.paths import task_dir, task_manifest, task_work_dir, workspaces_dir
 from boxd.settings import NetworkDefault, Settings, change_settings
+from boxd.strict_json import loads
 from boxd.task import Review, Task, TaskState
 from boxd.task_request import Worker, parse_task_request
 
@@ -122,6 +124,26 @@ class Box:
             self.records.export(task)
             if task.state in (TaskState.RUNNING, TaskState.WAITING):
                 self._places.add(task.id)
+        for task_id, state in await self.store.damaged_tasks():
+            await self._fail_damaged(task_id, state)
+
+    async def _fail_damaged(self, task_id: str, state: str) -> None:
+        """A task whose record cannot be read is stopped and recorded failed, saying so; the
+        manager goes on with the others."""
+        log.error("task %s is damaged: its record in box.db cannot be read; failing it", task_id)
+        task = await self.store.task(task_id)
+        if task is None:
+            return
+        try:
+            async with self.records.locks[task.id]:
+                if state in {s.value for s in TaskState if not s.ended}:
+                    await self._end(task, TaskState.FAILED, DAMAGED)
+                else:
+                    await self.records.record(
+                        task, EventKind.TASK_STATE, {"state": "failed", "error": DAMAGED}
+                    )
+        except Exception:
+            log.exception("could not record damaged task %s as failed", task_id)
 
     async def recover(self) -> None:
         """Picks up tasks that were running when boxd stopped. systemd kept their units; a worker
@@ -262,17 +284,28 @@ class Box:
         return (await self.records.task(task.id)).public()
 
     async def get_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """The task and one page of its steps (boxd.manager.pages)."""
         task = await self._task_for(caller, args[0])
-        steps = await self.store.events(task.id, EventKind.TASK_STEP)
-        return {
-            **task.public(),
-            "steps": [{"seq": e.seq, "at": e.at, **e.data} for e in steps],
-        }
 
-    async def list_tasks(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
-        return [
-            task.public() for task in reversed(await self.store.tasks()) if _may_see(caller, task)
-        ]
+        async def fetch(after: int | None, limit: int) -> list[tuple[int, dict[str, Any] | None]]:
+            steps = await self.store.events(task.id, EventKind.TASK_STEP, after or 0, limit)
+            return [(e.seq, {"seq": e.seq, "at": e.at, **e.data}) for e in steps]
+
+        steps, following = await one_page(fetch, args[1])
+        return with_next({**task.public(), "steps": steps}, following)
+
+    async def list_tasks(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """One page of the tasks the caller may see, newest first."""
+
+        async def fetch(before: int | None, limit: int) -> list[tuple[int, dict[str, Any] | None]]:
+            rows = await self.store.task_rows(before, limit)
+            return [
+                (row, task.public() if task and _may_see(caller, task) else None)
+                for row, task in rows
+            ]
+
+        tasks, following = await one_page(fetch, args[0])
+        return with_next({"tasks": tasks}, following)
 
     async def _task_for(self, caller: Caller, task_id: str) -> Task:
         """The task, if the caller may see it: an app's token sees only the tasks it started."""
@@ -431,10 +464,7 @@ class Box:
         return (await self.store.settings()).model_dump(mode="json")
 
     async def set_settings(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        try:
-            changes = json.loads(args[0])
-        except json.JSONDecodeError as error:
-            die(Problem.INVALID, f"the settings are not valid JSON: {error}")
+        changes = loads(args[0], "the settings")
         if not isinstance(changes, dict):
             die(Problem.INVALID, "the settings must be a JSON object of names and values")
         settings = change_settings(await self.store.settings(), changes)

@@ -22,6 +22,7 @@ from boxd.key_use import (
     input_hash,
     logged_call_use,
 )
+from boxd.manager.pages import one_page, with_next
 from boxd.manager.records import Records
 from boxd.plain_errors import parse
 from boxd.step import Step
@@ -33,9 +34,15 @@ class BrokerMethods:
         self.records = records
 
     async def broker_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """The task and one page of its steps as `{text, data}` (boxd.manager.pages)."""
         task = await self.records.task(args[0])
-        steps = await self.records.store.events(task.id, EventKind.TASK_STEP)
-        return {"task": task.public(), "steps": [e.data for e in steps]}
+
+        async def fetch(after: int | None, limit: int) -> list[tuple[int, dict[str, Any] | None]]:
+            steps = await self.records.store.events(task.id, EventKind.TASK_STEP, after or 0, limit)
+            return [(e.seq, e.data) for e in steps]
+
+        steps, following = await one_page(fetch, args[1])
+        return with_next({"task": task.public(), "steps": steps}, following)
 
     async def log_step(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         step = parse(Step, args[1])

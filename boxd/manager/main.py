@@ -9,6 +9,7 @@ from dbus_fast import BusType, RequestNameReply
 from dbus_fast.aio import MessageBus
 
 from boxd.dbus.interface import BUS_NAME
+from boxd.dbus.patient_writes import patient
 from boxd.dbus.server import Server
 from boxd.errors import Problem, die
 from boxd.manager.authorize import Authorizer
@@ -36,7 +37,7 @@ async def run() -> None:
     home.mkdir(parents=True, exist_ok=True)
     store = Store(database_path(home))
     await store.open()
-    bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
+    bus = patient(await MessageBus(bus_type=BusType.SYSTEM).connect())
     systemd = Systemd(bus)
     box = Box(home, store, bus, systemd)
     await box.open()
@@ -50,9 +51,17 @@ async def run() -> None:
     notifier.notify("READY=1")
     log.info("boxd is ready; BOX_HOME is %s", home)
     watchdog = asyncio.create_task(_keep_watchdog_fed(notifier))
-    await until_stopped()
+    stopped = asyncio.create_task(until_stopped())
+    cut_off = asyncio.create_task(bus.wait_for_disconnect())  # type: ignore[no-untyped-call]
+    await asyncio.wait((stopped, cut_off), return_when=asyncio.FIRST_COMPLETED)
     notifier.notify("STOPPING=1")
     watchdog.cancel()
+    if not stopped.done():
+        # A manager off the bus answers no one: exit, and systemd starts it again.
+        await store.close()
+        die(Problem.FAILED, "boxd lost its connection to the system bus; it exits to restart")
+    stopped.cancel()
+    cut_off.cancel()
     bus.disconnect()
     await store.close()
 

@@ -16,10 +16,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pydantic import ValidationError
+
 from boxd.approval import Approval, ApprovalState
 from boxd.errors import Problem, die
 from boxd.event import Event
+from boxd.ids import is_task_id
 from boxd.manager import journal
+from boxd.manager.damaged import DAMAGED_STEP, salvage
 from boxd.manager.disk import give_up_reserve, make_reserve, reserve_path
 from boxd.manager.tokens import TokenRecord
 from boxd.settings import Settings
@@ -184,12 +188,13 @@ class Store:
         key, approvals), in one transaction: all of it is on disk, or none."""
 
         def write(db: sqlite3.Connection) -> Event:
+            record = _readable(task)
             with _transaction(db):
                 db.execute(
                     "INSERT INTO tasks (id, created, state, record) VALUES (?, ?, ?, ?) "
                     "ON CONFLICT (id) DO UPDATE SET state = excluded.state, "
                     "record = excluded.record",
-                    (task.id, task.createdAt, task.state.value, task.model_dump_json()),
+                    (task.id, task.createdAt, task.state.value, record),
                 )
                 event = _append(db, task.id, kind, data)
                 if answer is not None:
@@ -304,7 +309,7 @@ class Store:
 
         def read(db: sqlite3.Connection) -> list[Approval]:
             rows = db.execute(
-                "SELECT a.record FROM approvals a "
+                "SELECT a.id, a.record FROM approvals a "
                 "WHERE a.state IN ('pending', 'approved') AND a.task = ? "
                 "AND json_extract(a.record, '$.tool') IS NOT NULL "
                 "AND (a.state = 'pending' OR NOT EXISTS (SELECT 1 FROM answers n "
@@ -312,30 +317,48 @@ class Store:
                 "ORDER BY a.rowid",
                 (task_id,),
             ).fetchall()
-            return [Approval.model_validate_json(row[0]) for row in rows]
+            found = (_approval(row[0], row[1]) for row in rows)
+            return [approval for approval in found if approval is not None]
 
         return await self._run(read)
 
     async def approval(self, approval_id: str) -> Approval | None:
         def read(db: sqlite3.Connection) -> Approval | None:
-            row = db.execute("SELECT record FROM approvals WHERE id = ?", (approval_id,)).fetchone()
-            return None if row is None else Approval.model_validate_json(row[0])
+            row = db.execute(
+                "SELECT id, record FROM approvals WHERE id = ?", (approval_id,)
+            ).fetchone()
+            return None if row is None else _approval(row[0], row[1])
 
         return await self._run(read)
 
     async def approvals(
         self, state: ApprovalState | None = None, task_id: str | None = None
     ) -> list[Approval]:
-        def read(db: sqlite3.Connection) -> list[Approval]:
-            query, values = "SELECT record FROM approvals WHERE 1", []
+        rows = await self.approval_rows(state, task_id)
+        return [found for _, found in rows if found is not None]
+
+    async def approval_rows(
+        self,
+        state: ApprovalState | None = None,
+        task_id: str | None = None,
+        after: int = 0,
+        limit: int = -1,
+    ) -> list[tuple[int, Approval | None]]:
+        """Approvals in the order asked, as (row, approval), from the row after `after`. A
+        record that cannot be read is None, and logged."""
+
+        def read(db: sqlite3.Connection) -> list[tuple[int, Approval | None]]:
+            query = "SELECT rowid, id, record FROM approvals WHERE rowid > ?"
+            values: list[Any] = [after]
             if state is not None:
                 query += " AND state = ?"
                 values.append(state.value)
             if task_id is not None:
                 query += " AND task = ?"
                 values.append(task_id)
-            rows = db.execute(query + " ORDER BY rowid", values).fetchall()
-            return [Approval.model_validate_json(row[0]) for row in rows]
+            values.append(limit)
+            rows = db.execute(query + " ORDER BY rowid LIMIT ?", values).fetchall()
+            return [(int(row[0]), _approval(row[1], row[2])) for row in rows]
 
         return await self._run(read)
 
@@ -349,34 +372,70 @@ class Store:
         return await self._run(write)
 
     async def task(self, task_id: str) -> Task | None:
+        """The task; a record that cannot be read comes back as the task failed, saying so."""
+
         def read(db: sqlite3.Connection) -> Task | None:
-            row = db.execute("SELECT record FROM tasks WHERE id = ?", (task_id,)).fetchone()
-            return None if row is None else Task.model_validate_json(row[0])
+            row = db.execute(
+                "SELECT id, created, record FROM tasks WHERE id = ?", (task_id,)
+            ).fetchone()
+            return None if row is None else _task(row)
 
         return await self._run(read)
 
     async def tasks(self, states: tuple[TaskState, ...] = ()) -> list[Task]:
+        """The tasks, oldest first; a record that cannot be read comes back as the task
+        failed, saying so (and is still found by the state its row had)."""
+
         def read(db: sqlite3.Connection) -> list[Task]:
+            query, values = "SELECT id, created, record FROM tasks", [s.value for s in states]
             if states:
-                marks = ",".join("?" * len(states))
-                rows = db.execute(
-                    f"SELECT record FROM tasks WHERE state IN ({marks}) ORDER BY created",
-                    [s.value for s in states],
-                ).fetchall()
-            else:
-                rows = db.execute("SELECT record FROM tasks ORDER BY created").fetchall()
-            return [Task.model_validate_json(row[0]) for row in rows]
+                query += f" WHERE state IN ({','.join('?' * len(states))})"
+            rows = db.execute(query + " ORDER BY created", values).fetchall()
+            return [task for task in map(_task, rows) if task is not None]
 
         return await self._run(read)
 
-    async def events(self, task_id: str, kind: str | None = None, after: int = 0) -> list[Event]:
+    async def task_rows(self, before: int | None, limit: int) -> list[tuple[int, Task | None]]:
+        """Tasks newest first as (row, task), from the row before `before`: pages of ListTasks.
+        A row whose id is not a task id is None."""
+
+        def read(db: sqlite3.Connection) -> list[tuple[int, Task | None]]:
+            rows = db.execute(
+                "SELECT rowid, id, created, record FROM tasks WHERE rowid < ? "
+                "ORDER BY rowid DESC LIMIT ?",
+                (before if before is not None else 2**63 - 1, limit),
+            ).fetchall()
+            return [(int(row[0]), _task(row[1:])) for row in rows]
+
+        return await self._run(read)
+
+    async def damaged_tasks(self) -> list[tuple[str, str]]:
+        """Tasks whose records cannot be read, as (id, state of their row)."""
+
+        def read(db: sqlite3.Connection) -> list[tuple[str, str]]:
+            found = []
+            for task_id, state, record in db.execute("SELECT id, state, record FROM tasks"):
+                if not isinstance(task_id, str) or not is_task_id(task_id):
+                    continue
+                try:
+                    Task.model_validate_json(record)
+                except (ValidationError, ValueError, TypeError):
+                    found.append((str(task_id), str(state)))
+            return found
+
+        return await self._run(read)
+
+    async def events(
+        self, task_id: str, kind: str | None = None, after: int = 0, limit: int = -1
+    ) -> list[Event]:
         def read(db: sqlite3.Connection) -> list[Event]:
             query = "SELECT seq, task, kind, at, data FROM events WHERE task = ? AND seq > ?"
             values: list[Any] = [task_id, after]
             if kind is not None:
                 query += " AND kind = ?"
                 values.append(kind)
-            return [_event(row) for row in db.execute(query + " ORDER BY seq", values)]
+            values.append(limit)
+            return [_event(row) for row in db.execute(query + " ORDER BY seq LIMIT ?", values)]
 
         return await self._run(read)
 
@@ -452,7 +511,13 @@ class Store:
     async def settings(self) -> Settings:
         def read(db: sqlite3.Connection) -> Settings:
             row = db.execute("SELECT record FROM settings WHERE id = 1").fetchone()
-            return Settings() if row is None else Settings.model_validate_json(row[0])
+            if row is None:
+                return Settings()
+            try:
+                return Settings.model_validate_json(row[0])
+            except (ValidationError, ValueError, TypeError) as error:
+                log.error("the settings in box.db are damaged, so the defaults apply: %s", error)
+                return Settings()
 
         return await self._run(read)
 
@@ -498,9 +563,44 @@ def _add_column(db: sqlite3.Connection, table: str, column: str, kind: str) -> N
         db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
 
+def _readable(task: Task) -> str:
+    """The task's record, once it is known to read back: a value that would not (an infinity,
+    which pydantic writes as null) is refused before it reaches the disk."""
+    record = task.model_dump_json()
+    try:
+        Task.model_validate_json(record)
+    except ValidationError as error:
+        die(Problem.INVALID, f"task {task.id} cannot be recorded as it is: {error}")
+    return record
+
+
+def _task(row: tuple[Any, ...]) -> Task | None:
+    task_id, created, record = row
+    if not isinstance(task_id, str) or not is_task_id(task_id):
+        log.error("box.db holds a task row whose id %r is not a task id; it is left out", task_id)
+        return None
+    try:
+        return Task.model_validate_json(record)
+    except (ValidationError, ValueError, TypeError) as error:
+        return salvage(task_id, created, record, error)
+
+
+def _approval(approval_id: Any, record: Any) -> Approval | None:
+    try:
+        return Approval.model_validate_json(record)
+    except (ValidationError, ValueError, TypeError) as error:
+        log.error(
+            "the record of approval %r in box.db is damaged and left out: %s", approval_id, error
+        )
+        return None
+
+
 def _append(db: sqlite3.Connection, task_id: str, kind: str, data: dict[str, Any]) -> Event:
     at = time.time()
-    text = json.dumps(data, separators=(",", ":"))
+    try:
+        text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        die(Problem.INVALID, f"a {kind} event of task {task_id} holds a number that is not finite")
     cursor = db.execute(
         "INSERT INTO events (task, kind, at, data) VALUES (?, ?, ?, ?)",
         (task_id, kind, at, text),
@@ -511,4 +611,11 @@ def _append(db: sqlite3.Connection, task_id: str, kind: str, data: dict[str, Any
 
 
 def _event(row: tuple[Any, ...]) -> Event:
-    return Event(seq=row[0], task=row[1], kind=row[2], at=row[3], data=json.loads(row[4]))
+    try:
+        data = json.loads(row[4])
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+    except (ValueError, TypeError) as error:
+        log.error("event %s of task %s in box.db is damaged: %s", row[0], row[1], error)
+        data = dict(DAMAGED_STEP)
+    return Event(seq=row[0], task=row[1], kind=row[2], at=row[3], data=data)

@@ -7,9 +7,10 @@ from typing import Any
 from aiohttp import web
 
 from boxd.approval import Answer
-from boxd.dbus.client import GatewayClient, connect_system_bus
+from boxd.dbus.client import GatewayClient, connect_system_bus, pages
 from boxd.errors import Problem, die
 from boxd.json_errors import MAX_BODY, json_errors
+from boxd.json_pages import stream
 from boxd.plain_errors import parse
 from boxd.workspace_request import NewWorkspace
 
@@ -42,20 +43,30 @@ async def create_task(request: web.Request) -> web.Response:
     return _json(await request.app[CLIENT].call_as(token, "CreateTask", body), 201)
 
 
-async def list_tasks(request: web.Request) -> web.Response:
-    return _json(await _call(request, "ListTasks"))
+def _pages(request: web.Request, member: str, *args: str) -> AsyncIterator[dict[str, Any]]:
+    """The pages of a long answer, asked for with the caller's token."""
+    return pages(lambda page: _call(request, member, *args, page))
 
 
-async def get_task(request: web.Request) -> web.Response:
-    return _json(await _call(request, "GetTask", request.match_info["id"]))
+def _without(*names: str) -> Any:
+    return lambda first: {k: v for k, v in first.items() if k not in names}
+
+
+async def list_tasks(request: web.Request) -> web.StreamResponse:
+    return await stream(request, _pages(request, "ListTasks"), "tasks", lambda _: None)
+
+
+async def get_task(request: web.Request) -> web.StreamResponse:
+    task = _pages(request, "GetTask", request.match_info["id"])
+    return await stream(request, task, "steps", _without("steps", "next"))
 
 
 async def stop_task(request: web.Request) -> web.Response:
     return _json(await _call(request, "StopTask", request.match_info["id"]))
 
 
-async def list_approvals(request: web.Request) -> web.Response:
-    return _json(await _call(request, "ListApprovals"))
+async def list_approvals(request: web.Request) -> web.StreamResponse:
+    return await stream(request, _pages(request, "ListApprovals"), "approvals", lambda _: None)
 
 
 async def answer_approval(request: web.Request) -> web.Response:

@@ -16,7 +16,7 @@ def test_a_stranger_is_refused_and_the_owner_allowed(machine: Machine, owner: st
     refused = boxctl(machine, "list", user="stranger", check=False)
     assert refused.returncode == 1
     assert refused.stderr.strip() == f"boxctl: {REFUSED}"
-    over_busctl = busctl_call(machine, "ListTasks", user="stranger", check=False)
+    over_busctl = busctl_call(machine, "ListTasks", "", user="stranger", check=False)
     assert over_busctl.returncode != 0
     assert REFUSED in over_busctl.stderr
     create = busctl_call(

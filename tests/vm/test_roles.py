@@ -75,7 +75,7 @@ def test_an_apps_token_starts_sees_and_stops_only_its_own(machine: Machine, toke
         ("SetSecret", "sss", (app, "mail.password", "stolen")),
         ("CreateToken", "ssb", (app, "mine now", "false")),
         ("AnswerApproval", "ssb", (app, approval, "true")),
-        ("ListApprovals", "s", (app,)),
+        ("ListApprovals", "ss", (app, "")),
     ):
         refused = _gateway(machine, member, signature, *args)
         assert refused.returncode != 0, member

@@ -1,0 +1,106 @@
+"""The one reader of JSON that comes from callers: tasks, apps, the owner, any D-Bus client.
+
+Python's json module reads `NaN`, `Infinity` and `1e999` (as inf) and integers of any size;
+pydantic's reader takes the first three too. None of them is a number a person means, and an
+infinity stored in a task's cost made its record unreadable (pydantic writes it as null). So
+every body is read here: a number that is not finite, or an integer beyond JSON's safe range,
+is refused in words that name where it was.
+"""
+
+import json
+import math
+from typing import Any
+
+from boxd.errors import Problem, die
+
+# Integers JavaScript (and every JSON reader) keeps exactly: 2**53 - 1.
+MAX_INTEGER = 9_007_199_254_740_991
+# What one request may carry, body or D-Bus argument: the spec's "The body is over 10 MB".
+MAX_BODY = 10 * 1024 * 1024
+TOO_LARGE = "the body is over 10 MB"
+
+
+class _Refused:
+    """Stands where the reader met a number it refuses, until the path to it is known."""
+
+    def __init__(self, text: str, why: str) -> None:
+        self.text = text
+        self.why = why
+
+
+def _constant(text: str) -> _Refused:
+    return _Refused(text, "is not a number")
+
+
+def _float(text: str) -> float | _Refused:
+    value = float(text)
+    return value if math.isfinite(value) else _Refused(text, "is not a finite number")
+
+
+def _int(text: str) -> int | _Refused:
+    # Checked on the text first: int() of thousands of digits is slow, and refused past 4300.
+    digits = len(text.lstrip("-"))
+    if digits > len(str(MAX_INTEGER)) or abs(int(text)) > MAX_INTEGER:
+        shown = text if len(text) <= 24 else f"{text[:10]}...({digits} digits)"
+        return _Refused(shown, f"is out of range (at most {MAX_INTEGER:,} either way)")
+    return int(text)
+
+
+def _find(value: Any, path: tuple[str, ...]) -> tuple[tuple[str, ...], _Refused] | None:
+    if isinstance(value, _Refused):
+        return path, value
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = _find(item, (*path, str(key)))
+        if found is not None:
+            return found
+    return None
+
+
+def where(path: tuple[str, ...]) -> str:
+    return ".".join(path) or "the body"
+
+
+def loads(body: str | bytes, what: str = "the body") -> Any:
+    """Reads caller JSON, or raises BoxError (invalid, or too large) in one plain sentence."""
+    if len(body) > MAX_BODY:
+        die(Problem.TOO_LARGE, TOO_LARGE if what == "the body" else f"{what} is over 10 MB")
+    refused = False
+
+    def mark(refusal: Any) -> Any:
+        nonlocal refused
+        refused = refused or isinstance(refusal, _Refused)
+        return refusal
+
+    try:
+        value = json.loads(
+            body,
+            parse_constant=lambda text: mark(_constant(text)),
+            parse_float=lambda text: mark(_float(text)),
+            parse_int=lambda text: mark(_int(text)),
+        )
+    except UnicodeDecodeError:
+        die(Problem.INVALID, f"{what} is not UTF-8 text")
+    except json.JSONDecodeError as error:
+        die(Problem.INVALID, f"{what} is not valid JSON: {error}")
+    except RecursionError:
+        die(Problem.INVALID, f"{what} is nested too deeply")
+    if refused:
+        try:
+            found = _find(value, ())
+        except RecursionError:
+            die(Problem.INVALID, f"{what} is nested too deeply")
+        if found is not None:
+            path, refusal = found
+            die(Problem.INVALID, f"{where(path)}: {refusal.text} {refusal.why}")
+    return value
+
+
+def size(value: Any) -> int:
+    """The length of a value as JSON on the wire (non-ASCII escaped, as D-Bus answers are)."""
+    return len(json.dumps(value, separators=(",", ":"), allow_nan=False))

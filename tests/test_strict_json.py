@@ -1,0 +1,73 @@
+"""Numbers from callers are finite and bounded, and a refusal names where the number was."""
+
+import json
+
+import pytest
+
+from boxd.approval import Answer
+from boxd.errors import BoxError, Problem
+from boxd.plain_errors import parse
+from boxd.settings import Settings
+from boxd.step import Step
+from boxd.strict_json import MAX_BODY, MAX_INTEGER, loads
+from boxd.task_request import parse_task_request
+
+
+def refused(body: str | bytes) -> str:
+    with pytest.raises(BoxError) as caught:
+        loads(body)
+    assert caught.value.problem == Problem.INVALID
+    return caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ('{"cents": 1e999, "what": "x"}', "cents: 1e999 is not a finite number"),
+        ('{"cents": -1e999}', "cents: -1e999 is not a finite number"),
+        ('{"cents": NaN}', "cents: NaN is not a number"),
+        ('{"cents": Infinity}', "cents: Infinity is not a number"),
+        ('{"cents": -Infinity}', "cents: -Infinity is not a number"),
+        ('{"a": {"b": [1, 2, NaN]}}', "a.b.2: NaN is not a number"),
+        ("NaN", "the body: NaN is not a number"),
+        ('{"n": 9007199254740992}', "n: 9007199254740992 is out of range"),
+        ('{"n": -9007199254740992}', "n: -9007199254740992 is out of range"),
+    ],
+)
+def test_numbers_that_are_not_numbers(body: str, words: str) -> None:
+    assert refused(body).startswith(words)
+
+
+def test_huge_integers_are_refused_quickly_and_shown_short() -> None:
+    message = refused('{"cents": 1' + "0" * 400 + "}")
+    assert message.startswith("cents: 1000000000...(401 digits) is out of range")
+    assert len(message) < 120
+    assert refused("[" + "9" * 100_000 + "]").startswith("0: 9999999999...(100000 digits)")
+
+
+def test_good_json_reads_as_json() -> None:
+    body = {"a": [1, 2.5, -3, MAX_INTEGER, -MAX_INTEGER, 1e300, None, True, "x\u001b"]}
+    assert loads(json.dumps(body)) == body
+
+
+def test_broken_bodies_say_why() -> None:
+    assert refused(b"\xff\xfe{").startswith("the body is not")
+    assert refused("{").startswith("the body is not valid JSON")
+    assert refused("[" * 100_000 + "]" * 100_000) == "the body is nested too deeply"
+    with pytest.raises(BoxError) as caught:
+        loads(" " * (MAX_BODY + 1))
+    assert caught.value.problem == Problem.TOO_LARGE
+
+
+def test_every_door_reads_strictly() -> None:
+    with pytest.raises(BoxError, match=r"^data.x: Infinity is not a number$"):
+        parse(Step, '{"text": "a", "data": {"x": Infinity}}')
+    with pytest.raises(BoxError, match=r"^budgetCents: 1e999 is not a finite number$"):
+        parse_task_request('{"title": "t", "prompt": "p", "budgetCents": 1e999}')
+    with pytest.raises(BoxError, match=r"^taskTasksMax: NaN is not a number$"):
+        parse(Settings, '{"taskTasksMax": NaN}')
+    # Pydantic's own words for the rest, as before.
+    with pytest.raises(BoxError, match=r"^approved: input should be a valid boolean$"):
+        parse(Answer, '{"approved": "yes"}')
+    with pytest.raises(BoxError, match=r"^text must be a string$"):
+        parse(Step, '{"text": 1}')
