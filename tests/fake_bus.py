@@ -60,10 +60,14 @@ class FakeBus:
         # Answers to methods other than the bus daemon's, by member: JSON, as boxd answers.
         self.answers: dict[str, Any] = {}
         self._handlers: list[Handler] = []
+        self.exported: list[str] = []
 
     @property
     def bus(self) -> MessageBus:
         return cast(MessageBus, self)
+
+    def export(self, path: str, interface: object) -> None:
+        self.exported.append(path)
 
     def add_message_handler(self, handler: Handler) -> None:
         self._handlers.append(handler)

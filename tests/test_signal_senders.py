@@ -5,6 +5,7 @@ and so is boxd's old unique name once it restarted."""
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 from dbus_fast import Message
@@ -14,8 +15,11 @@ from boxd.cli.follow import follow
 from boxd.dbus.client import BoxClient
 from boxd.dbus.interface import BUS_NAME, MANAGER, TASK, task_path
 from boxd.dbus.name_owner import NameOwner
+from boxd.manager.records import Records
+from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, unit_path
 from tests.fake_bus import FakeBus, owner_changed, signal
+from tests.test_store import a_task
 
 TASK_ID = "t000000001"
 BOXD = ":1.10"
@@ -180,3 +184,14 @@ async def test_the_manager_ignores_systemd_lookalikes() -> None:
     fake.deliver(unit_changed(SYSTEMD, "box-task-x.service"))
     assert await asyncio.wait_for(done, 1) == "done"
     assert changed == ["x"]
+
+
+def test_task_objects_wait_for_the_name() -> None:
+    """Exporting broadcasts a task's properties; only the name's owner's signals are fenced."""
+    fake = FakeBus({})
+    records = Records(Store(Path("/nonexistent/box.db")), fake.bus)
+    records.export(a_task("t000000001"))
+    assert fake.exported == []
+    records.publish()
+    records.export(a_task("t000000002"))
+    assert fake.exported == [task_path("t000000001"), task_path("t000000002")]

@@ -9,7 +9,7 @@ boxd's venv python, as `nobody` (`python -c <this file> forge|listen ...`).
         order, so its answer to a later call means the signal is already on its way.
     listen
         Asks for every signal there is, broadcast or eavesdropped, and prints each one, after a
-        first line `listening` once the bus has taken the match rules.
+        first line `listening` once the bus has answered its match rules.
 """
 
 import asyncio
@@ -82,8 +82,20 @@ async def listen() -> None:
             print(message.sender, message.path, message.member, message.body, flush=True)
 
     bus.add_message_handler(show)
+    # dbus-daemon refuses eavesdropping rules to all but root (1.14); whatever it grants is used.
     for rule in ("type='signal'", "type='signal',sender='org.boxd.Box1'", "eavesdrop='true'"):
-        await bus_call(bus, "AddMatch", "s", rule)
+        reply = await bus.call(
+            Message(
+                destination=BUS,
+                path=BUS_PATH,
+                interface=BUS,
+                member="AddMatch",
+                signature="s",
+                body=[rule],
+            )
+        )
+        if reply is None or reply.message_type == MessageType.ERROR:
+            print(f"AddMatch {rule} refused", file=sys.stderr, flush=True)
     print("listening", flush=True)
     await asyncio.Event().wait()
 

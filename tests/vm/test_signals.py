@@ -21,6 +21,7 @@ from tests.vm.test_broker_calls import WALLET, bookings, pending
 PYTHON = "/opt/boxd/venv/bin/python"
 STRANGER_SCRIPT = (Path(__file__).parent / "bus_stranger.py").read_text()
 SYSTEMD = "/org/freedesktop/systemd1"
+LEDGER = "/var/lib/box/apps/wallet/ledger.db"
 
 
 def as_stranger(machine: Machine, *args: str) -> str:
@@ -36,10 +37,12 @@ def main_pid(machine: Machine, unit: str) -> int:
     return int(machine.run("systemctl", "show", "-p", "MainPID", "--value", unit).stdout)
 
 
-def listen(machine: Machine, *argv: str, user: str) -> MachineProcess:
-    # One pipe for both streams, so that everything is read through one buffer (first_line,
-    # then heard).
-    return machine.spawn(*argv, user=user, stderr=subprocess.STDOUT)
+def listen(
+    machine: Machine, *argv: str, user: str, env: dict[str, str] | None = None
+) -> MachineProcess:
+    # stderr is left in its pipe: what is heard is on stdout (dbus-monitor, say, tells on
+    # stderr that it falls back to eavesdropping).
+    return machine.spawn(*argv, user=user, env=env)
 
 
 def first_line(process: MachineProcess, timeout: float = 30) -> str:
@@ -50,12 +53,19 @@ def first_line(process: MachineProcess, timeout: float = 30) -> str:
 
 
 def heard(process: MachineProcess) -> str:
-    """All the process printed after its first line, once it is stopped."""
+    """All the process printed on stdout after its first line, once it is stopped."""
     process.terminate()
     assert process.stdout is not None
     text = process.stdout.read()
     process.wait(timeout=10)
     return text
+
+
+def payments(machine: Machine, task_id: str) -> list[tuple[str, int]]:
+    """The wallet's bookings for the task; none while the wallet has never paid anything."""
+    if machine.run("test", "-e", LEDGER, check=False).returncode != 0:
+        return []
+    return bookings(machine, task_id)
 
 
 def state(machine: Machine, task_id: str) -> str:
@@ -80,7 +90,7 @@ def test_a_forged_answer_approves_no_payment(machine: Machine, token: str) -> No
     boxctl(machine, "deny", approval["id"])
     ended = finish(machine, task["id"])
     assert ended["steps"][0]["text"] == "wallet.pay failed: not approved", ended
-    assert bookings(machine, task["id"]) == []
+    assert payments(machine, task["id"]) == []
 
 
 def test_forged_systemd_signals_end_no_task(machine: Machine, token: str) -> None:
@@ -123,59 +133,94 @@ def test_forged_systemd_signals_end_no_task(machine: Machine, token: str) -> Non
     assert state(machine, task["id"]) == "failed"
 
 
+class Ear:
+    """A listener in the machine, as `user`, writing what it hears to a file there (a pipe
+    would fill up with systemd's chatter and stop it listening)."""
+
+    def __init__(self, machine: Machine, name: str, user: str, *argv: str) -> None:
+        self.machine = machine
+        self.file = f"/tmp/ear-{name}"
+        machine.run("rm", "-f", self.file)
+        redirect = f'exec "$@" >{self.file} 2>&1'
+        self.process = machine.spawn("sh", "-c", redirect, "sh", *argv, user=user)
+
+    def ready(self, text: str, timeout: float = 30) -> None:
+        until = f"until grep -q {text} {self.file} 2>/dev/null; do sleep 0.05; done"
+        self.machine.run("timeout", str(timeout), "sh", "-c", until)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+    def heard(self) -> str:
+        self.stop()
+        return self.machine.run("cat", self.file).stdout
+
+
 def test_a_stranger_hears_nothing_of_a_task(machine: Machine, token: str, owner: str) -> None:
     secret = f"s{time.time_ns()}"
     title, step, question = f"title-{secret}", f"step-{secret}", f"question-{secret}"
-    script = (PYTHON, "-c", STRANGER_SCRIPT, "listen")
-    stranger = listen(machine, *script, user="nobody")
-    owners = listen(machine, *script, user=owner)
-    monitor = listen(machine, "dbus-monitor", "--system", user="nobody")
-    busctl = listen(machine, "busctl", "monitor", user="nobody")
-    assert first_line(stranger) == first_line(owners) == "listening\n"
-    # dbus-monitor, refused BecomeMonitor, asks to eavesdrop with match rules instead, then
-    # prints the NameAcquired the bus sent it.
-    assert "NameAcquired" in first_line(monitor)
+    listener = (PYTHON, "-c", STRANGER_SCRIPT, "listen")
+    ears = {
+        "owner": Ear(machine, "owner", owner, *listener),
+        "nobody": Ear(machine, "nobody", "nobody", *listener),
+        # Refused BecomeMonitor, it falls back to asking to eavesdrop with match rules.
+        "dbus-monitor": Ear(machine, "dbus-monitor", "nobody", "dbus-monitor", "--system"),
+        "busctl monitor": Ear(machine, "busctl", "nobody", "busctl", "monitor"),
+    }
+    try:
+        ears["owner"].ready("listening")
+        ears["nobody"].ready("listening")
+        ears["dbus-monitor"].ready("NameAcquired")
 
-    task = start_fake(machine, token, f"step {step}\nask {question}", title=title)
-    following = machine.spawn(BOXCTL, "follow", task["id"], user=owner)
-    approval = pending(machine, task["id"])
-    path = f"/org/boxd/Box1/task/{task['id']}"
-    get = ("busctl", "get-property", "org.boxd.Box1", path, "org.boxd.Box1.Task", "Title")
-    refused = machine.run(*get, user="nobody", check=False)
-    assert refused.returncode != 0 and "Access denied" in refused.stderr, refused
-    assert title in machine.run(*get, user=owner).stdout
-    unit = f"box-task-{task['id']}.service"
-    described = machine.run("systemctl", "show", "-p", "Description", unit, user="nobody")
-    assert title not in described.stdout
-    # A stranger's calls are still answered, with boxd's own refusal.
-    listed = boxctl(machine, "list", user="nobody", check=False)
-    assert "Only the box's owner may do this" in listed.stderr
-    boxctl(machine, "approve", approval["id"], user=owner)
-    followed, _ = following.communicate(timeout=60)
-    assert step in followed, followed
-
-    # The same listener, run by the owner, hears the task: it would hear a leak.
-    owner_heard = heard(owners)
-    assert step in owner_heard and question in owner_heard, owner_heard
-    for process in (stranger, monitor, busctl):
-        text = heard(process)
-        assert secret not in text, text
+        task = start_fake(machine, token, f"step {step}\nask {question}", title=title)
+        following = machine.spawn(BOXCTL, "follow", task["id"], user=owner)
+        approval = pending(machine, task["id"])
+        path = f"/org/boxd/Box1/task/{task['id']}"
+        get = ("busctl", "get-property", "org.boxd.Box1", path, "org.boxd.Box1.Task", "Title")
+        refused = machine.run(*get, user="nobody", check=False)
+        assert refused.returncode != 0 and "Access denied" in refused.stderr, refused
+        assert title in machine.run(*get, user=owner).stdout
+        unit = f"box-task-{task['id']}.service"
+        described = machine.run("systemctl", "show", "-p", "Description", unit, user="nobody")
+        assert title not in described.stdout
+        # A stranger's calls are still answered, with boxd's own refusal.
+        listed = boxctl(machine, "list", user="nobody", check=False)
+        assert "Only the box's owner may do this" in listed.stderr
+        # Coming back, boxd puts every task's object on the bus again, properties and all.
+        machine.run("systemctl", "restart", "boxd.service")
+        boxctl(machine, "approve", approval["id"], user=owner)
+        followed, _ = following.communicate(timeout=60)
+        assert step in followed, followed
+        # The same listener, run by the owner, hears the task: it would hear a leak.
+        owner_heard = ears["owner"].heard()
+        assert all(text in owner_heard for text in (title, step, question)), owner_heard
+        for name in ("nobody", "dbus-monitor", "busctl monitor"):
+            text = ears[name].heard()
+            assert secret not in text, f"{name} heard:\n{text}"
+    finally:
+        for ear in ears.values():
+            ear.stop()
 
 
 def test_a_waiting_broker_hears_the_answer_after_boxd_restarts(
     machine: Machine, token: str, owner: str
 ) -> None:
-    task = start_fake(
-        machine, token, 'call wallet.pay {"to": "Ada", "cents": 500}\nstep paid', tools=WALLET
-    )
+    script = 'step before\ncall wallet.pay {"to": "Ada", "cents": 500}\nstep paid'
+    task = start_fake(machine, token, script, tools=WALLET)
     approval = pending(machine, task["id"])
-    following = machine.spawn(BOXCTL, "follow", task["id"], user=owner)
+    following = listen(
+        machine, BOXCTL, "follow", task["id"], user=owner, env={"PYTHONUNBUFFERED": "1"}
+    )
+    # follow listens before it shows the steps logged so far.
+    assert "before" in first_line(following)
     machine.run("systemctl", "restart", "boxd.service")
     # The broker waits 150 s before it answers `pending` and the worker asks again; the task
     # ends well before that only if the broker heard the owner from boxd's new unique name.
     boxctl(machine, "approve", approval["id"], user=owner)
     ended = finish(machine, task["id"], timeout=60)
     assert ended["state"] == "done", ended
-    assert bookings(machine, task["id"]) == [("line-1", 500)]
-    followed, _ = following.communicate(timeout=30)
-    assert "paid" in followed, followed
+    assert payments(machine, task["id"]) == [("line-2", 500)]
+    assert following.wait(timeout=30) == 0
+    followed = heard(following)
+    assert "paid" in followed and "-> done" in followed, followed
