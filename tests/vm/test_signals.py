@@ -178,8 +178,14 @@ def test_a_stranger_hears_nothing_of_a_task(machine: Machine, token: str, owner:
         approval = pending(machine, task["id"])
         path = f"/org/boxd/Box1/task/{task['id']}"
         get = ("busctl", "get-property", "org.boxd.Box1", path, "org.boxd.Box1.Task", "Title")
-        refused = machine.run(*get, user="nobody", check=False)
-        assert refused.returncode != 0 and "Access denied" in refused.stderr, refused
+        call = ("busctl", "call", "org.boxd.Box1")
+        for reading in (
+            get,
+            (*call, path, "org.freedesktop.DBus.Properties", "GetAll", "s", "org.boxd.Box1.Task"),
+            (*call, "/", "org.freedesktop.DBus.ObjectManager", "GetManagedObjects"),
+        ):
+            refused = machine.run(*reading, user="nobody", check=False)
+            assert refused.returncode != 0 and "Access denied" in refused.stderr, refused
         assert title in machine.run(*get, user=owner).stdout
         unit = f"box-task-{task['id']}.service"
         described = machine.run("systemctl", "show", "-p", "Description", unit, user="nobody")
