@@ -1,4 +1,6 @@
-"""Waiting for the owner's answer, told by the task object's Event signal."""
+"""Waiting for the owner's answer, told by the task object's Event signal: believed only from
+the connection that owns org.boxd.Box1 at that moment, since anyone may send a signal straight
+to the broker, and boxd itself comes back under a new unique name when it restarts."""
 
 import asyncio
 import json
@@ -10,6 +12,7 @@ from dbus_fast.aio import MessageBus
 from boxd.approval import ApprovalState
 from boxd.dbus.bus_daemon import add_match
 from boxd.dbus.interface import BUS_NAME, TASK, task_path
+from boxd.dbus.name_owner import NameOwner
 from boxd.event import EventKind
 
 
@@ -17,10 +20,12 @@ class ApprovalWaiter:
     def __init__(self, bus: MessageBus, task_id: str) -> None:
         self._bus = bus
         self._path = task_path(task_id)
+        self._boxd = NameOwner(bus, BUS_NAME)
         self._answers: dict[str, str] = {}
         self._waiting: dict[str, asyncio.Future[str]] = {}
 
     async def start(self) -> None:
+        await self._boxd.start()
         self._bus.add_message_handler(self._on_message)
         await add_match(
             self._bus,
@@ -31,8 +36,11 @@ class ApprovalWaiter:
     def _on_message(self, message: Message) -> None:
         if (
             message.message_type != MessageType.SIGNAL
+            or not self._boxd.sent(message)
             or message.path != self._path
+            or message.interface != TASK
             or message.member != "Event"
+            or message.signature != "tss"
             or message.body[1] != EventKind.APPROVAL
         ):
             return

@@ -1,4 +1,5 @@
-"""`boxctl follow`: the task's steps live, from the task object's Event signal, until it ends."""
+"""`boxctl follow`: the task's steps live, from the task object's Event signal, until it ends.
+Events are believed only from the connection that owns org.boxd.Box1 (boxd.dbus.name_owner)."""
 
 import asyncio
 import json
@@ -11,6 +12,7 @@ from dbus_fast.aio import MessageBus
 from boxd.dbus.bus_daemon import add_match
 from boxd.dbus.client import BoxClient, whole
 from boxd.dbus.interface import BUS_NAME, TASK, task_path
+from boxd.dbus.name_owner import NameOwner
 from boxd.task import TaskState
 
 ENDED = {state.value for state in TaskState if state.ended}
@@ -21,13 +23,17 @@ async def follow(client: BoxClient, task_id: str, emit: Callable[[dict[str, Any]
     bus: MessageBus = client.bus
     events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     path = task_path(task_id)
+    boxd = NameOwner(bus, BUS_NAME)
+    await boxd.start()
 
     def on_signal(message: Message) -> None:
         if (
             message.message_type == MessageType.SIGNAL
+            and boxd.sent(message)
             and message.path == path
             and message.interface == TASK
             and message.member == "Event"
+            and message.signature == "tss"
         ):
             events.put_nowait(json.loads(message.body[2]))
 

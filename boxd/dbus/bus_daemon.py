@@ -5,27 +5,51 @@ from dbus_fast.aio import MessageBus
 
 from boxd.errors import Problem, die
 
+# The bus itself: its name is also the interface of its calls and the sender of its signals,
+# and no connection can own it.
+BUS_DAEMON = "org.freedesktop.DBus"
+BUS_DAEMON_PATH = "/org/freedesktop/DBus"
+_NO_OWNER = "org.freedesktop.DBus.Error.NameHasNoOwner"
 
-async def _call(bus: MessageBus, member: str, argument: str) -> Message:
-    reply = await bus.call(
+
+async def _ask(bus: MessageBus, member: str, argument: str) -> Message | None:
+    return await bus.call(
         Message(
-            destination="org.freedesktop.DBus",
-            path="/org/freedesktop/DBus",
-            interface="org.freedesktop.DBus",
+            destination=BUS_DAEMON,
+            path=BUS_DAEMON_PATH,
+            interface=BUS_DAEMON,
             member=member,
             signature="s",
             body=[argument],
         )
     )
+
+
+def _answer(reply: Message | None, member: str) -> Message:
     if reply is None or reply.message_type == MessageType.ERROR:
         why = reply.body[0] if reply is not None and reply.body else "no answer"
         die(Problem.FAILED, f"the system bus refused {member}: {why}")
     return reply
 
 
+async def _call(bus: MessageBus, member: str, argument: str) -> Message:
+    return _answer(await _ask(bus, member, argument), member)
+
+
 async def add_match(bus: MessageBus, rule: str) -> None:
     """Asks the bus to deliver the signals the rule matches to this connection."""
     await _call(bus, "AddMatch", rule)
+
+
+async def name_owner(bus: MessageBus, name: str) -> str | None:
+    """The unique name that owns `name` now, or None while no one does."""
+    reply = await _ask(bus, "GetNameOwner", name)
+    if reply is not None and reply.error_name == _NO_OWNER:
+        return None
+    owner = _answer(reply, "GetNameOwner").body[0]
+    if not isinstance(owner, str):
+        die(Problem.FAILED, f"the system bus gave no owner for {name}")
+    return owner
 
 
 async def connection_uid(bus: MessageBus, name: str) -> int:

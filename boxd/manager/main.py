@@ -46,6 +46,7 @@ async def run() -> None:
         server.handle(method, handler)
     if await bus.request_name(BUS_NAME) != RequestNameReply.PRIMARY_OWNER:
         die(Problem.FAILED, f"another process already owns {BUS_NAME} on the system bus")
+    box.records.publish()
     await box.recover()
     notifier = sdnotify.SystemdNotifier()
     notifier.notify("READY=1")

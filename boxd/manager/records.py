@@ -23,6 +23,7 @@ class Records:
         self.bus = bus
         self.locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._objects: dict[str, TaskObject] = {}
+        self._published = False
 
     async def task(self, task_id: str) -> Task:
         task = await self.store.task(check_task_id(task_id))
@@ -39,7 +40,16 @@ class Records:
     def export(self, task: Task) -> None:
         if task.id not in self._objects:
             self._objects[task.id] = TaskObject(task)
-            self.bus.export(api.task_path(task.id), self._objects[task.id])
+            if self._published:
+                self.bus.export(api.task_path(task.id), self._objects[task.id])
+
+    def publish(self) -> None:
+        """Puts the task objects on the bus, once boxd owns org.boxd.Box1. Exporting one
+        broadcasts its properties (InterfacesAdded, title included), and the D-Bus policy fences
+        only the signals of the name's owner: before that, anyone listening would hear them."""
+        self._published = True
+        for task_id, task_object in self._objects.items():
+            self.bus.export(api.task_path(task_id), task_object)
 
     async def record(
         self,

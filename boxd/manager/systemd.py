@@ -1,5 +1,7 @@
 """The manager's side of systemd's D-Bus API: start and stop units, transient workers, and
-signals when a unit changes state. Units are followed by signals, never by polling."""
+signals when a unit changes state. Units are followed by signals, never by polling; a signal is
+believed only from the connection that owns org.freedesktop.systemd1, since anyone may send a
+systemd-looking JobRemoved or PropertiesChanged straight to boxd."""
 
 import asyncio
 from collections import OrderedDict
@@ -11,6 +13,7 @@ from dbus_fast import Message, MessageType, Variant
 from dbus_fast.aio import MessageBus
 
 from boxd.dbus.bus_daemon import add_match
+from boxd.dbus.name_owner import NameOwner
 from boxd.errors import Problem, die
 
 _SYSTEMD = "org.freedesktop.systemd1"
@@ -64,6 +67,7 @@ class UnitStatus:
 class Systemd:
     def __init__(self, bus: MessageBus) -> None:
         self._bus = bus
+        self._systemd = NameOwner(bus, _SYSTEMD)
         self._watched: dict[str, Callable[[], None]] = {}
         self._waiting: dict[str, asyncio.Future[str]] = {}
         self._finished: OrderedDict[str, str] = OrderedDict()
@@ -95,6 +99,7 @@ class Systemd:
         return reply
 
     async def subscribe(self) -> None:
+        await self._systemd.start()
         rules = (
             f"type='signal',sender='{_SYSTEMD}',interface='{_PROPERTIES}',"
             f"member='PropertiesChanged',path_namespace='{_MANAGER_PATH}/unit'",
@@ -113,10 +118,13 @@ class Systemd:
         self._watched.pop(unit_path(name), None)
 
     def _on_message(self, message: Message) -> bool | None:
+        if message.message_type != MessageType.SIGNAL or not self._systemd.sent(message):
+            return None
         if (
-            message.message_type == MessageType.SIGNAL
-            and message.member == "JobRemoved"
+            message.member == "JobRemoved"
             and message.interface == _MANAGER
+            and message.path == _MANAGER_PATH
+            and message.signature == "uoss"
         ):
             _id, job, _unit, result = message.body
             waiting = self._waiting.pop(job, None)
@@ -128,8 +136,8 @@ class Systemd:
                     self._finished.popitem(last=False)
             return None
         if (
-            message.message_type == MessageType.SIGNAL
-            and message.member == "PropertiesChanged"
+            message.member == "PropertiesChanged"
+            and message.interface == _PROPERTIES
             and message.path in self._watched
             and message.body
             and message.body[0] == _UNIT

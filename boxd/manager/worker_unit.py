@@ -65,7 +65,9 @@ def worker_properties(home: Path, task: Task, settings: Settings) -> list[tuple[
     work = str(task_work_dir(home, task.id))
     command = worker_command(task)
     return [
-        ("Description", Variant("s", f"boxd task {task.id}: {task.title[:80]}")),
+        # Not the title: any local user reads a unit's description (systemctl, systemd's
+        # signals), and a task's content is for the owner only.
+        ("Description", Variant("s", f"boxd task {task.id}")),
         ("Type", Variant("s", "exec")),
         ("ExecStart", Variant("a(sasb)", [[command[0], command, False]])),
         ("RemainAfterExit", Variant("b", True)),

@@ -1,0 +1,197 @@
+"""Signals are believed only from the unique name that owns org.boxd.Box1 (or systemd's name)
+at that moment: the broker's approvals, `boxctl follow` and the manager's unit watching. A
+stranger's signal sent straight to them (as `dbus-send --dest=<unique name>` does) is ignored,
+and so is boxd's old unique name once it restarted."""
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from dbus_fast import Message
+
+from boxd.broker.approvals import ApprovalWaiter
+from boxd.cli.follow import follow
+from boxd.dbus.client import BoxClient
+from boxd.dbus.interface import BUS_NAME, MANAGER, TASK, task_path
+from boxd.dbus.name_owner import NameOwner
+from boxd.manager.records import Records
+from boxd.manager.store import Store
+from boxd.manager.systemd import Systemd, unit_path
+from tests.fake_bus import FakeBus, owner_changed, signal
+from tests.test_store import a_task
+
+TASK_ID = "t000000001"
+BOXD = ":1.10"
+NEW_BOXD = ":1.99"
+STRANGER = ":1.66"
+SYSTEMD = ":1.1"
+SYSTEMD_NAME = "org.freedesktop.systemd1"
+PENDING = {"id": f"{TASK_ID}.k", "state": "pending"}
+
+
+def event(
+    sender: str, seq: int, kind: str, data: dict[str, Any], destination: str | None = None
+) -> Message:
+    body = {"seq": seq, "task": TASK_ID, "kind": kind, "at": 1.0, "data": data}
+    return signal(
+        sender,
+        task_path(TASK_ID),
+        TASK,
+        "Event",
+        "tss",
+        [seq, kind, json.dumps(body)],
+        destination=destination,
+    )
+
+
+def answer(sender: str, state: str = "approved", destination: str | None = None) -> Message:
+    return event(sender, 7, "approval", {"id": f"{TASK_ID}.k", "state": state}, destination)
+
+
+async def test_the_owner_is_asked_then_followed() -> None:
+    fake = FakeBus({BUS_NAME: BOXD})
+    owner = NameOwner(fake.bus, BUS_NAME)
+    await owner.start()
+    assert owner.owner == BOXD
+    assert any("member='NameOwnerChanged'" in r and f"arg0='{BUS_NAME}'" in r for r in fake.rules)
+    fake.deliver(owner_changed(BUS_NAME, BOXD, ""))
+    assert owner.owner is None
+    fake.deliver(owner_changed(BUS_NAME, "", NEW_BOXD))
+    assert owner.owner == NEW_BOXD
+    # Another name's changes are not this one's.
+    fake.deliver(owner_changed("org.example.Other", "", STRANGER))
+    assert owner.owner == NEW_BOXD
+
+
+async def test_only_the_bus_itself_announces_a_new_owner() -> None:
+    fake = FakeBus({BUS_NAME: BOXD})
+    owner = NameOwner(fake.bus, BUS_NAME)
+    await owner.start()
+    fake.deliver(owner_changed(BUS_NAME, BOXD, STRANGER, sender=STRANGER))
+    assert owner.owner == BOXD
+    assert not owner.sent(answer(STRANGER))
+    assert owner.sent(answer(BOXD))
+
+
+async def test_no_owner_believes_no_one() -> None:
+    owner = NameOwner(FakeBus({}).bus, BUS_NAME)
+    await owner.start()
+    assert owner.owner is None
+    assert not owner.sent(answer(BOXD))
+
+
+async def test_a_change_while_asking_is_not_overwritten_by_an_older_answer() -> None:
+    fake = FakeBus({BUS_NAME: BOXD})
+    owner = NameOwner(fake.bus, BUS_NAME)
+
+    def restarted_meanwhile() -> None:
+        if fake.name_owner_asked == 1:
+            fake.owners[BUS_NAME] = NEW_BOXD
+            fake.deliver(owner_changed(BUS_NAME, BOXD, NEW_BOXD))
+
+    fake.while_asking = restarted_meanwhile
+    await owner.start()
+    assert owner.owner == NEW_BOXD
+    assert fake.name_owner_asked == 2
+
+
+async def waiter() -> tuple[FakeBus, ApprovalWaiter]:
+    fake = FakeBus({BUS_NAME: BOXD})
+    waiting = ApprovalWaiter(fake.bus, TASK_ID)
+    await waiting.start()
+    return fake, waiting
+
+
+async def test_a_forged_answer_approves_nothing() -> None:
+    fake, waiting = await waiter()
+    fake.deliver(answer(STRANGER))
+    assert await waiting.wait(PENDING, 0.05) == "pending"
+    # Sent to the broker's unique name, as dbus-send --dest does: the same.
+    fake.deliver(answer(STRANGER, destination=":1.20"))
+    assert await waiting.wait(PENDING, 0.05) == "pending"
+    fake.deliver(answer(BOXD, "denied"))
+    assert await waiting.wait(PENDING, 0.05) == "denied"
+
+
+async def test_a_waiting_broker_hears_boxd_after_it_restarted() -> None:
+    fake, waiting = await waiter()
+    waited = asyncio.create_task(waiting.wait(PENDING, 5))
+    await asyncio.sleep(0)
+    fake.deliver(owner_changed(BUS_NAME, BOXD, ""))
+    fake.deliver(owner_changed(BUS_NAME, "", NEW_BOXD))
+    # The old unique name may now belong to no one, or be forged: never believed again.
+    fake.deliver(answer(BOXD))
+    await asyncio.sleep(0)
+    assert not waited.done()
+    fake.deliver(answer(NEW_BOXD, "denied"))
+    assert await waited == "denied"
+
+
+async def test_follow_shows_only_boxd_events() -> None:
+    fake = FakeBus({BUS_NAME: BOXD})
+    fake.answers["GetTask"] = {"state": "running", "steps": []}
+    shown: list[dict[str, Any]] = []
+    following = asyncio.create_task(follow(BoxClient(fake.bus, MANAGER), TASK_ID, shown.append))
+    # The fake answers at once: one turn of the loop brings follow to waiting for events.
+    await asyncio.sleep(0)
+    fake.deliver(event(STRANGER, 1, "task.step", {"text": "forged"}))
+    fake.deliver(event(STRANGER, 2, "task.state", {"state": "done"}))
+    fake.deliver(event(BOXD, 1, "task.step", {"text": "real"}))
+    fake.deliver(event(BOXD, 2, "task.state", {"state": "failed"}))
+    assert await asyncio.wait_for(following, 5) == "failed"
+    assert [e["data"] for e in shown] == [{"text": "real"}, {"state": "failed"}]
+
+
+def job_removed(sender: str, job: str) -> Message:
+    return signal(
+        sender,
+        "/org/freedesktop/systemd1",
+        "org.freedesktop.systemd1.Manager",
+        "JobRemoved",
+        "uoss",
+        [7, job, "box-task-x.service", "done"],
+    )
+
+
+def unit_changed(sender: str, unit: str) -> Message:
+    return signal(
+        sender,
+        unit_path(unit),
+        "org.freedesktop.DBus.Properties",
+        "PropertiesChanged",
+        "sa{sv}as",
+        ["org.freedesktop.systemd1.Unit", {}, ["ActiveState"]],
+    )
+
+
+async def test_the_manager_ignores_systemd_lookalikes() -> None:
+    fake = FakeBus({SYSTEMD_NAME: SYSTEMD, BUS_NAME: BOXD})
+    systemd = Systemd(fake.bus)
+    await systemd.subscribe()
+    changed: list[str] = []
+    systemd.watch("box-task-x.service", lambda: changed.append("x"))
+    job = "/org/freedesktop/systemd1/job/42"
+    done = asyncio.create_task(systemd._job_done(job))
+    await asyncio.sleep(0)
+    for sender in (STRANGER, BOXD):
+        fake.deliver(job_removed(sender, job))
+        fake.deliver(unit_changed(sender, "box-task-x.service"))
+    await asyncio.sleep(0)
+    assert not done.done()
+    assert changed == []
+    fake.deliver(job_removed(SYSTEMD, job))
+    fake.deliver(unit_changed(SYSTEMD, "box-task-x.service"))
+    assert await asyncio.wait_for(done, 1) == "done"
+    assert changed == ["x"]
+
+
+def test_task_objects_wait_for_the_name() -> None:
+    """Exporting broadcasts a task's properties; only the name's owner's signals are fenced."""
+    fake = FakeBus({})
+    records = Records(Store(Path("/nonexistent/box.db")), fake.bus)
+    records.export(a_task("t000000001"))
+    assert fake.exported == []
+    records.publish()
+    records.export(a_task("t000000002"))
+    assert fake.exported == [task_path("t000000001"), task_path("t000000002")]
