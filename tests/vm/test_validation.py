@@ -159,6 +159,10 @@ def settings(machine: Machine) -> Iterator[None]:
 
 def test_settings_apply_to_new_tasks(machine: Machine, token: str, settings: None) -> None:
     shown = json.loads(boxctl(machine, "settings", "--json").stdout)
+    # The box-wide limits default from the machine's cores and memory.
+    for name in ("allTasksMemoryMaxBytes", "allTasksTasksMax", "maxRunningTasks"):
+        value = shown.pop(name)
+        assert isinstance(value, int) and value > 0, name
     assert shown == {
         "defaultBudgetCents": 100,
         "defaultHosts": [],
