@@ -8,6 +8,7 @@ from boxd.dbus.interface import (
     GATEWAY,
     MANAGER,
     METHODS,
+    Door,
     bound_methods,
     find_method,
     introspection_xml,
@@ -41,9 +42,9 @@ def test_gateway_methods_take_the_token_first() -> None:
 def test_interfaces_follow_the_callers() -> None:
     for method in METHODS:
         on = set(method.interfaces)
-        assert (MANAGER in on) == (Role.OWNER in method.callers)
-        assert (GATEWAY in on) == bool(method.callers & {Role.OWNER, Role.APP})
-        assert (BROKER in on) == (Role.BROKER in method.callers)
+        assert (MANAGER in on) == (Door.POLKIT in method.callers)
+        assert (GATEWAY in on) == bool(method.callers & {Door.OWNER_TOKEN, Door.APP_TOKEN})
+        assert (BROKER in on) == (Door.BROKER in method.callers)
     # A broker reaches none of the owner's methods, and the owner none of the broker's.
     assert find_method(BROKER, "AnswerApproval") is None
     assert find_method(MANAGER, "LogStep") is None
@@ -51,8 +52,25 @@ def test_interfaces_follow_the_callers() -> None:
 
 
 def test_an_app_may_only_start_see_and_stop() -> None:
-    admitted = {m.name for m in METHODS if Role.APP in m.callers}
+    admitted = {m.name for m in METHODS if Door.APP_TOKEN in m.callers}
     assert admitted == {"CreateTask", "GetTask", "ListTasks", "StopTask"}
+    for method in METHODS:
+        assert method.admits(GATEWAY, Role.APP) == (Door.APP_TOKEN in method.callers)
+
+
+def test_settings_vault_and_new_tokens_are_the_owners_own_account_s() -> None:
+    own = {m.name for m in METHODS if m.callers == {Door.POLKIT}}
+    assert {"SetSecret", "RemoveSecret", "ListSecrets", "SetSettings", "CreateToken"} <= own
+    assert find_method(GATEWAY, "SetSecret") is None
+    # A role that came in by another door is not admitted, whatever the method.
+    assert not find_method_strict(MANAGER, "ListTasks").method.admits(MANAGER, Role.APP)
+    assert not find_method_strict(BROKER, "LogStep").method.admits(BROKER, Role.OWNER)
+
+
+def find_method_strict(interface: str, name: str) -> Any:
+    found = find_method(interface, name)
+    assert found is not None
+    return found
 
 
 class _Anything:

@@ -1,8 +1,8 @@
 """`org.boxd.Box1`: every method declared once, with its arguments and the callers it admits.
 
-Which interfaces a method appears on follows from its callers: the owner calls on `Manager`
-(polkit decides) and on `Gateway` with a bearer token first; an app's token calls on `Gateway`;
-a task's broker on `Broker`. Introspection, dispatch, the signature check and the role check are
+Which interfaces a method appears on follows from its callers: the owner by polkit calls on
+`Manager`; the owner's and an app's bearer tokens call on `Gateway`, the token first; a task's
+broker calls on `Broker`. Introspection, dispatch, the signature check and the role check are
 all derived from this table, so no method can be reachable by a caller it does not name.
 
 Bodies are JSON strings checked by the same pydantic models the HTTP API uses, so a `busctl` or
@@ -10,6 +10,7 @@ Bodies are JSON strings checked by the same pydantic models the HTTP API uses, s
 """
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from dbus_fast import introspection as intr
 from dbus_fast.constants import ArgDirection
@@ -32,24 +33,49 @@ def task_path(task_id: str) -> str:
     return f"{TASKS_PATH}/{task_id}"
 
 
+class Door(StrEnum):
+    """How a caller comes in, which is what a method admits or not."""
+
+    POLKIT = "the owner, by polkit"
+    OWNER_TOKEN = "the owner's token"
+    APP_TOKEN = "an app's token"
+    BROKER = "a task's broker"
+
+
+def door(interface: str, role: Role) -> Door | None:
+    """The door a caller identified as `role` came in by, on `interface`."""
+    if interface == MANAGER and role == Role.OWNER:
+        return Door.POLKIT
+    if interface == GATEWAY and role == Role.OWNER:
+        return Door.OWNER_TOKEN
+    if interface == GATEWAY and role == Role.APP:
+        return Door.APP_TOKEN
+    if interface == BROKER and role == Role.BROKER:
+        return Door.BROKER
+    return None
+
+
 @dataclass(frozen=True)
 class Method:
     name: str
     # Each argument is a string unless its name says otherwise: `approved:b`.
     args: tuple[str, ...]
     returns: str
-    callers: frozenset[Role]
+    callers: frozenset[Door]
 
     @property
     def interfaces(self) -> tuple[str, ...]:
         found = []
-        if Role.OWNER in self.callers:
+        if Door.POLKIT in self.callers:
             found.append(MANAGER)
-        if self.callers & {Role.OWNER, Role.APP}:
+        if self.callers & {Door.OWNER_TOKEN, Door.APP_TOKEN}:
             found.append(GATEWAY)
-        if Role.BROKER in self.callers:
+        if Door.BROKER in self.callers:
             found.append(BROKER)
         return tuple(found)
+
+    def admits(self, interface: str, role: Role) -> bool:
+        return door(interface, role) in self.callers
 
 
 @dataclass(frozen=True)
@@ -81,9 +107,12 @@ class Bound:
         return "".join(self.types)
 
 
-_OWNER = frozenset({Role.OWNER})
-_OWNER_OR_APP = frozenset({Role.OWNER, Role.APP})
-_BROKER = frozenset({Role.BROKER})
+# The owner's own account only: the vault, settings and new tokens are never a token's to
+# change, so a stolen token cannot widen what it or another token may do.
+_POLKIT = frozenset({Door.POLKIT})
+_OWNER = frozenset({Door.POLKIT, Door.OWNER_TOKEN})
+_OWNER_OR_APP = frozenset({Door.POLKIT, Door.OWNER_TOKEN, Door.APP_TOKEN})
+_BROKER = frozenset({Door.BROKER})
 
 # An app's token starts tasks, and sees, follows and stops the ones it started.
 CREATE_TASK = Method("CreateTask", ("request",), "task", _OWNER_OR_APP)
@@ -99,16 +128,16 @@ LIST_APPROVALS = Method("ListApprovals", ("page",), "approvals", _OWNER)
 ANSWER_APPROVAL = Method("AnswerApproval", ("id", "approved:b"), "approval", _OWNER)
 LIST_WORKSPACES = Method("ListWorkspaces", (), "workspaces", _OWNER)
 CREATE_WORKSPACE = Method("CreateWorkspace", ("name",), "workspace", _OWNER)
-REMOVE_WORKSPACE = Method("RemoveWorkspace", ("name",), "removed", _OWNER)
-GET_SETTINGS = Method("GetSettings", (), "settings", _OWNER)
-SET_SETTINGS = Method("SetSettings", ("changes",), "settings", _OWNER)
-CREATE_TOKEN = Method("CreateToken", ("name", "app:b"), "token", _OWNER)
+REMOVE_WORKSPACE = Method("RemoveWorkspace", ("name",), "removed", _POLKIT)
+GET_SETTINGS = Method("GetSettings", (), "settings", _POLKIT)
+SET_SETTINGS = Method("SetSettings", ("changes",), "settings", _POLKIT)
+CREATE_TOKEN = Method("CreateToken", ("name", "app:b"), "token", _POLKIT)
 LIST_TOKENS = Method("ListTokens", (), "tokens", _OWNER)
 REVOKE_TOKEN = Method("RevokeToken", ("id",), "token", _OWNER)
 # The vault: values go in, never out.
-SET_SECRET = Method("SetSecret", ("name", "value"), "secret", _OWNER)
-REMOVE_SECRET = Method("RemoveSecret", ("name",), "secret", _OWNER)
-LIST_SECRETS = Method("ListSecrets", (), "names", _OWNER)
+SET_SECRET = Method("SetSecret", ("name", "value"), "secret", _POLKIT)
+REMOVE_SECRET = Method("RemoveSecret", ("name",), "secret", _POLKIT)
+LIST_SECRETS = Method("ListSecrets", (), "names", _POLKIT)
 # A task's broker, for its own task only (the first argument is the task's id).
 BROKER_GET_TASK = Method("GetTask", ("id", "page"), "task", _BROKER)
 LOG_STEP = Method("LogStep", ("id", "step"), "event", _BROKER)

@@ -61,10 +61,10 @@ class Server:
     async def _serve(self, message: Message, method: Bound) -> None:
         try:
             caller = await self._authorize(message, method)
-            if caller.role not in method.method.callers:
+            if not method.method.admits(method.interface, caller.role):
                 if caller.role == Role.APP:
                     die(Problem.FORBIDDEN, OWNER_ONLY)
-                die(Problem.FORBIDDEN, f"{caller.role} may not call {method.name}")
+                die(Problem.FORBIDDEN, f"{method.name} is not open to {caller.role} callers here")
             args = message.body[1:] if method.interface == GATEWAY else message.body
             result = await self._handlers[method.method](caller, args)
             reply = Message.new_method_return(message, "s", [json.dumps(result)])

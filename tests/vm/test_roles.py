@@ -71,15 +71,25 @@ def test_an_apps_token_starts_sees_and_stops_only_its_own(machine: Machine, toke
     assert status == 200 and approval in [a["id"] for a in pending]
     # The same refusals on the D-Bus interface behind the HTTP API.
     for member, signature, args in (
-        ("SetSettings", "ss", (app, json.dumps({"defaultBudgetCents": 100000}))),
-        ("SetSecret", "sss", (app, "mail.password", "stolen")),
-        ("CreateToken", "ssb", (app, "mine now", "false")),
         ("AnswerApproval", "ssb", (app, approval, "true")),
         ("ListApprovals", "ss", (app, "")),
+        ("UndoTask", "ss", (app, done["id"])),
     ):
         refused = _gateway(machine, member, signature, *args)
         assert refused.returncode != 0, member
         assert OWNER_ONLY[1]["error"] in refused.stderr, (member, refused.stderr)
+    # Settings, the vault and new tokens are the owner's own account's: no token reaches them.
+    before = boxctl(machine, "settings", "--json").stdout
+    for member, signature, args in (
+        ("SetSettings", "ss", (app, json.dumps({"defaultBudgetCents": 100000}))),
+        ("SetSettings", "ss", (token, json.dumps({"defaultBudgetCents": 100000}))),
+        ("SetSecret", "sss", (token, "mail.password", "stolen")),
+        ("CreateToken", "ssb", (app, "mine now", "false")),
+    ):
+        refused = _gateway(machine, member, signature, *args)
+        assert refused.returncode != 0 and "Unknown method" in refused.stderr, refused.stderr
+    assert boxctl(machine, "settings", "--json").stdout == before
+    assert "mail.password" not in boxctl(machine, "vault", "ls").stdout
     assert http(machine, "POST", f"/api/tasks/{mine['id']}/stop", app)[0] == 200
     boxctl(machine, "stop", theirs["id"])
 
