@@ -7,6 +7,7 @@ A method returns only after its transaction is on disk.
 
 import asyncio
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from typing import Any, TypeVar
 
 from boxd.approval import Approval, ApprovalState
 from boxd.event import Event
-from boxd.manager import journal
+from boxd.manager import at_rest, journal
 from boxd.settings import Settings
 from boxd.task import Task, TaskState
 
@@ -90,6 +91,13 @@ class Store:
 
     async def open(self) -> None:
         def connect() -> None:
+            # Every prompt, step and tool output is in it: root's alone. SQLite gives the -wal
+            # and -shm it makes the database's mode; those of a database from before are closed
+            # here too.
+            os.close(os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, at_rest.DATABASE))
+            for path in (self._path, *(Path(f"{self._path}{end}") for end in ("-wal", "-shm"))):
+                if path.exists():
+                    at_rest.restrict(path, at_rest.DATABASE)
             db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")

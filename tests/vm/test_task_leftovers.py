@@ -1,0 +1,191 @@
+"""Nothing a task leaves in a workspace runs in another task's worker, and a task's only voices
+are its broker and its output: tried by tasks playing the attacker, in a real box.
+
+The fake worker's `write` puts a file in the task's view as the task's user, as any agent could;
+`sh` runs a command inside the worker's unit.
+"""
+
+import base64
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.vm.box_api import boxctl, finish, http, start_fake, wait_for_step
+from tests.vm.machine import Machine
+
+SITE = ".local/lib/python3.11/site-packages"
+
+
+@pytest.fixture
+def running(machine: Machine, token: str) -> Iterator[dict[str, Any]]:
+    """Another task, whose worker sleeps; stopped afterwards."""
+    task = start_fake(machine, token, "step up\nsleep 120")
+    wait_for_step(machine, task["id"])
+    yield task
+    http(machine, "POST", f"/api/tasks/{task['id']}/stop", token)
+
+
+def _plant(name: str) -> str:
+    """One line of Python that leaves a file named for what ran it, wherever it runs."""
+    return f"import os; open(os.path.join(os.getcwd(), 'ran-{name}'), 'w').close()"
+
+
+# Where a Python that starts in the view, with HOME in it, would pick code up: the user's
+# site-packages (usercustomize, sitecustomize, .pth lines that start with `import`), and the
+# working directory, first on sys.path for `python -m` (a module the worker imports by name).
+PLANTS = {
+    f"{SITE}/usercustomize.py": _plant("usercustomize"),
+    f"{SITE}/sitecustomize.py": _plant("sitecustomize"),
+    f"{SITE}/leftover.pth": _plant("pth"),
+    "json.py": _plant("json"),
+}
+
+
+def test_nothing_a_task_leaves_runs_when_the_next_worker_starts(
+    machine: Machine, token: str
+) -> None:
+    workspace = "leftovers"
+    boxctl(machine, "workspace", "create", workspace)
+    planter = start_fake(
+        machine,
+        token,
+        "\n".join(f"write {path} {code}" for path, code in PLANTS.items()),
+        workspace=workspace,
+    )
+    assert finish(machine, planter["id"])["state"] == "done"
+    layers = f"/var/lib/box/layers/{workspace}"
+    planted = machine.run("sh", "-c", f"cd {layers} && find . -type f | sort").stdout
+    assert len(planted.split()) == len(PLANTS), planted
+    # The next task on the same workspace sees those files in its view, and starts.
+    victim = start_fake(
+        machine,
+        token,
+        f"sh ls -a {SITE}\nsh cat {SITE}/usercustomize.py",
+        workspace=workspace,
+    )
+    ended = finish(machine, victim["id"])
+    # Nothing of it ran in the worker: no file it would have left, in any layer or anywhere.
+    ran = machine.run("find", "/var/lib/box", "/tmp", "-name", "ran-*").stdout
+    assert ran == "", ran
+    assert ended["state"] == "done", ended
+    assert ended["steps"][0]["text"].split() == [
+        ".",
+        "..",
+        "leftover.pth",
+        "sitecustomize.py",
+        "usercustomize.py",
+    ]
+    assert ended["steps"][1]["text"] == _plant("usercustomize")
+
+
+def test_the_workers_home_and_caches_are_its_own_and_go_with_it(
+    machine: Machine, token: str
+) -> None:
+    task = start_fake(
+        machine,
+        token,
+        'sh printf \'%s\\n\' "$HOME" "$XDG_CACHE_HOME" "$XDG_CONFIG_HOME"\n'
+        'sh mkdir -p "$XDG_CACHE_HOME" && echo cached > "$XDG_CACHE_HOME/probe" '
+        '&& stat -c "%U %a" "$HOME"\n'
+        "sleep 120",
+    )
+    wait_for_step(machine, task["id"], count=2)
+    own = f"/var/lib/box/tasks/{task['id']}/home"
+    assert machine.run("cat", f"{own}/.cache/probe").stdout == "cached\n"
+    http(machine, "POST", f"/api/tasks/{task['id']}/stop", token)
+    ended = finish(machine, task["id"])
+    where, owner = (s["text"] for s in ended["steps"][:2])
+    assert where.splitlines() == [own, f"{own}/.cache", f"{own}/.config"]
+    assert owner == f"box-{task['id']} 700"
+    # Not in the workspace, and gone once the task has ended.
+    assert machine.run("test", "-e", own, check=False).returncode == 1
+    found = machine.run("find", "/var/lib/box/workspaces", "/var/lib/box/layers", "-name", "probe")
+    assert found.stdout == ""
+
+
+def _journal_entries(machine: Machine, *matches: str) -> list[dict[str, Any]]:
+    shown = machine.run("journalctl", "--no-pager", "-o", "json", *matches).stdout
+    return [json.loads(line) for line in shown.splitlines() if line.startswith("{")]
+
+
+REFUSED = "2>/dev/null && echo {0} reached || echo {0} refused"
+
+
+def test_a_task_cannot_write_the_journal_as_boxd(
+    machine: Machine, token: str, running: dict[str, Any]
+) -> None:
+    victim = running["id"]
+    forged = (
+        "printf 'MESSAGE=approved by the owner\\nBOX_TASK=%s\\nBOX_EVENT=approval\\n"
+        f"FORGED_BY=attacker\\n' {victim} | logger --journald {REFUSED.format('journald')}; "
+        # The syslog socket and systemd-cat's stream socket are journald's too.
+        "logger --socket-errors=on forged-by-attacker "
+        f"{REFUSED.format('syslog')}; "
+        f"systemd-cat -t forged-by-attacker true {REFUSED.format('stream')}"
+    )
+    attacker = start_fake(machine, token, f"sh {forged}")
+    ended = finish(machine, attacker["id"])
+    assert ended["state"] == "done", ended
+    assert ended["steps"][0]["text"].splitlines() == [
+        "journald refused",
+        "syslog refused",
+        "stream refused",
+    ]
+    machine.run("journalctl", "--sync")
+    assert _journal_entries(machine, "FORGED_BY=attacker") == []
+    assert _journal_entries(machine, "SYSLOG_IDENTIFIER=forged-by-attacker") == []
+    told = _journal_entries(machine, f"BOX_TASK={victim}")
+    assert told, "boxd's own lines about the task are there"
+    assert not [e for e in told if "approved by the owner" in str(e.get("MESSAGE"))], told
+
+
+def test_a_task_reaches_no_socket_but_its_brokers(
+    machine: Machine, token: str, running: dict[str, Any]
+) -> None:
+    # The box's sockets, as root sees them: the journal's, the bus's, systemd's, another task's.
+    theirs = machine.run(
+        "sh", "-c", "find /run /var/lib/box /dev -type s 2>/dev/null | sort"
+    ).stdout.split()
+    assert "/run/systemd/journal/socket" in theirs
+    assert f"/var/lib/box/tasks/{running['id']}/broker.sock" in theirs
+    probe = (
+        "import socket, sys\n"
+        "for path in sys.argv[1:]:\n"
+        "    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_SEQPACKET):\n"
+        "        s = socket.socket(socket.AF_UNIX, kind)\n"
+        "        try:\n"
+        "            s.connect(path)\n"
+        "        except OSError:\n"
+        "            continue\n"
+        "        finally:\n"
+        "            s.close()\n"
+        "        print(path)\n"
+        "        break\n"
+    )
+    task = start_fake(
+        machine,
+        token,
+        # Every socket file it can find, and every one of the box's it can connect to.
+        "sh find / \\( -path /proc -o -path /sys \\) -prune -o -type s -print 2>/dev/null; true\n"
+        f"sh python3 probe.py {' '.join(theirs)} /dev/log $BOX_SOCKET",
+        files=[{"name": "probe.py", "content": base64.b64encode(probe.encode()).decode()}],
+    )
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    door = f"/var/lib/box/tasks/{task['id']}/broker.sock"
+    found, reached = (s["text"] for s in ended["steps"])
+    assert found.split() == [door]
+    assert reached.split() == [door]
+
+
+def test_the_workers_output_still_reaches_the_journal(machine: Machine, token: str) -> None:
+    task = start_fake(machine, token, "step first\nfail hello from the worker")
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "failed", ended
+    machine.run("journalctl", "--sync")
+    said = machine.run(
+        "journalctl", "--no-pager", "-o", "cat", "-u", f"box-task-{task['id']}.service"
+    ).stdout
+    assert "line 2: hello from the worker" in said, said
