@@ -110,6 +110,37 @@ def _journal_entries(machine: Machine, *matches: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in shown.splitlines() if line.startswith("{")]
 
 
+# Every socket file the task can find (by stat: find's -type trusts the directory entry, which
+# for a file bound over a mount point is the point's), then every one it can connect to, of
+# those and of the paths it is given.
+PROBE = """
+import os, socket, stat, sys
+found = []
+for top, folders, files in os.walk("/"):
+    if top == "/":
+        folders[:] = [f for f in folders if f not in ("proc", "sys")]
+    for name in files:
+        path = os.path.join(top, name)
+        try:
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
+                found.append(path)
+        except OSError:
+            pass
+for path in found:
+    print("found", path)
+for path in sorted(set(found + sys.argv[1:])):
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_SEQPACKET):
+        s = socket.socket(socket.AF_UNIX, kind)
+        try:
+            s.connect(path)
+        except OSError:
+            continue
+        finally:
+            s.close()
+        print("reached", path)
+        break
+"""
+
 REFUSED = "2>/dev/null && echo {0} reached || echo {0} refused"
 
 
@@ -128,11 +159,9 @@ def test_a_task_cannot_write_the_journal_as_boxd(
     attacker = start_fake(machine, token, f"sh {forged}")
     ended = finish(machine, attacker["id"])
     assert ended["state"] == "done", ended
-    assert ended["steps"][0]["text"].splitlines() == [
-        "journald refused",
-        "syslog refused",
-        "stream refused",
-    ]
+    # sd_journal_send drops a message when journald's socket is not there and says it sent it,
+    # so `logger --journald` looks happy: the journal below is what counts.
+    assert ended["steps"][0]["text"].splitlines()[1:] == ["syslog refused", "stream refused"]
     machine.run("journalctl", "--sync")
     assert _journal_entries(machine, "FORGED_BY=attacker") == []
     assert _journal_entries(machine, "SYSLOG_IDENTIFIER=forged-by-attacker") == []
@@ -150,34 +179,17 @@ def test_a_task_reaches_no_socket_but_its_brokers(
     ).stdout.split()
     assert "/run/systemd/journal/socket" in theirs
     assert f"/var/lib/box/tasks/{running['id']}/broker.sock" in theirs
-    probe = (
-        "import socket, sys\n"
-        "for path in sys.argv[1:]:\n"
-        "    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_SEQPACKET):\n"
-        "        s = socket.socket(socket.AF_UNIX, kind)\n"
-        "        try:\n"
-        "            s.connect(path)\n"
-        "        except OSError:\n"
-        "            continue\n"
-        "        finally:\n"
-        "            s.close()\n"
-        "        print(path)\n"
-        "        break\n"
-    )
     task = start_fake(
         machine,
         token,
-        # Every socket file it can find, and every one of the box's it can connect to.
-        "sh find / \\( -path /proc -o -path /sys \\) -prune -o -type s -print 2>/dev/null; true\n"
         f"sh python3 probe.py {' '.join(theirs)} /dev/log $BOX_SOCKET",
-        files=[{"name": "probe.py", "content": base64.b64encode(probe.encode()).decode()}],
+        files=[{"name": "probe.py", "content": base64.b64encode(PROBE.encode()).decode()}],
     )
     ended = finish(machine, task["id"])
     assert ended["state"] == "done", ended
     door = f"/var/lib/box/tasks/{task['id']}/broker.sock"
-    found, reached = (s["text"] for s in ended["steps"])
-    assert found.split() == [door]
-    assert reached.split() == [door]
+    printed = ended["steps"][0]["text"].splitlines()
+    assert printed == [f"found {door}", f"reached {door}"]
 
 
 def test_the_workers_output_still_reaches_the_journal(machine: Machine, token: str) -> None:
