@@ -26,7 +26,7 @@ def _unreadable(machine: Machine, path: str) -> str:
 
 def test_other_users_read_nothing_boxd_keeps(machine: Machine, token: str) -> None:
     boxctl(machine, "workspace", "create", "private")
-    machine.run("sh", "-c", f"echo the owner's notes > {BOX}/workspaces/private/notes.txt")
+    machine.run("sh", "-c", f"echo the owner notes > {BOX}/workspaces/private/notes.txt")
     machine.run("chmod", "0644", f"{BOX}/workspaces/private/notes.txt")
     done = start_fake(machine, token, "write layer.txt a done task's work", workspace="private")
     assert finish(machine, done["id"])["state"] == "done"
