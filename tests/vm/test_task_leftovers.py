@@ -28,8 +28,12 @@ def running(machine: Machine, token: str) -> Iterator[dict[str, Any]]:
 
 
 def _plant(name: str) -> str:
-    """One line of Python that leaves a file named for what ran it, wherever it runs."""
-    return f"import os; open(os.path.join(os.getcwd(), 'ran-{name}'), 'w').close()"
+    """One line of Python that says what ran it on stderr, which the journal keeps even when
+    the task fails and its layer is thrown away, and leaves a file named for it."""
+    return (
+        f"import os, sys; print('ran-{name}', file=sys.stderr, flush=True); "
+        f"open(os.path.join(os.getcwd(), 'ran-{name}'), 'w').close()"
+    )
 
 
 # Where a Python that starts in the view, with HOME in it, would pick code up: the user's
@@ -66,7 +70,12 @@ def test_nothing_a_task_leaves_runs_when_the_next_worker_starts(
         workspace=workspace,
     )
     ended = finish(machine, victim["id"])
-    # Nothing of it ran in the worker: no file it would have left, in any layer or anywhere.
+    # Nothing of it ran in the worker: nothing it would have said, no file it would have left.
+    machine.run("journalctl", "--sync")
+    said = machine.run(
+        "journalctl", "--no-pager", "-o", "cat", "-u", f"box-task-{victim['id']}.service"
+    ).stdout
+    assert "ran-" not in said, said
     ran = machine.run("find", "/var/lib/box", "/tmp", "-name", "ran-*").stdout
     assert ran == "", ran
     assert ended["state"] == "done", ended
