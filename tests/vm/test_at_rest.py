@@ -65,8 +65,9 @@ def test_other_users_read_nothing_boxd_keeps(machine: Machine, token: str) -> No
         ]
         for path in targets:
             assert "Permission denied" in _unreadable(machine, path), path
-        modes = machine.run("sh", "-c", f"stat -c '%n %a' {BOX}/box.db*").stdout.splitlines()
-        assert modes == [f"{BOX}/box.db{end} 600" for end in ("", "-shm", "-wal")]
+        record = [f"{BOX}/box.db{end}" for end in ("", "-wal", "-shm")]
+        modes = machine.run("stat", "-c", "%n %a", *record).stdout.splitlines()
+        assert modes == [f"{path} 600" for path in record]
         gates = machine.run(
             "stat",
             "-c",
