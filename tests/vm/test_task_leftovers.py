@@ -161,9 +161,9 @@ def test_a_task_cannot_write_the_journal_as_boxd(
         "printf 'MESSAGE=approved by the owner\\nBOX_TASK=%s\\nBOX_EVENT=approval\\n"
         f"FORGED_BY=attacker\\n' {victim} | logger --journald {REFUSED.format('journald')}; "
         # The syslog socket and systemd-cat's stream socket are journald's too.
-        "logger --socket-errors=on forged-by-attacker "
+        "logger --socket-errors=on -t forged-by-attacker forged "
         f"{REFUSED.format('syslog')}; "
-        f"systemd-cat -t forged-by-attacker true {REFUSED.format('stream')}"
+        f"systemd-cat -t forged-by-attacker echo forged {REFUSED.format('stream')}"
     )
     attacker = start_fake(machine, token, f"sh {forged}")
     ended = finish(machine, attacker["id"])
