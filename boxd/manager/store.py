@@ -94,7 +94,8 @@ class Store:
             # Every prompt, step and tool output is in it: root's alone. SQLite gives the -wal
             # and -shm it makes the database's mode; those of a database from before are closed
             # here too.
-            os.close(os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, at_rest.DATABASE))
+            flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+            os.close(os.open(self._path, flags, at_rest.DATABASE))
             for path in (self._path, *(Path(f"{self._path}{end}") for end in ("-wal", "-shm"))):
                 if path.exists():
                     at_rest.restrict(path, at_rest.DATABASE)
