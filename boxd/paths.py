@@ -26,6 +26,11 @@ def task_work_dir(home: Path, task_id: str) -> Path:
     return task_dir(home, task_id) / "work"
 
 
+def task_own_home(home: Path, task_id: str) -> Path:
+    """The worker's HOME and caches: its own, outside the workspace view that tasks share."""
+    return task_dir(home, task_id) / "home"
+
+
 def task_manifest(home: Path, task_id: str) -> Path:
     """What a personal task saw when it started, to find conflicts when it is kept."""
     return task_dir(home, task_id) / "manifest.json"

@@ -268,3 +268,17 @@ async def test_the_reserve_makes_room_for_the_write_that_needs_it(tmp_path: Path
     assert attempts == 2 and store.reserve_used
     assert not (tmp_path / "box.db-reserve").exists()
     await store.close()
+
+
+async def test_the_database_and_its_wal_and_shm_are_the_owners_alone(tmp_path: Path) -> None:
+    # A database from before, world-readable, and a fresh one: both end 0600, whatever the umask.
+    old = tmp_path / "old.db"
+    sqlite3.connect(old).execute("PRAGMA journal_mode=WAL").fetchone()
+    old.chmod(0o644)
+    for path in (old, tmp_path / "new.db"):
+        store = Store(path)
+        await store.open()
+        await store.save_task(a_task(), EventKind.TASK_STATE, {"state": "queued"})
+        files = [path, path.with_name(f"{path.name}-wal"), path.with_name(f"{path.name}-shm")]
+        assert {f.name: f.stat().st_mode & 0o777 for f in files} == {f.name: 0o600 for f in files}
+        await store.close()

@@ -46,12 +46,18 @@ def test_properties_marshal_as_start_transient_unit_wants() -> None:
     assert values["CPUQuotaPerSecUSec"] == 500_000
     assert values["TemporaryFileSystem"] == [
         ["/var/lib/box", "mode=0755"],
+        ["/run", "mode=0755"],
         ["/dev/shm", "mode=1777,nosuid,nodev"],
         ["/run/lock", "mode=1777,nosuid,nodev"],
     ]
     work = "/var/lib/box/tasks/t000000001/work"
+    home = "/var/lib/box/tasks/t000000001/home"
     door = "/var/lib/box/tasks/t000000001/broker.sock"
-    assert values["BindPaths"] == [[work, work, False, 16384], [door, door, False, 0]]
+    assert values["BindPaths"] == [
+        [work, work, False, 16384],
+        [home, home, False, 0],
+        [door, door, False, 0],
+    ]
     assert len({name for name, _ in properties}) == len(properties)
 
 
@@ -67,3 +73,18 @@ def test_the_worker_is_pointed_at_its_proxies_in_both_cases() -> None:
         "all_proxy=socks5h://127.0.0.1:1080",
         "no_proxy=localhost,127.0.0.1,::1",
     ]
+
+
+def test_the_worker_starts_isolated_with_a_home_of_its_own() -> None:
+    properties = dict(worker_properties(Path("/var/lib/box"), _task(), Settings()))
+    argv = properties["ExecStart"].value[0][1]
+    # -I: nothing from the environment, the user's site-packages or the working directory.
+    assert argv[1:] == ["-I", "-u", "-m", "boxd.workers.fake"]
+    environment = properties["Environment"].value
+    home = "/var/lib/box/tasks/t000000001/home"
+    assert f"HOME={home}" in environment
+    for name in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
+        (value,) = [e.partition("=")[2] for e in environment if e.startswith(f"{name}=")]
+        assert value.startswith(f"{home}/"), name
+    work = properties["WorkingDirectory"].value
+    assert not any(e.partition("=")[2].startswith(work) for e in environment)

@@ -53,3 +53,15 @@ async def test_create_refuses_bad_names_and_twins(tmp_path: Path) -> None:
         with pytest.raises(BoxError) as caught:
             await spaces.create(name)
         assert words in caught.value.message
+
+
+async def test_bases_and_shared_files_are_closed_to_other_users(tmp_path: Path) -> None:
+    spaces = Workspaces(tmp_path)
+    spaces.open()
+    await spaces.create("files-t000000001", files=True)
+    await spaces.put("files-t000000001", {"a.txt": b"secret"})
+    root = tmp_path / "workspaces"
+    assert root.stat().st_mode & 0o7777 == 0o750
+    for base in ("home", "files-t000000001"):
+        assert (root / base).stat().st_mode & 0o7777 == 0o2770, base
+    assert (root / "files-t000000001" / "a.txt").stat().st_mode & 0o777 == 0o660

@@ -5,7 +5,6 @@ task's lock; what brokers ask is in broker_methods, the owner's answers in appro
 import asyncio
 import grp
 import logging
-import os
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -23,7 +22,7 @@ from boxd.dbus import interface as api
 from boxd.errors import BoxError, Problem, die
 from boxd.event import EventKind
 from boxd.ids import new_task_id, task_user
-from boxd.manager import netns
+from boxd.manager import at_rest, netns, task_home
 from boxd.manager.admission import next_to_start
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
@@ -113,9 +112,10 @@ class Box:
 
     async def open(self) -> None:
         (self.home / "tasks").mkdir(parents=True, exist_ok=True)
+        at_rest.restrict(self.home, at_rest.BOX_HOME)
+        at_rest.restrict(self.home / "tasks", at_rest.TASKS)
         self.workspaces.open()
-        os.chmod(self.home, 0o755)
-        os.chmod(self.home / "tasks", 0o755)
+        self.layers.open()
         self.vault.open()
         await self.systemd.subscribe()
         await self._limit_all_tasks(await self.store.settings())
@@ -589,10 +589,12 @@ class Box:
         what it saw, to find conflicts when the owner keeps it. Under the workspace's lock."""
         user = task_user(task.id)
         directory = task_dir(self.home, task.id)
-        directory.mkdir(mode=0o755, exist_ok=True)
+        directory.mkdir(mode=at_rest.TASK, exist_ok=True)
+        at_rest.restrict(directory, at_rest.TASK)
         uid, _ = await ensure_user(
             user, directory, partial(self.store.claim_uid, task.id, FIRST_UID, LAST_UID, id_taken)
         )
+        await task_home.prepare(self.home, task.id, uid)
         await self.layers.mount(task.id, task.workspace, layers, uid)
         manifest = task_manifest(self.home, task.id)
         if task.folders and not manifest.exists():
@@ -685,6 +687,7 @@ class Box:
             await netns.remove(task.id)
         except BoxError as failure:
             log.warning("%s", failure.message)
+        await task_home.remove(self.home, task.id)
         if not recorded:
             # Its worker is stopped and its layer thrown away: its user owns nothing now.
             await self._remove_user(task.id)

@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 
 from boxd.errors import Problem, die
+from boxd.manager import at_rest
 from boxd.paths import task_dir, task_work_dir, workspaces_dir
 
 MAX_DONE = 499
@@ -44,6 +45,12 @@ async def _run(*argv: str, cwd: Path | None = None) -> str | None:
 class Layers:
     def __init__(self, home: Path) -> None:
         self.home = home
+
+    def open(self) -> None:
+        """The layer store: only root reads it, and overlay mounts, which read as root."""
+        root = self.home / "layers"
+        root.mkdir(mode=at_rest.LAYERS, exist_ok=True)
+        at_rest.restrict(root, at_rest.LAYERS)
 
     def store(self, workspace: str) -> Path:
         return self.home / "layers" / workspace

@@ -11,7 +11,7 @@ from pathlib import Path
 from dbus_fast import Variant
 
 from boxd.manager.netns import netns_path
-from boxd.paths import broker_socket, task_work_dir
+from boxd.paths import broker_socket, task_own_home, task_work_dir
 from boxd.settings import Settings
 
 # mount(2)'s MS_REC: what systemd sends for a BindPaths= entry without `norbind`.
@@ -33,34 +33,45 @@ def _flag(name: str) -> tuple[str, Variant]:
 def sandbox_properties(home: Path, task_id: str, settings: Settings) -> list[tuple[str, Variant]]:
     work = str(task_work_dir(home, task_id))
     door = str(broker_socket(home, task_id))
+    own_home = str(task_own_home(home, task_id))
     return [
         ("ProtectSystem", Variant("s", "strict")),
         ("ProtectHome", Variant("s", "yes")),
         # BOX_HOME holds the database, the vault, every workspace and every task's layers and
-        # broker socket: the worker sees an empty, root-owned BOX_HOME with only its own view
-        # and its own broker socket in it, at their usual paths.
-        # The box's /dev/shm (which PrivateDevices= binds in) and /run/lock (a mount of its own,
-        # which ProtectSystem= leaves writable) are world-writable and shared: every task could
-        # read and fill them. Each worker gets its own, whose pages count against its MemoryMax=.
+        # broker socket: the worker sees an empty, root-owned BOX_HOME with only its own view,
+        # its own home and its own broker socket in it, at their usual paths.
+        # /run is where the box's services listen (the system bus, journald's native socket and
+        # /dev/log, which would let a task write BOX_TASK fields as if boxd had, nscd, resolved,
+        # userdb) and where other tasks' unit files and namespaces are: the worker gets an empty
+        # one. Its stdout and stderr are connected to the journal before it starts.
+        # The box's /dev/shm (which PrivateDevices= binds in) and /run/lock are world-writable
+        # and shared: every task could read and fill them. Each worker gets its own, whose pages
+        # count against its MemoryMax=.
         (
             "TemporaryFileSystem",
             Variant(
                 "a(ss)",
                 [
                     [str(home), "mode=0755"],
+                    ["/run", "mode=0755"],
                     ["/dev/shm", _SHARED_TMPFS],
                     ["/run/lock", _SHARED_TMPFS],
                 ],
             ),
         ),
-        ("BindPaths", Variant("a(ssbt)", [[work, work, False, _MS_REC], [door, door, False, 0]])),
-        # The task's one door into the box is its broker; the system bus is not another one.
-        # Other tasks' unit files (their titles) and namespaces are none of its business, and
-        # the box's message queues file system is not its own (mq_open does not need it).
         (
-            "InaccessiblePaths",
-            Variant("as", ["-/run/dbus", "-/run/systemd/transient", "-/run/netns", "-/dev/mqueue"]),
+            "BindPaths",
+            Variant(
+                "a(ssbt)",
+                [
+                    [work, work, False, _MS_REC],
+                    [own_home, own_home, False, 0],
+                    [door, door, False, 0],
+                ],
+            ),
         ),
+        # The box's message queues file system is not its own (mq_open does not need it).
+        ("InaccessiblePaths", Variant("as", ["-/dev/mqueue"])),
         _flag("PrivateTmp"),
         _flag("PrivateDevices"),
         _flag("PrivateIPC"),

@@ -9,6 +9,7 @@ import asyncio
 import errno
 import json
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from boxd.approval import Approval, ApprovalState
 from boxd.errors import Problem, die
 from boxd.event import Event
 from boxd.ids import is_task_id
-from boxd.manager import journal
+from boxd.manager import at_rest, journal
 from boxd.manager.damaged import DAMAGED_STEP, salvage
 from boxd.manager.disk import give_up_reserve, make_reserve, reserve_path
 from boxd.manager.tokens import TokenRecord
@@ -151,6 +152,14 @@ class Store:
 
     async def open(self) -> None:
         def connect() -> None:
+            # Every prompt, step and tool output is in it: root's alone. SQLite gives the -wal
+            # and -shm it makes the database's mode; those of a database from before are closed
+            # here too.
+            flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+            os.close(os.open(self._path, flags, at_rest.DATABASE))
+            for path in (self._path, *(Path(f"{self._path}{end}") for end in ("-wal", "-shm"))):
+                if path.exists():
+                    at_rest.restrict(path, at_rest.DATABASE)
             db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")

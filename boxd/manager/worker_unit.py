@@ -14,7 +14,7 @@ from boxd.broker.proxy_environment import proxy_environment
 from boxd.ids import task_user
 from boxd.manager.netns import HTTP_PROXY_PORT, SOCKS_PROXY_PORT
 from boxd.manager.sandbox import sandbox_properties
-from boxd.paths import broker_socket, task_work_dir
+from boxd.paths import broker_socket, task_own_home, task_work_dir
 from boxd.settings import Settings
 from boxd.task import Task
 from boxd.task_request import Worker
@@ -55,10 +55,29 @@ def all_tasks_properties(settings: Settings) -> list[tuple[str, Variant]]:
     ]
 
 
+# Python isolated (-I: no PYTHON* variables, no user site-packages, hence no usercustomize or
+# user .pth files, and neither the working directory nor a script's own on sys.path), so that
+# nothing a task left in the workspace view runs as the next task's worker starts. What site
+# still reads (the venv's and the system's site-packages) is root's. -u: unbuffered, as the
+# PYTHONUNBUFFERED that -I ignores would have it, so the journal gets lines as they are printed.
+PYTHON_FLAGS = ("-I", "-u")
+
+
 def worker_command(task: Task) -> list[str]:
     if task.worker == Worker.FAKE:
-        return [sys.executable, "-m", "boxd.workers.fake"]
+        return [sys.executable, *PYTHON_FLAGS, "-m", "boxd.workers.fake"]
     raise ValueError(f"no command for worker {task.worker}")
+
+
+def home_environment(own_home: Path) -> list[str]:
+    """HOME and the XDG places under it: the task's own, never the shared view."""
+    return [
+        f"HOME={own_home}",
+        f"XDG_CACHE_HOME={own_home / '.cache'}",
+        f"XDG_CONFIG_HOME={own_home / '.config'}",
+        f"XDG_DATA_HOME={own_home / '.local/share'}",
+        f"XDG_STATE_HOME={own_home / '.local/state'}",
+    ]
 
 
 def worker_properties(home: Path, task: Task, settings: Settings) -> list[tuple[str, Variant]]:
@@ -85,8 +104,7 @@ def worker_properties(home: Path, task: Task, settings: Settings) -> list[tuple[
                 [
                     f"BOX_SOCKET={broker_socket(home, task.id)}",
                     f"BOX_TASK={task.id}",
-                    f"HOME={work}",
-                    "PYTHONUNBUFFERED=1",
+                    *home_environment(task_own_home(home, task.id)),
                     *(
                         f"{name}={value}"
                         for name, value in proxy_environment(

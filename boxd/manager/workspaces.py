@@ -5,7 +5,6 @@ moves to BOX_HOME/trash, where the owner can take anything back.
 """
 
 import asyncio
-import grp
 import os
 import re
 import shutil
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from boxd.errors import Problem, die
-from boxd.manager.worker_unit import WORK_GROUP
+from boxd.manager import at_rest
 from boxd.paths import workspaces_dir
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -41,20 +40,17 @@ class Workspaces:
 
     def open(self) -> None:
         self._root.mkdir(parents=True, exist_ok=True)
+        # The gate: bases made before it was closed, world-readable, are behind it too.
+        at_rest.restrict(self._root, at_rest.WORKSPACES, at_rest.work_gid())
         if not (self._root / HOME).is_dir():
             self._make(self._root / HOME)
 
     @staticmethod
     def _make(folder: Path) -> None:
         """A workspace folder belongs to group boxd-work, setgid, so what is put in it can be
-        changed by the tasks (their workers run with that group)."""
-        folder.mkdir(mode=0o775)
-        try:
-            gid = grp.getgrnam(WORK_GROUP).gr_gid
-        except KeyError:
-            return  # Not installed (unit tests): the folder stays its maker's.
-        os.chown(folder, -1, gid)
-        os.chmod(folder, 0o2775)
+        changed by the tasks (their workers run with that group), and no one else may look."""
+        folder.mkdir(mode=0o700)
+        at_rest.restrict(folder, at_rest.WORKSPACE, at_rest.work_gid())
 
     def exists(self, name: str) -> bool:
         return NAME.fullmatch(name) is not None and (self._root / name).is_dir()
@@ -85,7 +81,7 @@ class Workspaces:
         return self.describe(name)
 
     async def put(self, name: str, files: dict[str, bytes]) -> None:
-        """Writes files into a workspace's base, group-writable for the tasks."""
+        """Writes files into a workspace's base, group-writable for the tasks, closed to others."""
         folder = self._root / name
 
         def write() -> None:
@@ -94,8 +90,8 @@ class Workspaces:
                 with path.open("wb") as handle:
                     handle.write(content)
                     handle.flush()
+                    os.fchmod(handle.fileno(), at_rest.WORKSPACE_FILE)
                     os.fsync(handle.fileno())
-                os.chmod(path, 0o664)
 
         await asyncio.to_thread(write)
 
