@@ -643,6 +643,7 @@ class Box:
                 if status.succeeded:
                     await self._end(task, TaskState.DONE, None)
                 else:
+                    log.info("the worker of task %s ended: %s", task_id, status)
                     words = None if status.active_state == "inactive" else await last_words(unit)
                     error = why_failed(status, words)
                     # What the worker said last is often not why (dd's byte count, a traceback's

@@ -28,7 +28,7 @@ async def main(token, workspace, count):
                     async with http.get(url) as answer:
                         task = await answer.json()
                 if task["state"] != "done":
-                    errors.append(task.get("error"))
+                    errors.append(f"{task['id']}: {task.get('error')}")
                 return task["state"]
         states = await asyncio.gather(*(one(n) for n in range(count)))
     print(json.dumps({state: states.count(state) for state in set(states)}))
