@@ -76,6 +76,7 @@ DROID_MISSING = (
     "Start the task with worker fake, or wait for the Droid worker."
 )
 STOPPED = "Stopped by its owner."
+VANISHED = "The worker's unit was gone before boxd could read how it ended."
 UNDONE_WHILE_RUNNING = "Stopped by its owner, to undo it."
 
 
@@ -638,7 +639,12 @@ class Box:
                     return
                 unit = worker_unit(task_id)
                 status = await self.systemd.status(unit)
-                if status is None or not status.finished:
+                if status is None:
+                    # Gone, and systemd never said how it ended: nothing will tell us later.
+                    log.warning("the worker unit of task %s is gone without an exit", task_id)
+                    await self._end(task, TaskState.FAILED, VANISHED)
+                    return
+                if not status.finished:
                     return
                 if status.succeeded:
                     await self._end(task, TaskState.DONE, None)

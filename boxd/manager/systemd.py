@@ -28,6 +28,8 @@ _REMEMBERED_JOBS = 256
 JOB_TIMEOUT_SECONDS = 120.0
 # ExecMainCode: the si_code of the main process's end (waitid(2)).
 CLD_EXITED, CLD_KILLED, CLD_DUMPED = 1, 2, 3
+# The Service properties that say how the main process ended; systemd announces their changes.
+_EXIT_PROPERTIES = ("Result", "ExecMainCode", "ExecMainStatus")
 
 
 def unit_path(name: str) -> str:
@@ -71,6 +73,11 @@ class Systemd:
         self._watched: dict[str, Callable[[], None]] = {}
         self._waiting: dict[str, asyncio.Future[str]] = {}
         self._finished: OrderedDict[str, str] = OrderedDict()
+        # How each watched unit's main process ended, as systemd announced it: a unit that lands
+        # inactive (a worker that exits before its start job completes does, in spite of
+        # RemainAfterExit) is garbage-collected at once, and reading it afterwards finds a
+        # fresh, never-run unit of the same name.
+        self._exits: dict[str, dict[str, Any]] = {}
         bus.add_message_handler(self._on_message)
 
     async def _call(
@@ -116,6 +123,7 @@ class Systemd:
 
     def unwatch(self, name: str) -> None:
         self._watched.pop(unit_path(name), None)
+        self._exits.pop(unit_path(name), None)
 
     def _on_message(self, message: Message) -> bool | None:
         if message.message_type != MessageType.SIGNAL or not self._systemd.sent(message):
@@ -139,9 +147,14 @@ class Systemd:
             message.member == "PropertiesChanged"
             and message.interface == _PROPERTIES
             and message.path in self._watched
-            and message.body
-            and message.body[0] == _UNIT
+            and message.signature == "sa{sv}as"
+            and message.body[0] in (_UNIT, _SERVICE)
         ):
+            if message.body[0] == _SERVICE:
+                exit = self._exits.setdefault(message.path, {})
+                for name in _EXIT_PROPERTIES:
+                    if name in message.body[1]:
+                        exit[name] = message.body[1][name].value
             self._watched[message.path]()
         return None
 
@@ -195,15 +208,19 @@ class Systemd:
         )
 
     async def status(self, name: str) -> UnitStatus | None:
-        """The unit's state, or None when systemd has no such unit loaded."""
+        """The unit's state, or None when systemd has no such unit loaded and never told how
+        it ended."""
+        path = unit_path(name)
         try:
             await self._call(_MANAGER_PATH, _MANAGER, "GetUnit", "s", [name])
         except SystemdError as error:
             if error.no_such_unit:
-                return None
+                return self._collected(path)
             raise
-        path = unit_path(name)
         unit = (await self._call(path, _PROPERTIES, "GetAll", "s", [_UNIT])).body[0]
+        if unit["LoadState"].value != "loaded":
+            # Collected between the two calls: this is a new, empty unit of the same name.
+            return self._collected(path)
         service = (await self._call(path, _PROPERTIES, "GetAll", "s", [_SERVICE])).body[0]
         return UnitStatus(
             active_state=unit["ActiveState"].value,
@@ -211,6 +228,18 @@ class Systemd:
             result=service["Result"].value,
             main_code=service["ExecMainCode"].value,
             main_status=service["ExecMainStatus"].value,
+        )
+
+    def _collected(self, path: str) -> UnitStatus | None:
+        exit = self._exits.get(path, {})
+        if not all(name in exit for name in _EXIT_PROPERTIES):
+            return None
+        return UnitStatus(
+            active_state="inactive",
+            sub_state="dead",
+            result=exit["Result"],
+            main_code=exit["ExecMainCode"],
+            main_status=exit["ExecMainStatus"],
         )
 
     async def unit_of_pid(self, pid: int) -> str | None:

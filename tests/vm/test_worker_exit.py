@@ -1,0 +1,55 @@
+"""How boxd reads a worker's end from the real systemd, when the unit does not wait for it.
+
+A worker that exits before its start job completes lands `inactive` in spite of
+RemainAfterExit, and systemd garbage-collects an inactive transient unit at once: reading the
+unit afterwards finds a fresh, never-run unit of the same name (inactive, no exit status), which
+boxd used to call "stopped from outside" (1 or 2 of 498 tasks started 8 at a time). Here the unit
+has no RemainAfterExit at all, so it is collected every time, and boxd's own Systemd class must
+still tell a clean exit from a failed one.
+"""
+
+import json
+
+from tests.vm.machine import Machine
+
+# Runs in the machine with boxd's venv: starts transient units shaped like a worker (Type=exec)
+# that end at once, and prints what Systemd.status() made of each once it had finished.
+PROBE = """
+import asyncio, json, sys
+from dbus_fast import BusType, Variant
+from dbus_fast.aio import MessageBus
+from boxd.manager.systemd import Systemd
+
+async def one(systemd, name, argv):
+    changed = asyncio.Event()
+    systemd.watch(name, changed.set)
+    await systemd.start_transient(name, [
+        ("Type", Variant("s", "exec")),
+        ("ExecStart", Variant("a(sasb)", [[argv[0], argv, False]])),
+    ])
+    while True:
+        status = await systemd.status(name)
+        if status is not None and status.finished:
+            break
+        changed.clear()
+        await asyncio.wait_for(changed.wait(), 30)
+    systemd.unwatch(name)
+    return {"succeeded": status.succeeded, "code": status.main_code, "status": status.main_status}
+
+async def main():
+    bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
+    systemd = Systemd(bus)
+    await systemd.subscribe()
+    runs = [one(systemd, f"boxd-exit-{n}.service", ["/bin/true"]) for n in range(20)]
+    runs += [one(systemd, f"boxd-fail-{n}.service", ["/bin/sh", "-c", "exit 3"]) for n in range(5)]
+    print(json.dumps(await asyncio.gather(*runs)))
+
+asyncio.run(main())
+"""
+
+
+def test_an_exit_is_read_even_after_the_unit_is_collected(machine: Machine) -> None:
+    done = machine.run("/opt/boxd/venv/bin/python", "-c", PROBE, timeout=120)
+    ends = json.loads(done.stdout)
+    assert ends[:20] == [{"succeeded": True, "code": 1, "status": 0}] * 20
+    assert ends[20:] == [{"succeeded": False, "code": 1, "status": 3}] * 5
