@@ -41,6 +41,9 @@ def test_finished() -> None:
     assert UnitStatus("failed", "failed", "signal", 2, 9).finished
     assert not UnitStatus("active", "running", "success", 0, 0).finished
     assert not UnitStatus("activating", "start", "success", 0, 0).finished
+    # Queued to start and not run yet: inactive, but not ended.
+    assert not UnitStatus("inactive", "dead", "success", 0, 0, job_pending=True).finished
+    assert UnitStatus("inactive", "dead", "success", 0, 0).finished
 
 
 def test_judged_by_exit_not_by_active_state() -> None:

@@ -46,9 +46,14 @@ class UnitStatus:
     result: str
     main_code: int
     main_status: int
+    # A job still queued for the unit: StartTransientUnit answers once the start job is queued,
+    # and until systemd runs it the unit is `inactive`, as if it had already ended.
+    job_pending: bool = False
 
     @property
     def finished(self) -> bool:
+        if self.job_pending:
+            return False
         return self.active_state in ("failed", "inactive") or (
             self.active_state == "active" and self.sub_state == "exited"
         )
@@ -217,17 +222,36 @@ class Systemd:
             if error.no_such_unit:
                 return self._collected(path)
             raise
-        unit = (await self._call(path, _PROPERTIES, "GetAll", "s", [_UNIT])).body[0]
-        if unit["LoadState"].value != "loaded":
-            # Collected between the two calls: this is a new, empty unit of the same name.
-            return self._collected(path)
-        service = (await self._call(path, _PROPERTIES, "GetAll", "s", [_SERVICE])).body[0]
+        # Two calls are not one snapshot: the exit read between two identical readings of the
+        # unit's state belongs to that state, since systemd sets them in the same step. And a
+        # unit collected meanwhile reads, by its path, as a new unit of the same name that
+        # never ran and is not loaded (a transient unit has no file).
+        before = await self._unit_state(path)
+        while True:
+            service = (await self._call(path, _PROPERTIES, "GetAll", "s", [_SERVICE])).body[0]
+            after = await self._unit_state(path)
+            if after[0] != "loaded":
+                return self._collected(path)
+            if after == before:
+                break
+            before = after
+        _load, active, sub, job = after
         return UnitStatus(
-            active_state=unit["ActiveState"].value,
-            sub_state=unit["SubState"].value,
+            active_state=active,
+            sub_state=sub,
             result=service["Result"].value,
             main_code=service["ExecMainCode"].value,
             main_status=service["ExecMainStatus"].value,
+            job_pending=job != 0,
+        )
+
+    async def _unit_state(self, path: str) -> tuple[str, str, str, int]:
+        unit = (await self._call(path, _PROPERTIES, "GetAll", "s", [_UNIT])).body[0]
+        return (
+            unit["LoadState"].value,
+            unit["ActiveState"].value,
+            unit["SubState"].value,
+            unit["Job"].value[0],
         )
 
     def _collected(self, path: str) -> UnitStatus | None:

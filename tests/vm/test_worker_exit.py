@@ -1,11 +1,14 @@
 """How boxd reads a worker's end from the real systemd, when the unit does not wait for it.
 
-A worker that exits before its start job completes lands `inactive` in spite of
-RemainAfterExit, and systemd garbage-collects an inactive transient unit at once: reading the
-unit afterwards finds a fresh, never-run unit of the same name (inactive, no exit status), which
-boxd used to call "stopped from outside" (1 or 2 of 498 tasks started 8 at a time). Here the unit
-has no RemainAfterExit at all, so it is collected every time, and boxd's own Systemd class must
-still tell a clean exit from a failed one.
+boxd used to call a task "stopped from outside" when it read its worker's unit `inactive` with no
+exit status (1 or 2 of 498 tasks started 8 at a time). Two ways to get there, both played here
+with boxd's own Systemd class against the real systemd, right after StartTransientUnit as boxd's
+check of a new worker does:
+- the start job is queued and not yet run: the unit is `inactive`, and has not even begun;
+- the program exits before its start job completes: the unit lands `inactive` in spite of
+  RemainAfterExit and is garbage-collected at once, and reading it afterwards finds a fresh,
+  never-run unit of the same name. These units have no RemainAfterExit at all, so they are
+  collected every time.
 """
 
 import json
@@ -28,10 +31,10 @@ async def one(systemd, name, argv):
         ("ExecStart", Variant("a(sasb)", [[argv[0], argv, False]])),
     ])
     while True:
+        changed.clear()
         status = await systemd.status(name)
         if status is not None and status.finished:
             break
-        changed.clear()
         await asyncio.wait_for(changed.wait(), 30)
     systemd.unwatch(name)
     return {"succeeded": status.succeeded, "code": status.main_code, "status": status.main_status}
