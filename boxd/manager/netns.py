@@ -14,6 +14,8 @@ NETNS_DIR = Path("/run/netns")
 # Where the task's HTTP proxy and SOCKS5 proxy listen inside its namespace.
 HTTP_PROXY_PORT = 3128
 SOCKS_PROXY_PORT = 1080
+# Where the task's model gateway (the Anthropic Messages API, served by its broker) listens.
+MODEL_GATEWAY_PORT = 3130
 
 
 def netns_name(task_id: str) -> str:
