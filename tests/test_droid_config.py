@@ -2,8 +2,9 @@
 
 import json
 from pathlib import Path
+from typing import Any
 
-from boxd.workers.droid import prepare_home, share_with_later_tasks
+from boxd.workers.droid import Steps, prepare_home, share_with_later_tasks
 from boxd.workers.droid_config import (
     MODEL_CHOICE,
     PLACEHOLDER_KEY,
@@ -93,3 +94,44 @@ def test_files_droid_made_private_are_shared_with_the_group(tmp_path: Path) -> N
     assert made.stat().st_mode & 0o777 == 0o660
     assert made.parent.stat().st_mode & 0o777 == 0o770
     assert script.stat().st_mode & 0o777 == 0o770
+
+
+class FakeBroker:
+    def __init__(self) -> None:
+        self.posted: list[dict[str, Any]] = []
+
+    async def post(self, path: str, body: dict[str, Any]) -> None:
+        assert path == "/step"
+        self.posted.append(body)
+
+
+def _step(text: str, kind: str) -> dict[str, Any]:
+    return {"text": text, "data": {"session": "s", "kind": kind}}
+
+
+async def test_the_summary_does_not_repeat_the_last_message() -> None:
+    broker = FakeBroker()
+    steps = Steps(broker)  # type: ignore[arg-type]
+    for step in (
+        _step("started", "started"),
+        _step("Looking at notes.md", "message"),
+        _step("Read {}", "tool"),
+        _step("Wrote summary.md", "message"),
+        _step("Wrote summary.md", "summary"),
+    ):
+        await steps.log(step)
+    await steps.flush()
+    assert [(s["text"], s["data"]["kind"]) for s in broker.posted] == [
+        ("started", "started"),
+        ("Looking at notes.md", "message"),
+        ("Read {}", "tool"),
+        ("Wrote summary.md", "summary"),
+    ]
+
+
+async def test_a_last_message_without_a_summary_is_still_logged() -> None:
+    broker = FakeBroker()
+    steps = Steps(broker)  # type: ignore[arg-type]
+    await steps.log(_step("half way", "message"))
+    await steps.flush()
+    assert [s["text"] for s in broker.posted] == ["half way"]

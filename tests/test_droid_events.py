@@ -122,3 +122,9 @@ def test_a_session_that_is_not_an_id_is_never_forked() -> None:
     """A step could hold anything the task logged: nothing that reads as a flag reaches argv."""
     steps = [{"text": "x", "data": {"session": "--skip-permissions-unsafe"}}]
     assert last_session(steps) is None
+
+
+def test_a_resumed_worker_says_it_carried_on() -> None:
+    seen = read_event(event(type="system", subtype="init"), MODEL, resumed=True)
+    assert seen.step is not None
+    assert seen.step["text"] == f"Droid carried on where it stopped, on {MODEL}"

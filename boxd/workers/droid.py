@@ -28,7 +28,7 @@ from boxd.workers.droid_config import (
     settings,
     task_options,
 )
-from boxd.workers.droid_events import last_session, read_event
+from boxd.workers.droid_events import Kind, last_session, read_event
 
 # One event is one line; a tool's result can be long.
 MAX_EVENT_LINE = 64 * 1024 * 1024
@@ -73,8 +73,29 @@ def share_with_later_tasks(work_dir: Path) -> None:
                 os.chmod(path, wanted, follow_symlinks=False)
 
 
-async def _log_step(broker: BrokerClient, step: dict[str, Any]) -> None:
-    await broker.post("/step", step)
+class Steps:
+    """Logs steps in order. Droid's last message is also its final text: held back one event, so
+    the summary does not repeat it as a second step."""
+
+    def __init__(self, broker: BrokerClient) -> None:
+        self._broker = broker
+        self._held: dict[str, Any] | None = None
+
+    async def log(self, step: dict[str, Any]) -> None:
+        held, self._held = self._held, None
+        if held is not None and not (
+            step["data"]["kind"] == Kind.SUMMARY and step["text"] == held["text"]
+        ):
+            await self._broker.post("/step", held)
+        if step["data"]["kind"] == Kind.MESSAGE:
+            self._held = step
+        else:
+            await self._broker.post("/step", step)
+
+    async def flush(self) -> None:
+        if self._held is not None:
+            await self._broker.post("/step", self._held)
+            self._held = None
 
 
 async def run(socket_path: str, own_home: Path, work_dir: Path, gateway_url: str) -> None:
@@ -106,6 +127,7 @@ async def run(socket_path: str, own_home: Path, work_dir: Path, gateway_url: str
             limit=MAX_EVENT_LINE,
         )
         assert process.stdout is not None
+        steps = Steps(broker)
         error: str | None = None
         finished = False
         async for line in process.stdout:
@@ -114,11 +136,12 @@ async def run(socket_path: str, own_home: Path, work_dir: Path, gateway_url: str
             except json.JSONDecodeError:
                 print(f"droid said: {line.decode(errors='replace').rstrip()}", file=sys.stderr)
                 continue
-            seen = read_event(event, task["model"])
+            seen = read_event(event, task["model"], resumed=fork is not None)
             if seen.step is not None:
-                await _log_step(broker, seen.step)
+                await steps.log(seen.step)
             error = seen.error or error
             finished = finished or seen.finished
+        await steps.flush()
         status = await process.wait()
         await asyncio.to_thread(share_with_later_tasks, work_dir)
         if status != 0 or error is not None or not finished:

@@ -61,13 +61,14 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def read_event(event: Any, model: str) -> Seen:
+def read_event(event: Any, model: str, *, resumed: bool = False) -> Seen:
     if not isinstance(event, dict):
         return Seen()
     session = _text(event.get("session_id"))
     kind = event.get("type")
     if kind == "system" and event.get("subtype") == "init" and session:
-        return Seen(_step(f"Droid started working, on {model}", session, Kind.STARTED))
+        began = "carried on where it stopped" if resumed else "started working"
+        return Seen(_step(f"Droid {began}, on {model}", session, Kind.STARTED))
     if not session:
         return Seen()
     if kind == "message" and event.get("role") == "assistant":
