@@ -16,6 +16,7 @@ from mcp.shared.exceptions import MCPError
 from boxd.approval import MAX_KEY
 from boxd.broker.app import make_app
 from boxd.canonical_json import input_hash
+from boxd.workers.mcp import lines
 from boxd.workers.mcp_tools import KEY_TOOL_CHARS, ask_key, call_key
 from boxd.workers.unix_http import MAX_ANSWER
 from tests.mcp_relay_fixtures import (
@@ -64,6 +65,33 @@ def test_keys_are_stable_distinct_and_within_the_brokers_cap() -> None:
     assert len(keys) == 2
     assert all(len(key) <= MAX_KEY for key in keys)
     assert all(len(key.split(".")[1]) == KEY_TOOL_CHARS for key in keys)
+
+
+# Lines
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 64 * 1024])
+async def test_lines_over_the_cap_are_dropped_as_they_come(chunk: int) -> None:
+    stream = asyncio.StreamReader()
+    data = b"12345\n123456\n\n1234567890123\nabc\n12345"
+    for start in range(0, len(data), chunk):
+        stream.feed_data(data[start : start + chunk])
+    stream.feed_eof()
+    assert [line async for line in lines(stream, cap=5)] == [
+        b"12345",
+        None,
+        b"",
+        None,
+        b"abc",
+        b"12345",
+    ]
+
+
+async def test_a_last_line_over_the_cap_without_a_newline_is_dropped() -> None:
+    stream = asyncio.StreamReader()
+    stream.feed_data(b"ok\n123456")
+    stream.feed_eof()
+    assert [line async for line in lines(stream, cap=5)] == [b"ok", None]
 
 
 # The protocol, as the official client speaks it
