@@ -5,6 +5,7 @@ the real broker app, where keys decide what is paid."""
 import asyncio
 import json
 import socket
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from boxd.workers.mcp_tools import KEY_TOOL_CHARS, ask_key, call_key
 from boxd.workers.unix_http import MAX_ANSWER
 from tests.mcp_relay_fixtures import (
     ECHO_SAY,
+    RELAY,
     WALLET_PAY,
     RawRelay,
     ScriptedBroker,
@@ -65,6 +67,20 @@ def test_keys_are_stable_distinct_and_within_the_brokers_cap() -> None:
     assert len(keys) == 2
     assert all(len(key) <= MAX_KEY for key in keys)
     assert all(len(key.split(".")[1]) == KEY_TOOL_CHARS for key in keys)
+
+
+# Start-up
+
+
+def test_the_relay_imports_nothing_heavy() -> None:
+    """Droid waits for the relay on every start: aiohttp, pydantic and the MCP SDK each take
+    longer to import than the whole relay takes to answer (bench/mcp_relay.py)."""
+    probe = (
+        "import sys, boxd.workers.mcp; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'aiohttp', 'pydantic', 'mcp'}))"
+    )
+    shown = subprocess.run([*RELAY[:2], "-c", probe], capture_output=True, text=True, check=True)
+    assert shown.stdout == "[]\n"
 
 
 # Lines
