@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from mcp.client.client import Client
+from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 from boxd.approval import MAX_KEY
@@ -129,6 +131,20 @@ async def test_the_sdk_client_lists_and_calls_the_tools(
     key = f"mcp.wallet__pay.{input_hash(ADA)}.0"
     assert json.loads(text_of(result)) == {"paid": ADA, "key": key}
     assert broker.requests == [("/call", {"tool": "wallet.pay", "input": ADA, "key": key})]
+
+
+async def test_the_sdks_default_client_falls_back_to_the_handshake(
+    scripted: tuple[Path, ScriptedBroker],
+) -> None:
+    """A newer client first probes `server/discover` (2026-07-28); -32601 tells it this server
+    speaks the initialize handshake."""
+    path, _ = scripted
+    server = StdioServerParameters(command=RELAY[0], args=RELAY[1:], env={"BOX_SOCKET": str(path)})
+    async with Client(server) as client:
+        assert client.session.initialize_result is not None
+        assert client.session.initialize_result.protocol_version == "2025-11-25"
+        listed = await client.list_tools()
+    assert [tool.name for tool in listed.tools] == ["box_ask", "wallet__pay", "echo__say"]
 
 
 async def test_a_final_answer_counts_and_a_pending_one_keeps_the_key(
