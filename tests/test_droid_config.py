@@ -36,31 +36,22 @@ def test_the_relay_gets_the_broker_socket_and_nothing_else() -> None:
     assert box["env"] == {"BOX_SOCKET": "/var/lib/box/tasks/t1/broker.sock"}
 
 
-def test_command_new_task_with_a_plan() -> None:
-    argv = command(
-        DROID,
-        autonomy="medium",
-        plan=True,
-        work_dir=Path("/w"),
-        prompt_file=Path("/h/p"),
-        fork=None,
-    )
-    assert argv[:4] == [str(DROID), "exec", "--auto", "medium"]
+def test_command_is_droid_exec_driven_over_json_rpc() -> None:
+    argv = command(DROID, autonomy="medium", work_dir=Path("/w"))
+    assert argv[:2] == [str(DROID), "exec"]
+    assert argv[argv.index("--input-format") + 1] == "stream-jsonrpc"
+    assert argv[argv.index("--output-format") + 1] == "stream-jsonrpc"
+    assert argv[argv.index("--auto") + 1] == "medium"
     assert argv[argv.index("--model") + 1] == MODEL_CHOICE
-    assert argv[argv.index("--output-format") + 1] == "stream-json"
     assert argv[argv.index("--cwd") + 1] == "/w"
-    assert argv[argv.index("--file") + 1] == "/h/p"
-    assert "--use-spec" in argv
-    assert "--fork" not in argv
 
 
-def test_command_resumed_forks_and_does_not_plan_again() -> None:
-    argv = command(
-        DROID, autonomy="low", plan=True, work_dir=Path("/w"), prompt_file=Path("/p"), fork="s-1"
-    )
-    assert argv[argv.index("--fork") + 1] == "s-1"
-    assert "--use-spec" not in argv
-    assert "-s" not in argv
+def test_the_command_names_no_prompt_session_or_plan() -> None:
+    """The prompt, the session to carry on and the plan go over JSON-RPC (droid.py): a
+    session id from a step never reaches argv."""
+    argv = command(DROID, autonomy="low", work_dir=Path("/w"))
+    for flag in ("--file", "--fork", "-s", "--use-spec", "--skip-permissions-unsafe"):
+        assert flag not in argv
 
 
 def test_task_options() -> None:
@@ -70,9 +61,8 @@ def test_task_options() -> None:
 
 
 def test_home_files_are_private(tmp_path: Path) -> None:
-    prompt = prepare_home(tmp_path, {"model": "claude-sonnet-4-6"}, "http://g", "/s")
+    prepare_home(tmp_path, {"model": "claude-sonnet-4-6"}, "http://g", "/s")
     factory = tmp_path / ".factory"
-    assert prompt.parent == factory
     for name in ("settings.json", "mcp.json"):
         assert (factory / name).stat().st_mode & 0o777 == 0o600
     assert json.loads((factory / "mcp.json").read_text())["mcpServers"]["box"]["env"] == {

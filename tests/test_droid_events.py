@@ -1,105 +1,173 @@
-"""Droid's stream-json events, as Droid 0.225.2 printed them against a scripted model."""
+"""Droid's session notifications, as Droid 0.225.2 sent them over JSON-RPC against a scripted
+model (`droid.session_notification`'s `notification`, with its `sessionId`)."""
 
 from typing import Any
 
 from boxd.caps import MAX_STEP_TEXT
-from boxd.workers.droid_events import Kind, last_session, read_event, tool_name
+from boxd.workers.droid_events import Kind, Notifications, last_session, tool_name
 
-SESSION = "66baa155-cf69-4315-8582-e50550434584"
+SESSION = "07821474-dc48-4a8f-8f70-04ef5bed23ca"
 MODEL = "claude-sonnet-4-6"
 
 
-def event(**fields: Any) -> dict[str, Any]:
-    return {"session_id": SESSION, "timestamp": 1796280068038, **fields}
+def created(role: str, *content: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "create_message",
+        "sessionId": SESSION,
+        "message": {
+            "id": "d74ed7e8-6f96-421f-971d-925a331a8f5d",
+            "role": role,
+            "content": list(content),
+            "createdAt": 1796281735915,
+            "parentId": "ac3711a7-eb90-43b8-b11d-63469173de93",
+        },
+    }
 
 
-def test_init_is_the_first_step_and_names_the_session() -> None:
-    seen = read_event(event(type="system", subtype="init", cwd="/w", tools=["Read"]), MODEL)
-    assert seen.step == {
+def text(words: str) -> dict[str, Any]:
+    return {"type": "text", "text": words}
+
+
+def tool_use(name: str, tool_input: dict[str, Any], ident: str = "toolu_1_1") -> dict[str, Any]:
+    return {"type": "tool_use", "id": ident, "name": name, "input": tool_input}
+
+
+def tool_result(content: str, *, error: bool, ident: str = "toolu_1_1") -> dict[str, Any]:
+    return {
+        "type": "tool_result",
+        "sessionId": SESSION,
+        "toolUseId": ident,
+        "messageId": "9a72daea-f7d8-4362-80a8-5c4cbe9344e1",
+        "content": content,
+        "isError": error,
+    }
+
+
+def turn_completed(reason: str = "completed") -> dict[str, Any]:
+    return {
+        "type": "agent_turn_completed",
+        "sessionId": SESSION,
+        "reason": reason,
+        "turnId": "ac3711a7-eb90-43b8-b11d-63469173de93",
+        "durationMs": 1314,
+    }
+
+
+def reader() -> Notifications:
+    return Notifications(SESSION, MODEL)
+
+
+def test_the_start_is_the_first_step_and_names_the_session() -> None:
+    assert reader().started(resumed=False) == {
         "text": f"Droid started working, on {MODEL}",
         "data": {"session": SESSION, "kind": Kind.STARTED},
     }
 
 
 def test_the_users_prompt_is_not_a_step() -> None:
-    assert read_event(event(type="message", role="user", text="pay bob"), MODEL).step is None
+    assert reader().read(created("user", text("pay bob"))).steps == ()
 
 
 def test_an_assistant_message_is_a_step() -> None:
-    seen = read_event(event(type="message", role="assistant", text="Paying bob now."), MODEL)
-    assert seen.step == {
-        "text": "Paying bob now.",
-        "data": {"session": SESSION, "kind": Kind.MESSAGE},
-    }
+    seen = reader().read(created("assistant", text("Paying bob now.")))
+    assert seen.steps == (
+        {"text": "Paying bob now.", "data": {"session": SESSION, "kind": Kind.MESSAGE}},
+    )
+
+
+def test_words_then_a_tool_are_two_steps_in_order() -> None:
+    seen = reader().read(
+        created("assistant", text("I need to know."), tool_use("AskUser", {"questionnaire": "q"}))
+    )
+    assert [step["data"]["kind"] for step in seen.steps] == [Kind.MESSAGE, Kind.TOOL]
+    assert seen.steps[1]["text"] == 'AskUser {"questionnaire": "q"}'
 
 
 def test_a_box_tool_is_shown_by_its_box_name() -> None:
-    seen = read_event(
-        event(
-            type="tool_call",
-            toolId="box___wallet__pay",
-            toolName="box___wallet__pay",
-            parameters={"cents": 5, "to": "bob"},
-        ),
-        MODEL,
+    seen = reader().read(
+        created("assistant", tool_use("box___wallet__pay", {"cents": 5, "to": "bob"}))
     )
-    assert seen.step is not None
-    assert seen.step["text"] == 'wallet.pay {"cents": 5, "to": "bob"}'
-    assert seen.step["data"] == {"session": SESSION, "kind": Kind.TOOL, "tool": "wallet.pay"}
+    (step,) = seen.steps
+    assert step["text"] == 'wallet.pay {"cents": 5, "to": "bob"}'
+    assert step["data"] == {"session": SESSION, "kind": Kind.TOOL, "tool": "wallet.pay"}
 
 
 def test_the_plan_is_its_own_step() -> None:
-    seen = read_event(
-        event(type="tool_call", toolName="ExitSpecMode", parameters={"plan": "1. Write a.txt"}),
-        MODEL,
-    )
-    assert seen.step is not None
-    assert seen.step["text"] == "Plan:\n1. Write a.txt"
-    assert seen.step["data"]["kind"] == Kind.PLAN
+    seen = reader().read(created("assistant", tool_use("ExitSpecMode", {"plan": "1. Write a.txt"})))
+    (step,) = seen.steps
+    assert step["text"] == "Plan:\n1. Write a.txt"
+    assert step["data"]["kind"] == Kind.PLAN
 
 
-def test_a_failed_tool_says_why() -> None:
-    seen = read_event(
-        event(
-            type="tool_result",
-            toolId="box___wallet__pay",
-            isError=True,
-            error={"type": "tool_error", "message": "Error: not approved"},
-        ),
-        MODEL,
-    )
-    assert seen.step is not None
-    assert seen.step["text"] == "wallet.pay failed: Error: not approved"
+def test_a_failed_tool_says_why_by_its_name() -> None:
+    notifications = reader()
+    notifications.read(created("assistant", tool_use("box___wallet__pay", {"cents": 5})))
+    seen = notifications.read(tool_result("Error: not approved", error=True))
+    (step,) = seen.steps
+    assert step["text"] == "wallet.pay failed: Error: not approved"
+    assert step["data"]["kind"] == Kind.TOOL_ERROR
 
 
 def test_a_tool_that_worked_is_not_a_second_step() -> None:
-    seen = read_event(event(type="tool_result", toolId="Create", isError=False, value="{}"), MODEL)
-    assert seen.step is None
+    assert reader().read(tool_result('{"success":true}', error=False)).steps == ()
 
 
-def test_completion_is_the_summary_and_the_end() -> None:
-    seen = read_event(event(type="completion", finalText="Wrote summary.md", numTurns=3), MODEL)
+def test_the_end_of_the_turn_is_the_summary_with_the_last_words() -> None:
+    notifications = reader()
+    notifications.read(created("assistant", text("Wrote summary.md")))
+    seen = notifications.read(turn_completed())
     assert seen.finished
-    assert seen.step is not None
-    assert seen.step["text"] == "Wrote summary.md"
-    assert seen.step["data"]["kind"] == Kind.SUMMARY
+    (step,) = seen.steps
+    assert step["text"] == "Wrote summary.md"
+    assert step["data"]["kind"] == Kind.SUMMARY
+
+
+def test_a_turn_without_words_still_ends_with_a_summary() -> None:
+    (step,) = reader().read(turn_completed()).steps
+    assert step["text"] == "Droid finished."
+
+
+def test_a_turn_that_ended_otherwise_is_an_error() -> None:
+    seen = reader().read(turn_completed("model_authentication_failed"))
+    assert not seen.finished
+    assert seen.error == "Droid's turn ended: model_authentication_failed"
+    assert seen.steps == ()
 
 
 def test_an_error_is_remembered_not_logged() -> None:
-    seen = read_event(event(type="error", source="cli", message="insufficient permission"), MODEL)
-    assert seen.error == "insufficient permission"
-    assert seen.step is None
+    seen = reader().read(
+        {
+            "type": "error",
+            "sessionId": SESSION,
+            "message": '401 {"type":"error","error":{"type":"authentication_error"}}',
+            "errorType": "Error",
+        }
+    )
+    assert seen.error == '401 {"type":"error","error":{"type":"authentication_error"}}'
+    assert seen.steps == ()
+
+
+def test_progress_and_system_messages_are_not_steps() -> None:
+    notifications = reader()
+    for notification in (
+        {"type": "droid_working_state_changed", "newState": "thinking", "sessionId": SESSION},
+        {"type": "assistant_text_delta", "textDelta": "Hel", "blockIndex": 0},
+        {"type": "tool_call", "toolUse": tool_use("Create", {})},
+        created("system", text("BYOK Error: 401")),
+        {"type": "create_message", "message": "not a message"},
+    ):
+        assert notifications.read(notification) == notifications.read({})
 
 
 def test_long_text_is_cut_to_what_a_step_holds() -> None:
-    seen = read_event(event(type="message", role="assistant", text="x" * 50_000), MODEL)
-    assert seen.step is not None
-    assert len(seen.step["text"]) == MAX_STEP_TEXT
+    (step,) = reader().read(created("assistant", text("x" * 50_000))).steps
+    assert len(step["text"]) == MAX_STEP_TEXT
 
 
-def test_events_without_a_session_or_not_objects_are_ignored() -> None:
-    assert read_event({"type": "message", "role": "assistant", "text": "hi"}, MODEL).step is None
-    assert read_event(["not", "an", "event"], MODEL).step is None
+def test_a_refusal_is_a_tool_error_step() -> None:
+    step = reader().refusal("Droid needed permission for Execute rm -rf /")
+    assert step["text"] == "Refused: Droid needed permission for Execute rm -rf /"
+    assert step["data"]["kind"] == Kind.TOOL_ERROR
 
 
 def test_tool_names() -> None:
@@ -108,7 +176,7 @@ def test_tool_names() -> None:
     assert tool_name("Create") == "Create"
 
 
-def test_resume_forks_the_newest_session_a_step_names() -> None:
+def test_resume_carries_on_the_newest_session_a_step_names() -> None:
     steps = [
         {"text": "one", "data": {"session": "aaa-1", "kind": "message"}},
         {"text": "two", "data": {"session": "bbb-2", "kind": "tool"}},
@@ -118,13 +186,13 @@ def test_resume_forks_the_newest_session_a_step_names() -> None:
     assert last_session([]) is None
 
 
-def test_a_session_that_is_not_an_id_is_never_forked() -> None:
-    """A step could hold anything the task logged: nothing that reads as a flag reaches argv."""
+def test_a_session_that_is_not_an_id_is_never_carried_on() -> None:
+    """A step could hold anything the task logged: only an id is sent back to Droid."""
     steps = [{"text": "x", "data": {"session": "--skip-permissions-unsafe"}}]
     assert last_session(steps) is None
 
 
 def test_a_resumed_worker_says_it_carried_on() -> None:
-    seen = read_event(event(type="system", subtype="init"), MODEL, resumed=True)
-    assert seen.step is not None
-    assert seen.step["text"] == f"Droid carried on where it stopped, on {MODEL}"
+    step = Notifications(SESSION, MODEL).started(resumed=True)
+    assert step["text"] == f"Droid carried on where it stopped, on {MODEL}"
+    assert step["data"] == {"session": SESSION, "kind": Kind.STARTED}

@@ -1,10 +1,13 @@
 """The Droid worker: Factory's Droid CLI on the task's prompt, its events logged as steps.
 
 It reads the task and its steps from the broker, writes Droid's settings and MCP servers into
-the task's own HOME, and runs `droid exec` in the workspace view. Each meaningful event becomes
-a step holding Droid's session id; started again (boxd restarted it after a power cut), it forks
-the newest session, so Droid carries on with its conversation, and the relay's keys make every
-tool call it repeats answer from the log instead of running twice.
+the task's own HOME, and runs `droid exec` in the workspace view, driven over JSON-RPC
+(boxd.workers.droid_rpc): one session, the task's prompt as its one user message, until Droid
+ends the turn. Each meaningful notification becomes a step holding Droid's session id; started
+again (boxd restarted it after a power cut), it loads the newest session, so Droid carries on
+with its conversation, and the relay's keys make every tool call it repeats answer from the log
+instead of running twice. Droid's questions to its user become the owner's approvals, and what
+it asks permission for beyond the task's autonomy is refused (boxd.workers.droid_answers).
 """
 
 import asyncio
@@ -19,8 +22,10 @@ import aiohttp
 
 from boxd.droid_release import droid_binary
 from boxd.workers.broker_client import BrokerClient, BrokerRefused
+from boxd.workers.droid_answers import Answers
 from boxd.workers.droid_config import (
     AIRGAP_ENVIRONMENT,
+    MODEL_CHOICE,
     RESUME_PROMPT,
     command,
     factory_dir,
@@ -28,9 +33,10 @@ from boxd.workers.droid_config import (
     settings,
     task_options,
 )
-from boxd.workers.droid_events import Kind, last_session, read_event
+from boxd.workers.droid_events import Kind, Notifications, last_session
+from boxd.workers.droid_rpc import DroidRpc, DroidRpcError
 
-# One event is one line; a tool's result can be long.
+# One message is one line; a tool's result can be long.
 MAX_EVENT_LINE = 64 * 1024 * 1024
 
 
@@ -45,12 +51,11 @@ def _write_private(path: Path, text: str) -> None:
         file.write(text)
 
 
-def prepare_home(own_home: Path, task: dict[str, Any], gateway_url: str, socket: str) -> Path:
-    """Droid's configuration in the task's own HOME; returns the prompt file."""
+def prepare_home(own_home: Path, task: dict[str, Any], gateway_url: str, socket: str) -> None:
+    """Droid's configuration in the task's own HOME."""
     factory = factory_dir(own_home)
     _write_private(factory / "settings.json", json.dumps(settings(task["model"], gateway_url)))
     _write_private(factory / "mcp.json", json.dumps(mcp_servers(sys.executable, socket)))
-    return factory / "box-prompt.md"
 
 
 def share_with_later_tasks(work_dir: Path) -> None:
@@ -98,51 +103,84 @@ class Steps:
             self._held = None
 
 
+async def converse(
+    rpc: DroidRpc,
+    steps: Steps,
+    *,
+    task: dict[str, Any],
+    work_dir: Path,
+    resume: str | None,
+    answers: Answers,
+) -> tuple[bool, str | None]:
+    """One turn of one session: the prompt (or, resumed, the word to carry on) until Droid ends
+    the turn. Returns whether it finished and the error it ended with, if any."""
+    autonomy, plan = answers.autonomy, answers.plan
+    session: Any = resume
+    if resume is not None:
+        await rpc.load_session(resume, autonomy=autonomy)
+    else:
+        started = await rpc.initialize_session(
+            cwd=str(work_dir), model=MODEL_CHOICE, autonomy=autonomy, spec=plan
+        )
+        session = started.get("sessionId")
+    if not isinstance(session, str) or not session:
+        return False, "Droid started no session"
+    notifications = Notifications(session, task["model"])
+    await steps.log(notifications.started(resumed=resume is not None))
+    await rpc.add_user_message(RESUME_PROMPT if resume is not None else task["prompt"])
+    error: str | None = None
+    while (notification := await rpc.notification()) is not None:
+        seen = notifications.read(notification)
+        if answers.refused:
+            # Droid ends its turn as "completed" after a refusal: it did not finish the task.
+            why = "; ".join(answers.refused)
+            await steps.log(notifications.refusal(why))
+            return False, why
+        for step in seen.steps:
+            await steps.log(step)
+        error = error or seen.error
+        if seen.finished or notification.get("type") == "agent_turn_completed":
+            return seen.finished, error
+    return False, error
+
+
 async def run(socket_path: str, own_home: Path, work_dir: Path, gateway_url: str) -> None:
     async with BrokerClient(socket_path) as broker:
         state = await broker.get("/task")
         task = state["task"]
-        fork = last_session(state["steps"])
-        prompt_file = await asyncio.to_thread(
-            prepare_home, own_home, task, gateway_url, socket_path
-        )
-        await asyncio.to_thread(
-            prompt_file.write_text, RESUME_PROMPT if fork else task["prompt"], "utf-8"
-        )
+        resume = last_session(state["steps"])
+        await asyncio.to_thread(prepare_home, own_home, task, gateway_url, socket_path)
         autonomy, plan = task_options(task)
-        argv = command(
-            droid_binary(),
-            autonomy=autonomy,
-            plan=plan,
-            work_dir=work_dir,
-            prompt_file=prompt_file,
-            fork=fork,
-        )
+        answers = Answers(broker.post, autonomy=autonomy, plan=plan)
         process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
+            *command(droid_binary(), autonomy=autonomy, work_dir=work_dir),
+            stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             env={**os.environ, **AIRGAP_ENVIRONMENT},
             cwd=work_dir,
             limit=MAX_EVENT_LINE,
         )
-        assert process.stdout is not None
+        assert process.stdin is not None and process.stdout is not None
+        rpc = DroidRpc(process.stdout, process.stdin, answers)
+        serving = asyncio.create_task(rpc.serve())
         steps = Steps(broker)
-        error: str | None = None
-        finished = False
-        async for line in process.stdout:
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                print(f"droid said: {line.decode(errors='replace').rstrip()}", file=sys.stderr)
-                continue
-            seen = read_event(event, task["model"], resumed=fork is not None)
-            if seen.step is not None:
-                await steps.log(seen.step)
-            error = seen.error or error
-            finished = finished or seen.finished
+        try:
+            finished, error = await converse(
+                rpc,
+                steps,
+                task=task,
+                work_dir=work_dir,
+                resume=resume,
+                answers=answers,
+            )
+        except DroidRpcError as failure:
+            finished, error = False, str(failure)
+        finally:
+            # Droid ends its session and exits when its input ends.
+            process.stdin.close()
         await steps.flush()
         status = await process.wait()
+        await serving
         await asyncio.to_thread(share_with_later_tasks, work_dir)
         if status != 0 or error is not None or not finished:
             why = error or f"Droid exited with status {status} before it finished"

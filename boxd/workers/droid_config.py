@@ -19,7 +19,6 @@ MAX_OUTPUT_TOKENS = 32_000
 # Droid shows the box's MCP tools to the model as `box___<tool>`.
 MCP_SERVER = "box"
 MCP_PREFIX = f"{MCP_SERVER}___"
-# Droid offers no AskUser tool in `droid exec`; its questions to the owner go through box_ask.
 RESUME_PROMPT = (
     "The box restarted your work on this task (a restart or a power cut cut it off). Carry on "
     "from where you stopped. Tool calls you already made are remembered: calling one again "
@@ -69,36 +68,24 @@ def mcp_servers(python: str, socket: str) -> dict[str, Any]:
     }
 
 
-def command(
-    droid: Path,
-    *,
-    autonomy: str,
-    plan: bool,
-    work_dir: Path,
-    prompt_file: Path,
-    fork: str | None,
-) -> list[str]:
-    """`droid exec`, streaming JSON events; with `fork`, a new session that carries on from the
-    given one (`-s` does not work airgapped)."""
-    argv = [
+def command(droid: Path, *, autonomy: str, work_dir: Path) -> list[str]:
+    """`droid exec` driven over JSON-RPC on its stdin and stdout (boxd.workers.droid_rpc), the
+    only mode in which Droid asks its user (AskUser). Droid still checks the flags, but the
+    session's model, autonomy and mode come from the worker's requests: these say the same."""
+    return [
         str(droid),
         "exec",
+        "--input-format",
+        "stream-jsonrpc",
+        "--output-format",
+        "stream-jsonrpc",
         "--auto",
         autonomy,
         "--model",
         MODEL_CHOICE,
-        "--output-format",
-        "stream-json",
         "--cwd",
         str(work_dir),
-        "--file",
-        str(prompt_file),
     ]
-    if plan and fork is None:
-        argv.append("--use-spec")
-    if fork is not None:
-        argv += ["--fork", fork]
-    return argv
 
 
 def task_options(task: dict[str, Any]) -> tuple[str, bool]:

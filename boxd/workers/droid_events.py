@@ -1,9 +1,7 @@
-"""Droid's stream of JSON events (`droid exec --output-format stream-json`), read as steps.
+"""Droid's session notifications, read as steps.
 
-Each event is one line: `system` (init, with the session id), `message` (the user's prompt and
-the assistant's words), `tool_call` and `tool_result`, `completion` (the final text) and
-`error`. Every step carries the session id in its data, so a worker started again forks the
-newest session and carries on (see droid.py).
+Every step carries the session id in its data, so a worker started again loads the newest
+session and carries on (see droid.py).
 """
 
 import json
@@ -17,7 +15,7 @@ from boxd.workers.droid_config import MCP_PREFIX
 # What a tool step shows of the tool's input; the owner reads steps, not transcripts.
 MAX_SHOWN_INPUT = 500
 PLAN_TOOL = "ExitSpecMode"
-# Droid's session ids are UUIDs; anything else in a step is not one to fork.
+# Droid's session ids are UUIDs; anything else in a step is not one to carry on.
 _SESSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{0,99}")
 
 
@@ -32,9 +30,9 @@ class Kind:
 
 @dataclass(frozen=True)
 class Seen:
-    """What one event means to the worker."""
+    """What one notification means to the worker."""
 
-    step: dict[str, Any] | None = None
+    steps: tuple[dict[str, Any], ...] = ()
     error: str | None = None
     finished: bool = False
 
@@ -61,40 +59,74 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def read_event(event: Any, model: str, *, resumed: bool = False) -> Seen:
-    if not isinstance(event, dict):
-        return Seen()
-    session = _text(event.get("session_id"))
-    kind = event.get("type")
-    if kind == "system" and event.get("subtype") == "init" and session:
+class Notifications:
+    """Reads one session's notifications (boxd.workers.droid_rpc) as steps.
+
+    Droid announces each message it adds to the session (`create_message`: the assistant's text
+    and tool uses, complete), each tool's result (`tool_result`), errors (`error`) and the end of
+    the turn (`agent_turn_completed`, with its reason). Steps are made from these, not from the
+    streamed deltas and early `tool_call`s, which come before a tool's input is complete.
+    """
+
+    def __init__(self, session: str, model: str) -> None:
+        self.session = session
+        self._model = model
+        self._tools: dict[str, str] = {}
+        self._last_text = ""
+
+    def started(self, *, resumed: bool) -> dict[str, Any]:
         began = "carried on where it stopped" if resumed else "started working"
-        return Seen(_step(f"Droid {began}, on {model}", session, Kind.STARTED))
-    if not session:
+        return _step(f"Droid {began}, on {self._model}", self.session, Kind.STARTED)
+
+    def refusal(self, why: str) -> dict[str, Any]:
+        """The step for what the worker refused Droid (boxd.workers.droid_answers)."""
+        return _step(f"Refused: {why}", self.session, Kind.TOOL_ERROR)
+
+    def read(self, notification: dict[str, Any]) -> Seen:
+        kind = notification.get("type")
+        if kind == "create_message":
+            return self._message(notification.get("message"))
+        if kind == "tool_result" and notification.get("isError") is True:
+            name = self._tools.get(_text(notification.get("toolUseId")), "a tool")
+            why = _text(notification.get("content")).strip() or "no reason given"
+            return Seen((_step(f"{name} failed: {why}", self.session, Kind.TOOL_ERROR),))
+        if kind == "error":
+            return Seen(error=_text(notification.get("message")) or "Droid stopped with an error")
+        if kind == "agent_turn_completed":
+            reason = _text(notification.get("reason"))
+            if reason != "completed":
+                return Seen(error=f"Droid's turn ended: {reason or 'no reason given'}")
+            text = self._last_text or "Droid finished."
+            return Seen((_step(text, self.session, Kind.SUMMARY),), finished=True)
         return Seen()
-    if kind == "message" and event.get("role") == "assistant":
-        text = _text(event.get("text")).strip()
-        return Seen(_step(text, session, Kind.MESSAGE) if text else None)
-    if kind == "tool_call":
-        name = _text(event.get("toolName"))
-        parameters = event.get("parameters")
+
+    def _message(self, message: Any) -> Seen:
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            return Seen()
+        content = message.get("content")
+        steps = []
+        for block in content if isinstance(content, list) else []:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "text":
+                text = _text(block.get("text")).strip()
+                if text:
+                    self._last_text = text
+                    steps.append(_step(text, self.session, Kind.MESSAGE))
+            elif block.get("type") == "tool_use":
+                steps.append(self._tool_use(block))
+        return Seen(tuple(steps))
+
+    def _tool_use(self, block: dict[str, Any]) -> dict[str, Any]:
+        name = _text(block.get("name"))
+        shown_name = tool_name(name)
+        self._tools[_text(block.get("id"))] = shown_name
+        parameters = block.get("input")
         if name == PLAN_TOOL and isinstance(parameters, dict):
             plan = _text(parameters.get("plan")).strip()
-            return Seen(_step(f"Plan:\n{plan}", session, Kind.PLAN))
+            return _step(f"Plan:\n{plan}", self.session, Kind.PLAN)
         shown = _cut(json.dumps(parameters, ensure_ascii=False), MAX_SHOWN_INPUT)
-        return Seen(_step(f"{tool_name(name)} {shown}", session, Kind.TOOL, tool=tool_name(name)))
-    if kind == "tool_result" and event.get("isError") is True:
-        name = tool_name(_text(event.get("toolId")))
-        error = event.get("error")
-        message = _text(error.get("message")) if isinstance(error, dict) else ""
-        return Seen(
-            _step(f"{name} failed: {message or 'no reason given'}", session, Kind.TOOL_ERROR)
-        )
-    if kind == "completion":
-        text = _text(event.get("finalText")).strip() or "Droid finished."
-        return Seen(_step(text, session, Kind.SUMMARY), finished=True)
-    if kind == "error":
-        return Seen(error=_text(event.get("message")) or "Droid stopped with an error")
-    return Seen()
+        return _step(f"{shown_name} {shown}", self.session, Kind.TOOL, tool=shown_name)
 
 
 def last_session(steps: list[dict[str, Any]]) -> str | None:
