@@ -6,6 +6,7 @@ from typing import Any
 
 from boxd.workers.droid import Steps, prepare_home, share_with_later_tasks
 from boxd.workers.droid_config import (
+    DISABLED_TOOLS,
     MODEL_CHOICE,
     PLACEHOLDER_KEY,
     command,
@@ -52,6 +53,10 @@ def test_the_command_names_no_prompt_session_or_plan() -> None:
     argv = command(DROID, autonomy="low", work_dir=Path("/w"))
     for flag in ("--file", "--fork", "-s", "--use-spec", "--skip-permissions-unsafe"):
         assert flag not in argv
+
+
+def test_no_tool_outlives_the_turn_the_worker_waits_for() -> None:
+    assert {"Task", "TaskOutput", "TaskStop", "Loop"} <= set(DISABLED_TOOLS)
 
 
 def test_task_options() -> None:

@@ -159,6 +159,15 @@ def test_progress_and_system_messages_are_not_steps() -> None:
         assert notifications.read(notification) == notifications.read({})
 
 
+def test_another_sessions_notifications_are_not_this_ones() -> None:
+    notifications = reader()
+    other = {**turn_completed(), "sessionId": "a-subagents-session"}
+    assert notifications.read(other) == notifications.read({})
+    unnamed = {**turn_completed()}
+    del unnamed["sessionId"]
+    assert notifications.read(unnamed).finished
+
+
 def test_long_text_is_cut_to_what_a_step_holds() -> None:
     (step,) = reader().read(created("assistant", text("x" * 50_000))).steps
     assert len(step["text"]) == MAX_STEP_TEXT

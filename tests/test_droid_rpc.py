@@ -48,7 +48,9 @@ async def test_a_session_starts_with_the_tasks_model_autonomy_and_folder() -> No
     rpc, droid = await connected(Scripted())
     serving = asyncio.create_task(rpc.serve())
     starting = asyncio.create_task(
-        rpc.initialize_session(cwd="/w", model="custom:Box-0", autonomy="medium", spec=True)
+        rpc.initialize_session(
+            cwd="/w", model="custom:Box-0", autonomy="medium", spec=True, disabled=("Task",)
+        )
     )
     request = await droid.expect("droid.initialize_session")
     assert request["params"] == {
@@ -57,6 +59,7 @@ async def test_a_session_starts_with_the_tasks_model_autonomy_and_folder() -> No
         "modelId": "custom:Box-0",
         "autonomyLevel": "medium",
         "interactionMode": "spec",
+        "disabledToolIds": ["Task"],
     }
     await droid.respond(request, {"sessionId": SESSION, "session": {"messages": []}})
     assert (await starting)["sessionId"] == SESSION
@@ -64,15 +67,19 @@ async def test_a_session_starts_with_the_tasks_model_autonomy_and_folder() -> No
     await serving
 
 
-async def test_a_loaded_session_gets_the_tasks_autonomy_again() -> None:
+async def test_a_loaded_session_gets_the_tasks_settings_again() -> None:
     rpc, droid = await connected(Scripted())
     serving = asyncio.create_task(rpc.serve())
-    loading = asyncio.create_task(rpc.load_session(SESSION, autonomy="low"))
+    loading = asyncio.create_task(rpc.load_session(SESSION, autonomy="low", disabled=("Task",)))
     request = await droid.expect("droid.load_session")
-    assert request["params"] == {"sessionId": SESSION}
+    assert request["params"] == {"sessionId": SESSION, "disabledToolIds": ["Task"]}
     await droid.respond(request, {"session": {"messages": []}})
     settings = await droid.expect("droid.update_session_settings")
-    assert settings["params"] == {"autonomyLevel": "low", "interactionMode": "auto"}
+    assert settings["params"] == {
+        "autonomyLevel": "low",
+        "interactionMode": "auto",
+        "disabledToolIds": ["Task"],
+    }
     await droid.respond(settings, {})
     await loading
     droid.close()

@@ -7,7 +7,7 @@ from typing import Any
 
 from boxd.workers.droid import Steps, converse
 from boxd.workers.droid_answers import YES, Answers
-from boxd.workers.droid_config import MODEL_CHOICE, RESUME_PROMPT
+from boxd.workers.droid_config import DISABLED_TOOLS, MODEL_CHOICE, RESUME_PROMPT
 from boxd.workers.droid_rpc import ASK_USER, REQUEST_PERMISSION
 from tests.droid_fixtures import (
     SESSION,
@@ -64,6 +64,7 @@ async def start(droid: FakeDroid, prompt: str = "Make a button.") -> None:
     assert request["params"]["modelId"] == MODEL_CHOICE
     assert request["params"]["autonomyLevel"] == "low"
     assert request["params"]["cwd"] == "/w"
+    assert set(request["params"]["disabledToolIds"]) == set(DISABLED_TOOLS)
     await droid.respond(request, {"sessionId": SESSION, "session": {"messages": []}})
     message = await droid.expect("droid.add_user_message")
     assert message["params"] == {"text": prompt}
@@ -143,10 +144,12 @@ async def test_a_restarted_worker_loads_the_session_and_says_to_carry_on() -> No
 
     async def droid_side(droid: FakeDroid) -> None:
         load = await droid.expect("droid.load_session")
-        assert load["params"] == {"sessionId": SESSION}
+        assert load["params"]["sessionId"] == SESSION
+        assert set(load["params"]["disabledToolIds"]) == set(DISABLED_TOOLS)
         await droid.respond(load, {"session": {"messages": []}})
         settings = await droid.expect("droid.update_session_settings")
         assert settings["params"]["autonomyLevel"] == "low"
+        assert set(settings["params"]["disabledToolIds"]) == set(DISABLED_TOOLS)
         await droid.respond(settings, {})
         message = await droid.expect("droid.add_user_message")
         assert message["params"] == {"text": RESUME_PROMPT}

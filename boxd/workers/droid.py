@@ -25,6 +25,7 @@ from boxd.workers.broker_client import BrokerClient, BrokerRefused
 from boxd.workers.droid_answers import Answers
 from boxd.workers.droid_config import (
     AIRGAP_ENVIRONMENT,
+    DISABLED_TOOLS,
     MODEL_CHOICE,
     RESUME_PROMPT,
     command,
@@ -117,10 +118,14 @@ async def converse(
     autonomy, plan = answers.autonomy, answers.plan
     session: Any = resume
     if resume is not None:
-        await rpc.load_session(resume, autonomy=autonomy)
+        await rpc.load_session(resume, autonomy=autonomy, disabled=DISABLED_TOOLS)
     else:
         started = await rpc.initialize_session(
-            cwd=str(work_dir), model=MODEL_CHOICE, autonomy=autonomy, spec=plan
+            cwd=str(work_dir),
+            model=MODEL_CHOICE,
+            autonomy=autonomy,
+            spec=plan,
+            disabled=DISABLED_TOOLS,
         )
         session = started.get("sessionId")
     if not isinstance(session, str) or not session:

@@ -25,6 +25,10 @@ RESUME_PROMPT = (
     "with the same input returns its result without running it twice."
 )
 AIRGAP_ENVIRONMENT = {"FACTORY_AIRGAP_ENABLED": "true"}
+# Work that outlives the turn that started it, which the worker (one turn, then Droid's input
+# closes) would cut off: Droid's subagents, which plain `droid exec` does not permit either (a
+# background one's report starts a turn of its own), and Loop's runs scheduled for later.
+DISABLED_TOOLS = ("Task", "TaskOutput", "TaskStop", "Loop")
 
 
 def factory_dir(own_home: Path) -> Path:

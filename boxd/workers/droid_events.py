@@ -83,6 +83,9 @@ class Notifications:
         return _step(f"Refused: {why}", self.session, Kind.TOOL_ERROR)
 
     def read(self, notification: dict[str, Any]) -> Seen:
+        if notification.get("sessionId") not in (None, self.session):
+            # A subagent's session (Droid's Task tool): its turn ending is not this one's.
+            return Seen()
         kind = notification.get("type")
         if kind == "create_message":
             return self._message(notification.get("message"))

@@ -245,9 +245,9 @@ class DroidRpc:
             await self._send({"type": "response", "id": ident, **reply})
 
     async def initialize_session(
-        self, *, cwd: str, model: str, autonomy: str, spec: bool
+        self, *, cwd: str, model: str, autonomy: str, spec: bool, disabled: tuple[str, ...]
     ) -> dict[str, Any]:
-        """A new session; its id is `sessionId` in the result."""
+        """A new session without the `disabled` tools; its id is `sessionId` in the result."""
         return await self.request(
             "droid.initialize_session",
             {
@@ -256,16 +256,25 @@ class DroidRpc:
                 "modelId": model,
                 "autonomyLevel": autonomy,
                 "interactionMode": "spec" if spec else "auto",
+                "disabledToolIds": list(disabled),
             },
         )
 
-    async def load_session(self, session: str, *, autonomy: str) -> dict[str, Any]:
+    async def load_session(
+        self, session: str, *, autonomy: str, disabled: tuple[str, ...]
+    ) -> dict[str, Any]:
         """Carries on an earlier session (its messages are Droid's own files in HOME); its
-        autonomy is set again, so it is this task's, not what the session last had."""
-        loaded = await self.request("droid.load_session", {"sessionId": session})
+        settings are set again, so they are this task's, not what the session last had."""
+        loaded = await self.request(
+            "droid.load_session", {"sessionId": session, "disabledToolIds": list(disabled)}
+        )
         await self.request(
             "droid.update_session_settings",
-            {"autonomyLevel": autonomy, "interactionMode": "auto"},
+            {
+                "autonomyLevel": autonomy,
+                "interactionMode": "auto",
+                "disabledToolIds": list(disabled),
+            },
         )
         return loaded
 
