@@ -122,6 +122,14 @@ def test_the_end_of_the_turn_is_the_summary_with_the_last_words() -> None:
     assert step["data"]["kind"] == Kind.SUMMARY
 
 
+def test_words_before_the_last_message_are_not_the_summary() -> None:
+    notifications = reader()
+    notifications.read(created("assistant", text("Looking."), tool_use("Read", {"file": "a"})))
+    notifications.read(created("assistant", tool_use("Create", {"file": "b"}, ident="toolu_2")))
+    (step,) = notifications.read(turn_completed()).steps
+    assert step["text"] == "Droid finished."
+
+
 def test_a_turn_without_words_still_ends_with_a_summary() -> None:
     (step,) = reader().read(turn_completed()).steps
     assert step["text"] == "Droid finished."

@@ -213,3 +213,33 @@ async def test_droid_is_read_while_a_question_waits_for_its_answer() -> None:
     assert answer["result"]["answers"][0]["answer"] == "Yes"
     droid.close()
     await serving
+
+
+async def test_a_question_nobody_can_hear_the_answer_to_stops_being_asked() -> None:
+    """Droid gone: the worker stops asking the broker; the approval stays there, by its key."""
+    asking = asyncio.Event()
+    stopped = asyncio.Event()
+
+    class Waiting(Scripted):
+        async def ask_user(self, questions: tuple[Question, ...]) -> list[str]:
+            asking.set()
+            try:
+                await asyncio.Event().wait()
+            finally:
+                stopped.set()
+            return []
+
+    rpc, droid = await connected(Waiting())
+    serving = asyncio.create_task(rpc.serve())
+    await droid.send(
+        {
+            "type": "request",
+            "method": ASK_USER,
+            "id": "q-1",
+            "params": ask_user_params(("Red?", [])),
+        }
+    )
+    await asking.wait()
+    droid.close()
+    await serving
+    await stopped.wait()

@@ -108,6 +108,8 @@ class Notifications:
             return Seen()
         content = message.get("content")
         steps = []
+        # The summary is the newest message's words, as `droid exec`'s final text.
+        self._last_text = ""
         for block in content if isinstance(content, list) else []:
             if not isinstance(block, dict):
                 continue

@@ -187,6 +187,9 @@ class DroidRpc:
                     self._take(message)
         finally:
             self._ended = True
+            # Nobody is left to hear these answers; the broker keeps what was asked, by key.
+            for task in list(self._answering):
+                task.cancel()
             for answer in self._waiting.values():
                 if not answer.done():
                     answer.set_exception(DroidRpcError("Droid stopped before it answered"))
