@@ -8,7 +8,9 @@
   is more than `--auto <level>` allows, and is refused, as `droid exec` refuses it; the refusal is
   remembered, and the task fails saying what Droid wanted. The one exception is the plan of a
   task that asked for one (`droid.plan`): it is accepted, and Droid carries on at the task's
-  autonomy, as `droid exec --use-spec` does.
+  autonomy. (Plain `droid exec --use-spec` does not permit ExitSpecMode at all: the model's
+  plan fails as a tool and it goes on without one. Until the plan is accepted, Droid itself
+  refuses edits in spec mode, asking nobody.)
 """
 
 import asyncio
