@@ -68,10 +68,10 @@ class FakeDroid:
             }
         )
 
-    async def notify(self, notification: dict[str, Any], *, session: bool = True) -> None:
+    async def notify(self, notification: dict[str, Any], *, session: str | None = SESSION) -> None:
         params: dict[str, Any] = {"notification": notification}
-        if session:
-            params["sessionId"] = SESSION
+        if session is not None:
+            params["sessionId"] = session
         await self.send(
             {"type": "notification", "method": "droid.session_notification", "params": params}
         )

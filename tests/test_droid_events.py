@@ -116,7 +116,7 @@ def test_the_end_of_the_turn_is_the_summary_with_the_last_words() -> None:
     notifications = reader()
     notifications.read(created("assistant", text("Wrote summary.md")))
     seen = notifications.read(turn_completed())
-    assert seen.finished
+    assert seen.ended and seen.finished
     (step,) = seen.steps
     assert step["text"] == "Wrote summary.md"
     assert step["data"]["kind"] == Kind.SUMMARY
@@ -137,7 +137,7 @@ def test_a_turn_without_words_still_ends_with_a_summary() -> None:
 
 def test_a_turn_that_ended_otherwise_is_an_error() -> None:
     seen = reader().read(turn_completed("model_authentication_failed"))
-    assert not seen.finished
+    assert seen.ended and not seen.finished
     assert seen.error == "Droid's turn ended: model_authentication_failed"
     assert seen.steps == ()
 

@@ -117,7 +117,7 @@ async def test_notifications_come_out_in_order_with_their_session_then_none() ->
     await droid.notify({"type": "droid_working_state_changed", "newState": "thinking"})
     await droid.say(b"Droid prints a line that is not JSON\n")
     # Some notifications name no session (tool_call, permission_resolved).
-    await droid.notify({"type": "tool_call", "toolUse": {"name": "Create"}}, session=False)
+    await droid.notify({"type": "tool_call", "toolUse": {"name": "Create"}}, session=None)
     await droid.notify(turn_completed())
     droid.close()
     first = await rpc.notification()

@@ -119,7 +119,7 @@ async def test_a_permission_beyond_the_autonomy_is_refused_and_the_task_does_not
         # What Droid 0.225.2 says after a cancel: the tool failed, the turn "completed".
         await droid.notify(
             {"type": "permission_resolved", "toolUseIds": [], "selectedOption": "cancel"},
-            session=False,
+            session=None,
         )
         await droid.notify(
             {
@@ -172,6 +172,19 @@ async def test_a_failed_model_ends_the_turn_with_droids_error() -> None:
         await droid.notify(turn_completed("model_authentication_failed"))
 
     assert await talk(broker, droid_side) == (False, "401 invalid x-api-key")
+
+
+async def test_a_subagents_turn_ending_is_not_the_tasks() -> None:
+    broker = FakeBroker()
+
+    async def droid_side(droid: FakeDroid) -> None:
+        await start(droid)
+        await droid.notify(turn_completed(), session="a-subagents-session")
+        await droid.notify(created("assistant", {"type": "text", "text": "All of it done."}))
+        await droid.notify(turn_completed())
+
+    assert await talk(broker, droid_side) == (True, None)
+    assert broker.shown()[-1] == ("summary", "All of it done.")
 
 
 async def test_droid_gone_mid_turn_is_not_finished() -> None:

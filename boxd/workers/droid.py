@@ -144,7 +144,7 @@ async def converse(
         for step in seen.steps:
             await steps.log(step)
         error = error or seen.error
-        if seen.finished or notification.get("type") == "agent_turn_completed":
+        if seen.ended:
             return seen.finished, error
     return False, error
 

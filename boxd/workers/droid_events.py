@@ -34,6 +34,8 @@ class Seen:
 
     steps: tuple[dict[str, Any], ...] = ()
     error: str | None = None
+    # The session's turn ended: `finished` if Droid completed it, else `error` says why not.
+    ended: bool = False
     finished: bool = False
 
 
@@ -98,9 +100,10 @@ class Notifications:
         if kind == "agent_turn_completed":
             reason = _text(notification.get("reason"))
             if reason != "completed":
-                return Seen(error=f"Droid's turn ended: {reason or 'no reason given'}")
+                why = f"Droid's turn ended: {reason or 'no reason given'}"
+                return Seen(error=why, ended=True)
             text = self._last_text or "Droid finished."
-            return Seen((_step(text, self.session, Kind.SUMMARY),), finished=True)
+            return Seen((_step(text, self.session, Kind.SUMMARY),), ended=True, finished=True)
         return Seen()
 
     def _message(self, message: Any) -> Seen:
