@@ -179,7 +179,7 @@ def install(
 def main() -> None:
     binary = droid_release.droid_binary()
     try:
-        if install():
+        if install(droid_release.DROID_DIR):
             print(f"boxd: Droid {VERSION} installed at {binary}", flush=True)
         else:
             print(f"boxd: Droid {VERSION} is already installed at {binary}", flush=True)

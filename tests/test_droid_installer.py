@@ -190,9 +190,9 @@ def test_a_registry_that_cannot_be_reached_says_so(tmp_path: Path) -> None:
 
 
 def test_the_reason_survives_the_journal_line(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Refused before anything is written, so the real DROID_DIR is never touched.
+    monkeypatch.setattr(droid_installer.droid_release, "DROID_DIR", tmp_path)
     monkeypatch.setenv("BOX_NPM_REGISTRY", "ftp://nowhere")
     with pytest.raises(SystemExit):
         droid_installer.main()

@@ -573,7 +573,8 @@ class Box:
                     return await self._end(task, TaskState.FAILED, failure)
                 try:
                     await self._start_units(task)
-                except (BoxError, SystemdError, OSError) as error:
+                # ValueError: a worker boxd has no command for (worker_unit.worker_command).
+                except (BoxError, SystemdError, OSError, ValueError) as error:
                     return await self._end(
                         task, TaskState.FAILED, f"The task could not start: {_words(error)}"
                     )

@@ -159,10 +159,16 @@ class DroidInstall:
                 said = None if status.active_state == "inactive" else await last_words(INSTALL_UNIT)
                 if self._following:
                     self._settle(DroidState(Phase.FAILED, unit_failure(status, said)))
+        except EOFError:
+            # The bus went away under the call: boxd is stopping, and its next start looks again.
+            log.info("stopped following %s: boxd's bus connection closed", INSTALL_UNIT)
         except Exception:
             log.exception("could not follow %s", INSTALL_UNIT)
 
     def _settle(self, state: DroidState) -> None:
+        # Two checks may read the same end; the first one settles it.
+        if self.state.phase != Phase.INSTALLING:
+            return
         self._following = False
         self.systemd.unwatch(INSTALL_UNIT)
         self.state = state
