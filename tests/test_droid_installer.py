@@ -11,7 +11,7 @@ from typing import IO
 
 import pytest
 
-from boxd import droid_installer
+from boxd import droid_installer, droid_release
 from boxd.droid_installer import InstallError, failure_reason, install
 from boxd.droid_release import BINARY_IN_PACKAGE, VERSION, tarball_url
 
@@ -192,7 +192,7 @@ def test_a_registry_that_cannot_be_reached_says_so(tmp_path: Path) -> None:
 def test_the_reason_survives_the_journal_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(droid_installer.droid_release, "DROID_DIR", tmp_path)
+    monkeypatch.setattr(droid_release, "DROID_DIR", tmp_path)
     monkeypatch.setenv("BOX_NPM_REGISTRY", "ftp://nowhere")
     with pytest.raises(SystemExit):
         droid_installer.main()
