@@ -193,3 +193,16 @@ def test_install_droid_gets_it_there_for_other_tests(
     # And leaves the machine's registry as it was: the drop-in gone.
     environment = machine.run("systemctl", "show", "-p", "Environment", INSTALL_UNIT).stdout
     assert environment.strip() == "Environment="
+
+
+def test_the_install_unit_writes_only_droids_folder_with_no_capability(machine: Machine) -> None:
+    properties = ("ProtectSystem", "ReadWritePaths", "CapabilityBoundingSet", "PrivateUsers")
+    text = machine.run(
+        "systemctl", "show", INSTALL_UNIT, *(f"--property={name}" for name in properties)
+    ).stdout
+    assert dict(line.partition("=")[::2] for line in text.splitlines()) == {
+        "ProtectSystem": "strict",
+        "ReadWritePaths": "/opt/boxd/droid",
+        "CapabilityBoundingSet": "",
+        "PrivateUsers": "yes",
+    }
