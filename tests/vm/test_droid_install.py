@@ -206,3 +206,18 @@ def test_the_install_unit_writes_only_droids_folder_with_no_capability(machine: 
         "CapabilityBoundingSet": "",
         "PrivateUsers": "yes",
     }
+
+
+def test_only_the_owner_sees_droids_state(machine: Machine, token: str) -> None:
+    app = boxctl(machine, "token", "create", "--name", "shop", "--app").stdout.strip()
+    status, said = http(machine, "GET", "/api/droid", app)
+    assert (status, said) == (
+        403,
+        {"error": "only this computer's own screen or the owner's paired device can do this"},
+    )
+    assert http(machine, "GET", "/api/droid", None)[0] == 401
+    machine.run("sh", "-c", "id stranger >/dev/null 2>&1 || useradd -m stranger")
+    refused = boxctl(machine, "droid", user="stranger", check=False)
+    assert refused.returncode == 1
+    assert "Only the box's owner may do this" in refused.stderr
+    assert http(machine, "GET", "/api/droid", token)[0] == 200
