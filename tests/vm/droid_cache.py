@@ -55,3 +55,16 @@ def droid_tarball() -> Path:
         finally:
             Path(partial).unlink(missing_ok=True)
     return final
+
+
+@functools.cache
+def droid_cache_dir() -> Path:
+    """The folder to bind into machines. A host that cannot download the package still boots
+    machines: only a test that installs Droid fails then, its stand-in saying the package is not
+    in the cache. Asked once per test run, like the download."""
+    try:
+        return droid_tarball().parent
+    except (OSError, DroidCacheError) as error:
+        log(f"Droid is not in the test cache, and could not be downloaded: {error}")
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        return CACHE_DIR

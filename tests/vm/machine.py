@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import IO
 
 from .droid_cache import MACHINE_DIR as DROID_CACHE
-from .droid_cache import droid_tarball
+from .droid_cache import droid_cache_dir
 from .image import CONTAINER_PATH, REPO_ROOT, ensure_host_tools, image
 
 STATE_PARENT = Path("/var/tmp")
@@ -306,7 +306,7 @@ class Machine:
             "--system-call-filter=bpf",
             f"--bind={_escape_bind(str(self.home))}:{BOX_HOME}",
             # For tests/vm/npm_registry.py to serve Droid from, without the network.
-            f"--bind-ro={_escape_bind(str(droid_tarball().parent))}:{DROID_CACHE}",
+            f"--bind-ro={_escape_bind(str(droid_cache_dir()))}:{DROID_CACHE}",
         ]
         if self.private_network:
             argv.append("--private-network")
