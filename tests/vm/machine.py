@@ -26,6 +26,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from .droid_cache import MACHINE_DIR as DROID_CACHE
+from .droid_cache import droid_cache_dir
 from .image import CONTAINER_PATH, REPO_ROOT, ensure_host_tools, image
 
 STATE_PARENT = Path("/var/tmp")
@@ -303,6 +305,8 @@ class Machine:
             "--capability=CAP_NET_ADMIN",
             "--system-call-filter=bpf",
             f"--bind={_escape_bind(str(self.home))}:{BOX_HOME}",
+            # For tests/vm/npm_registry.py to serve Droid from, without the network.
+            f"--bind-ro={_escape_bind(str(droid_cache_dir()))}:{DROID_CACHE}",
         ]
         if self.private_network:
             argv.append("--private-network")
