@@ -21,7 +21,7 @@ ln -sf "$prefix/venv/bin/boxctl" /usr/local/bin/boxctl
 install -m 0644 "$source_tree/README.md" "$prefix/README.md" 2>/dev/null || true
 install -m 0644 "$here"/boxd.service "$here"/boxd-web.socket "$here"/boxd-web.service \
     "$here"/box-broker@.socket "$here"/box-broker@.service \
-    "$here"/box-egress-http@.socket "$here"/box-egress-socks@.socket \
+    "$here"/box-egress-http@.socket "$here"/box-egress-socks@.socket "$here"/box-model@.socket \
     "$here"/boxd-droid-install.service /etc/systemd/system/
 install -D -m 0644 "$here/sysusers.d/boxd.conf" /usr/lib/sysusers.d/boxd.conf
 install -D -m 0644 "$here/dbus/org.boxd.Box1.conf" /usr/share/dbus-1/system.d/org.boxd.Box1.conf

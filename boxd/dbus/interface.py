@@ -148,6 +148,10 @@ FINISH_CALL = Method("FinishCall", ("id", "result"), "finished", _BROKER)
 ASK = Method("Ask", ("id", "ask"), "approval", _BROKER)
 LOG_COST = Method("LogCost", ("id", "cost"), "event", _BROKER)
 LOG_REFUSAL = Method("LogRefusal", ("id", "refusal"), "event", _BROKER)
+# The model gateway: before a request ({key, requestHash}), and when the upstream refused the
+# vault's model key (the task ends failed, saying so).
+BEGIN_MODEL_REQUEST = Method("BeginModelRequest", ("id", "request"), "begun", _BROKER)
+MODEL_KEY_REFUSED = Method("ModelKeyRefused", ("id",), "task", _BROKER)
 
 METHODS: tuple[Method, ...] = (
     CREATE_TASK,
@@ -177,6 +181,8 @@ METHODS: tuple[Method, ...] = (
     ASK,
     LOG_COST,
     LOG_REFUSAL,
+    BEGIN_MODEL_REQUEST,
+    MODEL_KEY_REFUSED,
 )
 
 

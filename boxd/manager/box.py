@@ -58,10 +58,12 @@ from boxd.manager.worker_unit import (
     broker_service_unit,
     broker_socket_unit,
     egress_socket_units,
+    model_socket_unit,
     worker_properties,
     worker_unit,
 )
 from boxd.manager.workspaces import PERSONAL, Workspaces
+from boxd.model_key import KEY_REFUSED, missing_key
 from boxd.paths import task_dir, task_manifest, task_work_dir, workspaces_dir
 from boxd.settings import NetworkDefault, Settings, change_settings
 from boxd.strict_json import loads
@@ -196,7 +198,30 @@ class Box:
             api.ASK: self.broker.ask,
             api.LOG_COST: self.broker.log_cost,
             api.LOG_REFUSAL: self.broker.log_refusal,
+            api.BEGIN_MODEL_REQUEST: self.broker.begin_model,
+            api.MODEL_KEY_REFUSED: self.model_key_refused,
         }
+
+    async def model_key_refused(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """The task's model gateway found the vault's key refused upstream (401): the task
+        ends failed, saying so. Ended in the background, since ending it stops the broker that
+        is waiting for this answer; queued on the task's lock now, before the broker passes the
+        401 to the worker, so the worker's exit that follows does not end it in other words."""
+        task = await self.records.task(args[0])
+        if not task.state.ended:
+            job = asyncio.create_task(self._end_by_broker(task.id, KEY_REFUSED))
+            self._background.add(job)
+            job.add_done_callback(self._background.discard)
+        return task.public()
+
+    async def _end_by_broker(self, task_id: str, error: str) -> None:
+        try:
+            async with self.records.locks[task_id]:
+                task = await self.records.task(task_id)
+                if not task.state.ended:
+                    await self._end(task, TaskState.FAILED, error)
+        except Exception:
+            log.exception("could not end task %s", task_id)
 
     # The owner's methods.
 
@@ -551,9 +576,10 @@ class Box:
                 self._places.discard(task.id)
                 return current or task
             task = current
-            refusal = self.droid.state.task_error if task.worker == Worker.DROID else None
-            if refusal is not None:
-                return await self._end(task, TaskState.FAILED, refusal)
+            if task.worker == Worker.DROID:
+                refusal = self.droid.state.task_error or await self._droid_key_missing()
+                if refusal is not None:
+                    return await self._end(task, TaskState.FAILED, refusal)
             failure: str | None = None
             async with self._joins[task.workspace]:
                 stack = await self.store.stack(task.workspace)
@@ -583,6 +609,10 @@ class Box:
             finally:
                 self._starting.pop(task.id, None)
             return task
+
+    async def _droid_key_missing(self) -> str | None:
+        """Why a Droid task cannot start for want of a model key in the vault, or None."""
+        return missing_key(await asyncio.to_thread(self.vault.names))
 
     async def _mirror(self, task: Task) -> None:
         """Brings the copy of the owner's folders up to date before a personal task starts."""
@@ -616,6 +646,7 @@ class Box:
         await self.systemd.start_unit(broker_socket_unit(task.id))
         for egress in egress_socket_units(task.id):
             await self.systemd.start_unit(egress)
+        await self.systemd.start_unit(model_socket_unit(task.id))
         # Started now rather than on the worker's first connection, so the broker's start-up
         # overlaps the worker's instead of following it.
         await self.systemd.start_unit(broker_service_unit(task.id))
@@ -696,6 +727,7 @@ class Box:
         for name in (
             broker_socket_unit(task.id),
             *egress_socket_units(task.id),
+            model_socket_unit(task.id),
             broker_service_unit(task.id),
         ):
             await self._let_go(name)
