@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -650,3 +650,15 @@ def install_boxd(m: Machine, *, active_timeout: float = 20) -> None:
         f"boxd.service is {state or 'not active'} {active_timeout:g} s after install.sh.\n"
         f"{status.stdout}\n{journal.stdout}"
     )
+
+
+def booted_box() -> Iterator[Machine]:
+    """A booted machine with this checkout of boxd installed and boxd.service active, stopped
+    at the end. Also for modules that need a machine of their own (`scope="module"`)."""
+    m = Machine()
+    m.start()
+    try:
+        install_boxd(m)
+        yield m
+    finally:
+        m.stop()

@@ -16,8 +16,8 @@ import pytest
 
 from boxd.model_key import KEY_REFUSED
 from boxd.pricing import Tokens, price_cents
-from tests.vm.box_api import boxctl, finish, http, wait_for_step
-from tests.vm.machine import Machine, install_boxd
+from tests.vm.box_api import boxctl, finish, http, lose_worker_with_boxd, wait_for_step
+from tests.vm.machine import Machine, booted_box
 from tests.vm.model_server import BASE_URL, DEFAULT_USAGE, ModelServer
 from tests.vm.npm_registry import install_droid
 from tests.vm.outside_world import arrived, start_outside
@@ -34,14 +34,9 @@ PAY = {"to": "ada", "cents": 30, "memo": "droid test"}
 def machine() -> Iterator[Machine]:
     """A machine of this module's own, with Droid installed, a key in the vault, and the model
     upstream pointed at the scripted server."""
-    m = Machine()
-    m.start()
-    try:
-        install_boxd(m)
+    for m in booted_box():
         install_droid(m)
         yield m
-    finally:
-        m.stop()
 
 
 @pytest.fixture(scope="module")
@@ -353,12 +348,7 @@ def test_a_worker_lost_mid_task_forks_its_session_and_pays_once(
         assert time.monotonic() < deadline, model.requests()
         time.sleep(0.2)
     wait_for_step(machine, task["id"], count=3)
-    unit = f"box-task-{task['id']}.service"
-    machine.run("systemctl", "stop", "boxd.service")
-    machine.run("systemctl", "kill", "--signal=KILL", unit)
-    machine.run("sh", "-c", f"while systemctl is-active -q {unit}; do sleep 0.05; done")
-    machine.run("systemctl", "reset-failed", unit)
-    machine.run("systemctl", "start", "boxd.service")
+    lose_worker_with_boxd(machine, task["id"])
     ended = finish(machine, task["id"])
     assert ended["state"] == "done", ended
     paid = bookings(machine, task["id"])

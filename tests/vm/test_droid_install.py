@@ -14,7 +14,7 @@ import pytest
 
 from boxd.droid_release import VERSION, droid_binary, tarball_url
 from tests.vm.box_api import boxctl, finish, http, start_fake
-from tests.vm.machine import Machine, install_boxd
+from tests.vm.machine import Machine, booted_box
 from tests.vm.npm_registry import (
     ADDRESS,
     INSTALL_UNIT,
@@ -35,13 +35,7 @@ TRY_AGAIN = "boxd tries again the next time it starts (systemctl restart boxd)."
 @pytest.fixture(scope="module")
 def machine() -> Iterator[Machine]:
     """A machine of this module's own: these tests restart boxd and install Droid."""
-    m = Machine()
-    m.start()
-    try:
-        install_boxd(m)
-        yield m
-    finally:
-        m.stop()
+    yield from booted_box()
 
 
 @pytest.fixture
