@@ -70,6 +70,9 @@ class Approval(BaseModel):
     # the owner's yes approves that call and no other.
     tool: str | None = None
     inputHash: str | None = None
+    # For a model request the gateway holds until the owner answers: the model it runs on, with
+    # the sha256 of the request's body in inputHash.
+    model: str | None = None
     askedAt: float
     answeredAt: float | None = None
     answeredBy: str | None = None

@@ -81,7 +81,23 @@ class NetRefusal(BaseModel):
     count: Annotated[StrictInt, Field(ge=1, le=MAX_REFUSAL_COUNT)] = 1
 
 
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+
+
 class Question(AskRequest):
-    """An /ask, or the OK an over-budget /call needs; `tool` names the call it is for."""
+    """An /ask, or the OK an over-budget /call needs (`tool` names the call it is for), or the
+    OK the model gateway needs before a request past the budget (`model` names the model it
+    runs on, `inputHash` the sha256 of the request's body)."""
 
     tool: Label | None = None
+    model: Annotated[str, text("model", MAX_LABEL)] | None = None
+    inputHash: Sha256 | None = None
+
+
+class ModelStart(BaseModel):
+    """A model request the gateway is about to forward: its key and the sha256 of its body."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: Key
+    requestHash: Sha256

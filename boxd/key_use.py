@@ -1,6 +1,7 @@
-"""What a key was used for: one call (its tool, the hash of its validated input, its cost) or one
-question. A key names one thing for good, so an owner's yes to one thing never stands for
-another: the same key for anything else is refused in plain words, before anything runs.
+"""What a key was used for: one call (its tool, the hash of its validated input, its cost), one
+question, or one model request (the hash of its body, as the task's model gateway got it). A key
+names one thing for good, so an owner's yes to one thing never stands for another: the same key
+for anything else is refused in plain words, before anything runs.
 
 The manager judges with this, from the record: the `tool.call` line a call's key logged and the
 approval a key asked for.
@@ -31,7 +32,17 @@ class QuestionUse:
     purpose: str | None = None
 
 
-Use = CallUse | QuestionUse
+@dataclass(frozen=True)
+class ModelUse:
+    """A model request the gateway asked the owner about: its key is `model.<requestHash>`."""
+
+    requestHash: str
+
+
+Use = CallUse | QuestionUse | ModelUse
+
+# What each kind of use is called in a refusal.
+_CALLED = {CallUse: "a call", QuestionUse: "a question", ModelUse: "a model request"}
 
 
 def logged_call_use(data: dict[str, Any]) -> CallUse:
@@ -46,6 +57,8 @@ def logged_call_use(data: dict[str, Any]) -> CallUse:
 
 
 def approval_use(approval: Approval) -> Use:
+    if approval.model is not None:
+        return ModelUse(str(approval.inputHash))
     if approval.tool is None:
         return QuestionUse(approval.question, approval.costCents, approval.payee, approval.purpose)
     return CallUse(approval.tool, approval.inputHash, approval.costCents)
@@ -56,11 +69,19 @@ def _differ(taken: object, wanted: object) -> bool:
     return taken is not None and wanted is not None and taken != wanted
 
 
+def _taken_for(key: str, taken: Use) -> str:
+    if isinstance(taken, QuestionUse):
+        return f"key {key} was used for a question (POST /ask)"
+    if isinstance(taken, CallUse):
+        return f"key {key} was used for a call of {taken.tool}"
+    return f"key {key} was used for a model request"
+
+
 def refusal(key: str, taken: Use, wanted: Use) -> str | None:
     """Why `key`, already used for `taken`, may not be used for `wanted`; None if they are one."""
-    if isinstance(wanted, CallUse):
-        if isinstance(taken, QuestionUse):
-            return f"key {key} was used for a question (POST /ask); a call needs a key of its own"
+    if type(taken) is not type(wanted):
+        return f"{_taken_for(key, taken)}; {_CALLED[type(wanted)]} needs a key of its own"
+    if isinstance(wanted, CallUse) and isinstance(taken, CallUse):
         if taken.tool != wanted.tool:
             return f"key {key} was used for a call of {taken.tool}; a new call needs a new key"
         if _differ(taken.inputHash, wanted.inputHash):
@@ -75,11 +96,11 @@ def refusal(key: str, taken: Use, wanted: Use) -> str | None:
                 "a new call needs a new key"
             )
         return None
-    if isinstance(taken, CallUse):
-        return f"key {key} was used for a call of {taken.tool}; a question needs a key of its own"
-    if taken != wanted:
-        return f"key {key} was used for another question; a new question needs a new key"
-    return None
+    if taken == wanted:
+        return None
+    if isinstance(wanted, ModelUse):
+        return f"key {key} was used for another model request; a new request needs a new key"
+    return f"key {key} was used for another question; a new question needs a new key"
 
 
 def first_refusal(key: str, taken: tuple[Use, ...], wanted: Use) -> str | None:

@@ -1,8 +1,10 @@
 """The owner's settings, stored in the database, with the seed's defaults."""
 
 import os
+import re
 from enum import StrEnum
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -32,6 +34,37 @@ def _hosts(value: object) -> list[str]:
         return check_hosts(value)
     except BoxError as error:
         raise plain(error.message.replace("hosts", "defaultHosts", 1)) from None
+
+
+DEFAULT_MODEL_BASE_URL = "https://api.anthropic.com"
+MAX_MODEL_BASE_URL = 2000
+_URL_CHARACTERS = re.compile(r"[!-~]+")
+
+
+def _model_base_url(value: object) -> str:
+    """Where each task's model gateway sends model requests (it adds /v1/messages)."""
+    like = f"an http or https URL like {DEFAULT_MODEL_BASE_URL}"
+    if not isinstance(value, str):
+        raise plain(f"modelBaseUrl must be {like}")
+    if len(value) > MAX_MODEL_BASE_URL:
+        raise plain(f"modelBaseUrl is over {MAX_MODEL_BASE_URL:,} characters")
+    if not _URL_CHARACTERS.fullmatch(value):
+        raise plain(f"modelBaseUrl must be {like}, without spaces or control characters")
+    try:
+        url = urlsplit(value)
+        url.port  # noqa: B018 - a port that is not a number from 0 to 65535 raises here
+    except ValueError:
+        raise plain(f"modelBaseUrl must be {like}") from None
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise plain(f"modelBaseUrl must be {like}")
+    if url.username is not None or url.password is not None:
+        raise plain(
+            "modelBaseUrl must not hold a user name or password: the model key belongs in "
+            "the vault (boxctl vault set ANTHROPIC_API_KEY)"
+        )
+    if url.query or url.fragment or "?" in value or "#" in value:
+        raise plain("modelBaseUrl must not have a query or fragment: the gateway adds /v1/messages")
+    return value.rstrip("/")
 
 
 # A task's worker unit gets these as MemoryMax=, TasksMax= and CPUQuota=. The defaults leave
@@ -121,6 +154,9 @@ class Settings(BaseModel):
             os.cpu_count() or 1, machine_memory_bytes()
         )
     )
+
+    # The Anthropic Messages API every task's model gateway forwards to, with the vault's key.
+    modelBaseUrl: Annotated[str, BeforeValidator(_model_base_url)] = DEFAULT_MODEL_BASE_URL
 
     @field_validator("agentFolders")
     @classmethod

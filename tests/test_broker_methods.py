@@ -180,3 +180,94 @@ async def test_waiting_calls_stay_reserved_across_a_restart(tmp_path: Path) -> N
     last = await methods.begin_call(BROKER, [TASK, pay("Cy", 10, "c")])
     assert (last["reservedCents"], last["spentCents"]) == ({}, 150)
     await store.close()
+
+
+def model_request(digest: str) -> str:
+    return json.dumps({"key": f"model.{digest}", "requestHash": digest})
+
+
+def model_okay(digest: str, question: str = "Let the model answer once more?") -> str:
+    return json.dumps(
+        {
+            "key": f"model.{digest}",
+            "question": question,
+            "model": "claude-sonnet-4-6",
+            "inputHash": digest,
+        }
+    )
+
+
+BODY = "a" * 64
+OTHER_BODY = "b" * 64
+
+
+async def test_a_model_request_finds_its_approval_and_the_upstream(
+    box: tuple[BrokerMethods, ApprovalAnswers],
+) -> None:
+    """The gateway's retry of the same request finds the approval it asked for, even though
+    its question's words (the spending in them) changed; the upstream comes from settings."""
+    methods, answers = box
+    begun = await methods.begin_model(BROKER, [TASK, model_request(BODY)])
+    assert begun == {
+        "spentCents": 0,
+        "reservedCents": {},
+        "approval": None,
+        "upstream": "https://api.anthropic.com",
+    }
+    asked = await methods.ask(BROKER, [TASK, model_okay(BODY)])
+    assert (asked["model"], asked["inputHash"], asked["state"]) == (
+        "claude-sonnet-4-6",
+        BODY,
+        "pending",
+    )
+    assert "tool" not in asked
+    again = await methods.ask(BROKER, [TASK, model_okay(BODY, "Spent 12 cents now; again?")])
+    assert again == asked
+    assert (await methods.begin_model(BROKER, [TASK, model_request(BODY)]))["approval"] == asked
+    await answers.answer_approval(OWNER, [asked["id"], True])
+    after = await methods.begin_model(BROKER, [TASK, model_request(BODY)])
+    assert after["approval"]["state"] == "approved"
+    # A model request's approval reserves nothing: its cost is known only once it is answered.
+    begun_call = await methods.begin_call(BROKER, [TASK, pay("Ada", 5, "k")])
+    assert begun_call["reservedCents"] == {}
+
+
+async def test_model_keys_and_the_workers_keys_never_stand_for_each_other(
+    box: tuple[BrokerMethods, ApprovalAnswers],
+) -> None:
+    """The attacker: a worker that asks (or calls) under the key the gateway will use gets no
+    model request approved by it, and cannot reuse a model request's key either."""
+    methods, answers = box
+    key = f"model.{BODY}"
+    lure = json.dumps({"key": key, "question": "Let the model answer once more?"})
+    asked = await methods.ask(BROKER, [TASK, lure])
+    await answers.answer_approval(OWNER, [asked["id"], True])
+    used_by_question = (
+        f"key {key} was used for a question (POST /ask); a model request needs a key of its own"
+    )
+    await refused(methods.begin_model(BROKER, [TASK, model_request(BODY)]), used_by_question)
+    await refused(methods.ask(BROKER, [TASK, model_okay(BODY)]), used_by_question)
+
+    other = f"model.{OTHER_BODY}"
+    await methods.begin_model(BROKER, [TASK, model_request(OTHER_BODY)])
+    await methods.ask(BROKER, [TASK, model_okay(OTHER_BODY)])
+    await refused(
+        methods.ask(BROKER, [TASK, json.dumps({"key": other, "question": "May I?"})]),
+        f"key {other} was used for a model request; a question needs a key of its own",
+    )
+    await refused(
+        methods.begin_call(BROKER, [TASK, pay("Mallory", 5, other)]),
+        f"key {other} was used for a model request; a call needs a key of its own",
+    )
+    # The same key for another body: a key names one request.
+    wrong = json.dumps({"key": other, "requestHash": BODY})
+    await refused(
+        methods.begin_model(BROKER, [TASK, wrong]),
+        f"key {other} was used for another model request; a new request needs a new key",
+    )
+    # A worker's /ask cannot pass for a model request's question: it has no model field, and
+    # the broker's own Ask refuses a half-made one.
+    await refused(
+        methods.ask(BROKER, [TASK, json.dumps({"key": "x", "question": "?", "inputHash": BODY})]),
+        "inputHash is for a model request's question, with its model",
+    )

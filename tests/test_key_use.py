@@ -1,10 +1,13 @@
-"""A key names one thing: one call (tool, input hash, cost) or one question."""
+"""A key names one thing: one call (tool, input hash, cost), one question or one model request."""
 
 import hashlib
 
+from boxd.approval import Approval, ApprovalState
 from boxd.key_use import (
     CallUse,
+    ModelUse,
     QuestionUse,
+    approval_use,
     first_refusal,
     input_hash,
     logged_call_use,
@@ -67,3 +70,45 @@ def test_older_records_compare_what_they_kept() -> None:
     assert refusal("k", old_approval, PAY) is None
     assert first_refusal("k", (old_approval, logged_call_use(old_line)), PAY) is None
     assert first_refusal("k", (old_approval, QuestionUse("?")), PAY) is not None
+
+
+REQUEST = ModelUse(hashlib.sha256(b'{"messages":[]}').hexdigest())
+
+
+def test_a_model_request_key_names_nothing_else() -> None:
+    """The gateway's `model.<hash>` keys and the worker's own keys never stand for each other,
+    whichever came first: an owner's yes to a question that reads like the gateway's is no
+    yes to a model request, nor the other way round."""
+    assert refusal("k", REQUEST, REQUEST) is None
+    assert refusal("k", QuestionUse("Let the model answer?"), REQUEST) == (
+        "key k was used for a question (POST /ask); a model request needs a key of its own"
+    )
+    assert refusal("k", PAY, REQUEST) == (
+        "key k was used for a call of wallet.pay; a model request needs a key of its own"
+    )
+    assert refusal("k", REQUEST, PAY) == (
+        "key k was used for a model request; a call needs a key of its own"
+    )
+    assert refusal("k", REQUEST, QuestionUse("Let the model answer?")) == (
+        "key k was used for a model request; a question needs a key of its own"
+    )
+    other = ModelUse(hashlib.sha256(b"{}").hexdigest())
+    assert refusal("k", REQUEST, other) == (
+        "key k was used for another model request; a new request needs a new key"
+    )
+
+
+def test_a_model_approval_is_a_model_use() -> None:
+    model = Approval(
+        id="t000000001.model.x",
+        task="t000000001",
+        key="model.x",
+        state=ApprovalState.PENDING,
+        question="Let the model answer?",
+        model="claude-sonnet-4-6",
+        inputHash=REQUEST.requestHash,
+        askedAt=1.0,
+    )
+    assert approval_use(model) == REQUEST
+    question = model.model_copy(update={"model": None, "inputHash": None})
+    assert approval_use(question) == QuestionUse("Let the model answer?")

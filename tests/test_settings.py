@@ -28,6 +28,7 @@ def test_seed_defaults() -> None:
         "taskMemoryMaxBytes": 4 * 1024**3,
         "taskTasksMax": 1024,
         "taskCPUPercent": 200,
+        "modelBaseUrl": "https://api.anthropic.com",
     }
 
 
@@ -91,3 +92,45 @@ def test_bad_changes_are_refused_whole(changes: dict[str, object], message: str)
     with pytest.raises(BoxError) as caught:
         change_settings(Settings(), changes)
     assert caught.value.message.startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("given", "kept"),
+    [
+        ("https://api.anthropic.com", "https://api.anthropic.com"),
+        ("http://model.test:9090/", "http://model.test:9090"),
+        ("https://proxy.example/anthropic/", "https://proxy.example/anthropic"),
+        ("http://[2001:db8::1]:8080", "http://[2001:db8::1]:8080"),
+    ],
+)
+def test_the_model_base_url(given: str, kept: str) -> None:
+    assert change_settings(Settings(), {"modelBaseUrl": given}).modelBaseUrl == kept
+
+
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [
+        (
+            "ftp://model.test",
+            "modelBaseUrl must be an http or https URL like https://api.anthropic.com",
+        ),
+        ("model.test", "modelBaseUrl must be an http or https URL like https://api.anthropic.com"),
+        ("https://", "modelBaseUrl must be an http or https URL like https://api.anthropic.com"),
+        (
+            "http://model.test:99999",
+            "modelBaseUrl must be an http or https URL like https://api.anthropic.com",
+        ),
+        (42, "modelBaseUrl must be an http or https URL like https://api.anthropic.com"),
+        ("https://a b.test", "without spaces or control characters"),
+        ("https://model.test\n", "without spaces or control characters"),
+        ("https://" + "a" * 2000 + ".test", "modelBaseUrl is over 2,000 characters"),
+        ("https://me:sk-ant-1@model.test", "modelBaseUrl must not hold a user name or password"),
+        ("https://model.test/?key=1", "modelBaseUrl must not have a query or fragment"),
+        ("https://model.test/#x", "modelBaseUrl must not have a query or fragment"),
+    ],
+)
+def test_a_bad_model_base_url_is_refused_in_plain_words(given: object, words: str) -> None:
+    with pytest.raises(BoxError) as refused:
+        change_settings(Settings(), {"modelBaseUrl": given})
+    assert words in refused.value.message
+    assert "modelBaseUrl" in refused.value.message

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from boxd.broker.calls import _secrets
+from boxd.broker.credentials import read_secrets
 from boxd.caller import Caller, Role
 from boxd.errors import BoxError, Problem
 from boxd.manager.vault import MAX_VALUE, Vault, check_name
@@ -192,11 +192,11 @@ def test_a_tool_gets_only_the_secrets_it_declares(
         (tmp_path / credential_name(name)).write_text(value)
     (tmp_path / "mail.user").write_text("not from the vault")
     monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
-    assert _secrets(("mail.server", "mail.user", "mail.password")) == {
+    assert read_secrets(("mail.server", "mail.user", "mail.password")) == {
         "mail.user": "box",
         "mail.password": "pw\n",
     }
-    assert _secrets(()) == {}
-    assert _secrets(("../wallet.key", "vault_wallet.key.cred")) == {}
+    assert read_secrets(()) == {}
+    assert read_secrets(("../wallet.key", "vault_wallet.key.cred")) == {}
     monkeypatch.delenv("CREDENTIALS_DIRECTORY")
-    assert _secrets(("mail.user",)) == {}
+    assert read_secrets(("mail.user",)) == {}

@@ -15,7 +15,6 @@
 import asyncio
 import json
 import logging
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -25,13 +24,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from boxd.approval import ApprovalState, Key
 from boxd.apps.registry import find_tool
 from boxd.broker.budget import why_ask
+from boxd.broker.credentials import read_secrets
 from boxd.broker.manager_link import Manager, Waiter
 from boxd.caps import MAX_DATA, MAX_DATA_WORDS, MAX_LABEL, data, text
 from boxd.errors import Problem, die
 from boxd.key_use import input_hash
 from boxd.plain_errors import describe, parse
 from boxd.sdk import Context, Tool, ToolError
-from boxd.secret_names import SECRET_NAME, credential_name
 from boxd.strict_json import size
 
 log = logging.getLogger(__name__)
@@ -69,20 +68,6 @@ class _Call:
         return (self.name, input_hash(self.input.model_dump(mode="json")))
 
 
-def _secrets(names: tuple[str, ...]) -> dict[str, str]:
-    """A tool sees only the secrets it declared, by their vault names, from what systemd
-    decrypted for this broker (`LoadCredentialEncrypted=` in box-broker@.service)."""
-    directory = os.environ.get("CREDENTIALS_DIRECTORY")
-    found: dict[str, str] = {}
-    if not directory:
-        return found
-    for name in names:
-        path = Path(directory) / credential_name(name)
-        if SECRET_NAME.fullmatch(name) and path.is_file():
-            found[name] = path.read_text(encoding="utf-8")
-    return found
-
-
 class Calls:
     def __init__(
         self,
@@ -105,6 +90,10 @@ class Calls:
         self._running: dict[tuple[str, str], asyncio.Task[dict[str, Any]]] = {}
         # (tool, input hash) -> the key of the first call, running or waiting for an answer.
         self._first: dict[tuple[str, str], str] = {}
+
+    def reserved(self) -> dict[str, float]:
+        """key -> cost of the calls this broker is running or waiting on now."""
+        return dict(self._reserved)
 
     def _check(self, request: CallRequest) -> _Call:
         if request.tool not in self._task["tools"]:
@@ -244,7 +233,7 @@ class Calls:
         context = Context(
             key=call.key,
             task=self._task,
-            secrets=await asyncio.to_thread(_secrets, call.tool.secrets),
+            secrets=await asyncio.to_thread(read_secrets, call.tool.secrets),
             state_dir=self._home / "apps" / call.app_name,
         )
         try:

@@ -1,14 +1,16 @@
 """`boxd broker <id>`: serves one task's broker socket, handed over by box-broker@<id>.socket,
-and its egress proxies on the sockets box-egress-{http,socks}@<id>.socket bind in its namespace."""
+its egress proxies on the sockets box-egress-{http,socks}@<id>.socket bind in its namespace, and
+its model gateway on the socket box-model@<id>.socket binds there."""
 
 import asyncio
 import logging
 import os
 
-from boxd.broker.app import make_app
+from boxd.broker.app import CALLS, make_app
 from boxd.broker.approvals import ApprovalWaiter
 from boxd.broker.egress import Egress, task_hosts
 from boxd.broker.manager_link import ManagerLink
+from boxd.broker.model_gateway import ModelGateway
 from boxd.broker.refusal_log import RefusalLog
 from boxd.dbus.client import connect_system_bus
 from boxd.ids import check_task_id
@@ -18,6 +20,8 @@ from boxd.socket_activation import passed_sockets, serve
 # The FileDescriptorName of the task's proxy sockets (units/box-egress-*@.socket).
 EGRESS_HTTP = "egress-http"
 EGRESS_SOCKS = "egress-socks"
+# The FileDescriptorName of the task's model gateway socket (units/box-model@.socket).
+MODEL_GATEWAY = "model-gateway"
 # How long an over-budget /call or an /ask waits for the owner before answering "pending".
 DEFAULT_APPROVAL_WAIT_MS = 150_000
 
@@ -39,10 +43,14 @@ async def run(task_id: str) -> None:
         await egress.serve_http(sock)
     for sock in passed.pop(EGRESS_SOCKS, []):
         await egress.serve_socks(sock)
+    gateway = ModelGateway(manager, waiter, task, wait_ms / 1000, app[CALLS].reserved)
+    for sock in passed.pop(MODEL_GATEWAY, []):
+        await gateway.serve(sock)
     api = [sock for group in passed.values() for sock in group]
     try:
         await serve(app, f"box-broker@{task_id}.socket", api)
     finally:
+        await gateway.close()
         await egress.close()
         await refusals.close()
         bus.disconnect()

@@ -134,6 +134,8 @@ SET_SETTINGS = Method("SetSettings", ("changes",), "settings", _POLKIT)
 CREATE_TOKEN = Method("CreateToken", ("name", "app:b"), "token", _POLKIT)
 LIST_TOKENS = Method("ListTokens", (), "tokens", _OWNER)
 REVOKE_TOKEN = Method("RevokeToken", ("id",), "token", _OWNER)
+# Which Droid release the box runs and whether its install is under way or failed.
+GET_DROID = Method("GetDroid", (), "droid", _OWNER)
 # The vault: values go in, never out.
 SET_SECRET = Method("SetSecret", ("name", "value"), "secret", _POLKIT)
 REMOVE_SECRET = Method("RemoveSecret", ("name",), "secret", _POLKIT)
@@ -146,6 +148,10 @@ FINISH_CALL = Method("FinishCall", ("id", "result"), "finished", _BROKER)
 ASK = Method("Ask", ("id", "ask"), "approval", _BROKER)
 LOG_COST = Method("LogCost", ("id", "cost"), "event", _BROKER)
 LOG_REFUSAL = Method("LogRefusal", ("id", "refusal"), "event", _BROKER)
+# The model gateway: before a request ({key, requestHash}), and when the upstream refused the
+# vault's model key (the task ends failed, saying so).
+BEGIN_MODEL_REQUEST = Method("BeginModelRequest", ("id", "request"), "begun", _BROKER)
+MODEL_KEY_REFUSED = Method("ModelKeyRefused", ("id",), "task", _BROKER)
 
 METHODS: tuple[Method, ...] = (
     CREATE_TASK,
@@ -164,6 +170,7 @@ METHODS: tuple[Method, ...] = (
     CREATE_TOKEN,
     LIST_TOKENS,
     REVOKE_TOKEN,
+    GET_DROID,
     SET_SECRET,
     REMOVE_SECRET,
     LIST_SECRETS,
@@ -174,6 +181,8 @@ METHODS: tuple[Method, ...] = (
     ASK,
     LOG_COST,
     LOG_REFUSAL,
+    BEGIN_MODEL_REQUEST,
+    MODEL_KEY_REFUSED,
 )
 
 

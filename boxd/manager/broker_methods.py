@@ -8,13 +8,14 @@ from typing import Any
 from dbus_fast import Message
 
 from boxd.approval import Approval, ApprovalState, approval_id
-from boxd.broker_wire import CallResult, CallStart, CostRecord, NetRefusal, Question
+from boxd.broker_wire import CallResult, CallStart, CostRecord, ModelStart, NetRefusal, Question
 from boxd.caller import Caller
 from boxd.dbus import interface as api
 from boxd.errors import Problem, die
 from boxd.event import EventKind
 from boxd.key_use import (
     CallUse,
+    ModelUse,
     QuestionUse,
     Use,
     approval_use,
@@ -85,6 +86,27 @@ class BrokerMethods:
             "approval": None if approval is None else approval.public(),
         }
 
+    async def begin_model(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """A model request the gateway is about to forward: a 400 if its key was used for
+        anything else. Says what the task spent, the costs reserved by its calls that wait for
+        the owner or were approved and not yet run, the key's approval if the request asked for
+        one (a retry waits for that answer), and where the model is (settings' modelBaseUrl)."""
+        start = parse(ModelStart, args[1])
+        async with self.records.locks[args[0]]:
+            task = await self.records.running(args[0])
+            approval, _ = await self._used(task.id, start.key, ModelUse(start.requestHash))
+            reserved = {
+                other.key: other.costCents or 0.0
+                for other in await self.records.store.reserving_approvals(task.id)
+            }
+            settings = await self.records.store.settings()
+        return {
+            "spentCents": task.costCents,
+            "reservedCents": reserved,
+            "approval": None if approval is None else approval.public(),
+            "upstream": settings.modelBaseUrl,
+        }
+
     async def _used(
         self, task_id: str, key: str, wanted: Use
     ) -> tuple[Approval | None, dict[str, Any] | None]:
@@ -139,13 +161,20 @@ class BrokerMethods:
         return event.model_dump(mode="json")
 
     async def ask(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        """An /ask's question, or the OK a call needs (`tool` set): the approval records the
-        one thing it approves, and asking again with its key finds it."""
+        """An /ask's question, the OK a call needs (`tool` set) or the OK a model request needs
+        (`model` set): the approval records the one thing it approves, and asking again with its
+        key finds it."""
         question = parse(Question, args[1])
+        if question.model is not None and (question.inputHash is None or question.tool):
+            die(Problem.INVALID, "a model request's question names its inputHash and no tool")
+        if question.model is None and question.inputHash is not None:
+            die(Problem.INVALID, "inputHash is for a model request's question, with its model")
         async with self.records.locks[args[0]]:
             task = await self.records.task(args[0])
             wanted: Use
-            if question.tool is None:
+            if question.model is not None:
+                wanted = ModelUse(str(question.inputHash))
+            elif question.tool is None:
                 wanted = QuestionUse(
                     question.question, question.costCents, question.payee, question.purpose
                 )
@@ -166,8 +195,14 @@ class BrokerMethods:
                 task=task.id,
                 state=ApprovalState.PENDING,
                 askedAt=time.time(),
-                inputHash=wanted.inputHash if isinstance(wanted, CallUse) else None,
-                **question.model_dump(exclude_none=True),
+                **question.model_dump(exclude_none=True, exclude={"inputHash"}),
+                inputHash=(
+                    wanted.inputHash
+                    if isinstance(wanted, CallUse)
+                    else wanted.requestHash
+                    if isinstance(wanted, ModelUse)
+                    else None
+                ),
             )
             if task.state == TaskState.RUNNING:
                 task = task.model_copy(update={"state": TaskState.WAITING})

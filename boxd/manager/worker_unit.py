@@ -12,7 +12,7 @@ from dbus_fast import Variant
 
 from boxd.broker.proxy_environment import proxy_environment
 from boxd.ids import task_user
-from boxd.manager.netns import HTTP_PROXY_PORT, SOCKS_PROXY_PORT
+from boxd.manager.netns import HTTP_PROXY_PORT, MODEL_GATEWAY_PORT, SOCKS_PROXY_PORT
 from boxd.manager.sandbox import sandbox_properties
 from boxd.paths import broker_socket, task_own_home, task_work_dir
 from boxd.settings import Settings
@@ -33,6 +33,17 @@ def broker_socket_unit(task_id: str) -> str:
 def egress_socket_units(task_id: str) -> list[str]:
     """The task's proxy sockets, bound inside its network namespace, served by its broker."""
     return [f"box-egress-http@{task_id}.socket", f"box-egress-socks@{task_id}.socket"]
+
+
+def model_socket_unit(task_id: str) -> str:
+    """The task's model gateway socket, bound inside its network namespace, served by its
+    broker."""
+    return f"box-model@{task_id}.socket"
+
+
+# What the worker uses as its model's base URL (Droid's custom model `baseUrl`): the gateway,
+# which adds the key; the worker never has one.
+MODEL_URL = f"http://127.0.0.1:{MODEL_GATEWAY_PORT}"
 
 
 def broker_service_unit(task_id: str) -> str:
@@ -106,6 +117,7 @@ def worker_properties(home: Path, task: Task, settings: Settings) -> list[tuple[
                 [
                     f"BOX_SOCKET={broker_socket(home, task.id)}",
                     f"BOX_TASK={task.id}",
+                    f"BOX_MODEL_URL={MODEL_URL}",
                     *home_environment(task_own_home(home, task.id)),
                     *(
                         f"{name}={value}"

@@ -133,10 +133,15 @@ echo "127.0.0.1 {LOOPBACK_NAME}" >> /etc/hosts
 {_PRIVATE_HOSTS_LINES}"""
 
 
-def start_outside(machine: Machine) -> MachineProcess:
-    """Makes the outside world in the machine (once) and starts its servers."""
+def ensure_outside(machine: Machine) -> None:
+    """Makes the outside world's namespace, addresses and names in the machine, once."""
     if NAMESPACE not in machine.run("ip", "netns", "list").stdout.split():
         machine.run("sh", "-c", SETUP)
+
+
+def start_outside(machine: Machine) -> MachineProcess:
+    """Makes the outside world in the machine (once) and starts its servers."""
+    ensure_outside(machine)
     machine.run("tee", f"{DIR}/server.py", input=SERVER)
     machine.run("rm", "-f", LOG)
     server = machine.spawn("ip", "netns", "exec", NAMESPACE, "python3", f"{DIR}/server.py")

@@ -400,6 +400,7 @@ def test_a_task_resumed_after_a_reboot_gets_its_namespace_and_proxies_again(
         f"box-broker@{task_id}.socket",
         f"box-egress-http@{task_id}.socket",
         f"box-egress-socks@{task_id}.socket",
+        f"box-model@{task_id}.socket",
     )
     machine.run("ip", "netns", "delete", f"box-{task_id}")
     machine.run("systemctl", "start", "boxd.service")

@@ -1,0 +1,136 @@
+"""The token usage of a model reply, read as it passes through the gateway.
+
+A streamed reply (Anthropic's SSE) says its usage twice: `message_start` carries the input and
+cache counts (and the output so far), and each `message_delta` carries the output count so far,
+cumulative, sometimes with the other counts again. The last value seen of each count is the
+reply's, so a reply cut off mid-stream still has the usage it reported up to there. Only those
+two events are parsed; everything else passes by unread. A non-streamed reply is one JSON
+message with `usage`.
+"""
+
+import json
+from typing import Any
+
+from boxd.caps import MAX_TOKENS
+from boxd.pricing import Tokens
+
+# Anthropic's names for the counts, and ours (boxd.pricing.Tokens).
+_COUNTS = {
+    "input_tokens": "input",
+    "output_tokens": "output",
+    "cache_creation_input_tokens": "cacheWrite",
+    "cache_read_input_tokens": "cacheRead",
+}
+# A line longer than this is no usage event (message_start holds no content): it is skipped
+# rather than kept whole, so a long text delta costs no memory.
+MAX_LINE = 256 * 1024
+_USAGE_EVENTS = (b'"message_start"', b'"message_delta"')
+
+
+def _count(value: Any) -> int | None:
+    if type(value) is int and 0 <= value <= MAX_TOKENS:
+        return value
+    return None
+
+
+class Usage:
+    """The counts seen so far; `tokens` is None until a reply has said any."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+
+    def take(self, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
+        for theirs, ours in _COUNTS.items():
+            count = _count(usage.get(theirs))
+            if count is not None:
+                self._counts[ours] = count
+
+    @property
+    def tokens(self) -> Tokens | None:
+        if not self._counts:
+            return None
+        return Tokens(
+            input=self._counts.get("input", 0),
+            output=self._counts.get("output", 0),
+            cacheWrite=self._counts.get("cacheWrite", 0),
+            cacheRead=self._counts.get("cacheRead", 0),
+        )
+
+
+class StreamUsage(Usage):
+    """Reads usage out of SSE bytes fed in as they arrive, in chunks cut anywhere."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._line = bytearray()
+        self._skipping = False
+
+    def feed(self, chunk: bytes) -> None:
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            if end < 0:
+                self._keep(chunk[start:])
+                return
+            self._keep(chunk[start:end])
+            if not self._skipping:
+                self._read_line(bytes(self._line))
+            self._line.clear()
+            self._skipping = False
+            start = end + 1
+
+    def _keep(self, part: bytes) -> None:
+        if self._skipping:
+            return
+        if len(self._line) + len(part) > MAX_LINE:
+            self._line.clear()
+            self._skipping = True
+            return
+        self._line += part
+
+    def _read_line(self, line: bytes) -> None:
+        if not line.startswith(b"data:") or not any(e in line for e in _USAGE_EVENTS):
+            return
+        try:
+            event = json.loads(line[5:])
+        except ValueError:
+            return
+        if not isinstance(event, dict):
+            return
+        if event.get("type") == "message_start" and isinstance(event.get("message"), dict):
+            self.take(event["message"].get("usage"))
+        elif event.get("type") == "message_delta":
+            self.take(event.get("usage"))
+
+
+class JsonUsage(Usage):
+    """Reads the `usage` of a non-streamed reply, kept whole up to a cap (replies are small:
+    a 128k-token answer is well under it)."""
+
+    MAX_REPLY = 32 * 1024 * 1024
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._body = bytearray()
+        self._over = False
+
+    def feed(self, chunk: bytes) -> None:
+        if self._over:
+            return
+        if len(self._body) + len(chunk) > self.MAX_REPLY:
+            self._over = True
+            self._body.clear()
+            return
+        self._body += chunk
+
+    def finish(self) -> None:
+        if self._over or not self._body:
+            return
+        try:
+            message = json.loads(bytes(self._body))
+        except ValueError:
+            return
+        if isinstance(message, dict):
+            self.take(message.get("usage"))
