@@ -90,6 +90,7 @@ async def work(
 def task(prompt: str, autonomy: str = "low", plan: bool = False) -> dict[str, Any]:
     return {
         "id": "t1",
+        "title": "droid test",
         "model": MODEL,
         "prompt": prompt,
         "droid": {"autonomy": autonomy, "plan": plan},
@@ -125,6 +126,8 @@ async def test_droids_question_is_the_owners_approval_and_the_yes_reaches_the_mo
         [{"type": "text", "text": "Made a red button."}],
     ) as model:
         await work(broker, model, socket_dir, tmp_path / "home", made.parent, monkeypatch)
+    # The session has the task's title: Droid asks the model for none, which the task would pay.
+    assert model.requests == model.tool_requests()
     offered = [tool["name"] for tool in model.tool_requests()[0]["tools"]]
     assert "AskUser" in offered and "Task" not in offered
     text = "Droid asks: Should the button be red? (Droid suggested: Yes / No)"

@@ -49,12 +49,18 @@ async def test_a_session_starts_with_the_tasks_model_autonomy_and_folder() -> No
     serving = asyncio.create_task(rpc.serve())
     starting = asyncio.create_task(
         rpc.initialize_session(
-            cwd="/w", model="custom:Box-0", autonomy="medium", spec=True, disabled=("Task",)
+            title="Summarise the notes",
+            cwd="/w",
+            model="custom:Box-0",
+            autonomy="medium",
+            spec=True,
+            disabled=("Task",),
         )
     )
     request = await droid.expect("droid.initialize_session")
     assert request["params"] == {
         "machineId": "box",
+        "title": "Summarise the notes",
         "cwd": "/w",
         "modelId": "custom:Box-0",
         "autonomyLevel": "medium",

@@ -19,7 +19,7 @@ from tests.droid_fixtures import (
     turn_completed,
 )
 
-TASK = {"id": "t1", "model": "claude-sonnet-4-6", "prompt": "Make a button."}
+TASK = {"id": "t1", "title": "A button", "model": "claude-sonnet-4-6", "prompt": "Make a button."}
 
 
 class FakeBroker:
@@ -64,6 +64,7 @@ async def start(droid: FakeDroid, prompt: str = "Make a button.") -> None:
     assert request["params"]["modelId"] == MODEL_CHOICE
     assert request["params"]["autonomyLevel"] == "low"
     assert request["params"]["cwd"] == "/w"
+    assert request["params"]["title"] == "A button"
     assert set(request["params"]["disabledToolIds"]) == set(DISABLED_TOOLS)
     await droid.respond(request, {"sessionId": SESSION, "session": {"messages": []}})
     message = await droid.expect("droid.add_user_message")

@@ -121,6 +121,7 @@ async def converse(
         await rpc.load_session(resume, autonomy=autonomy, disabled=DISABLED_TOOLS)
     else:
         started = await rpc.initialize_session(
+            title=str(task.get("title") or task.get("id") or ""),
             cwd=str(work_dir),
             model=MODEL_CHOICE,
             autonomy=autonomy,

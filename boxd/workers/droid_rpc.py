@@ -26,6 +26,8 @@ REQUEST_PERMISSION = "droid.request_permission"
 SESSION_NOTIFICATION = "droid.session_notification"
 # Droid ignores `machineId` offline, but requires it.
 MACHINE_ID = "box"
+# Droid's limit for a session's title.
+MAX_TITLE = 500
 # JSON-RPC's "internal error", for a request the client could not answer.
 INTERNAL_ERROR = -32603
 
@@ -248,13 +250,22 @@ class DroidRpc:
             await self._send({"type": "response", "id": ident, **reply})
 
     async def initialize_session(
-        self, *, cwd: str, model: str, autonomy: str, spec: bool, disabled: tuple[str, ...]
+        self,
+        *,
+        title: str,
+        cwd: str,
+        model: str,
+        autonomy: str,
+        spec: bool,
+        disabled: tuple[str, ...],
     ) -> dict[str, Any]:
-        """A new session without the `disabled` tools; its id is `sessionId` in the result."""
+        """A new session without the `disabled` tools; its id is `sessionId` in the result.
+        Given a title, Droid does not ask the model for one (a request the task would pay for)."""
         return await self.request(
             "droid.initialize_session",
             {
                 "machineId": MACHINE_ID,
+                "title": title[:MAX_TITLE].strip() or "box task",
                 "cwd": cwd,
                 "modelId": model,
                 "autonomyLevel": autonomy,
