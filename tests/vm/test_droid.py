@@ -164,10 +164,12 @@ def test_droid_edits_a_file_and_is_done_with_its_steps(
     assert len(requests) == 2
     assert {r["body"]["model"] for r in requests} == {MODEL}
     assert {r["headers"]["x-api-key"] for r in requests} == {KEY}
-    # Droid offers the model no way to ask the user in `droid exec`: its questions go through
-    # the box's own box_ask, deferred behind ToolSearch with the task's other tools.
+    # Driven over JSON-RPC, Droid offers the model its AskUser (the owner answers), and the
+    # box's own box_ask, deferred behind ToolSearch with the task's other tools; not its
+    # subagents, whose work would outlive the turn.
     offered = [t["name"] for t in requests[0]["body"]["tools"]]
-    assert "AskUser" not in offered
+    assert "AskUser" in offered
+    assert "Task" not in offered
     assert "box___box_ask" in json.dumps(requests[0]["body"])
     # Usage metered exactly, and nothing else charged.
     assert ended["costCents"] == pytest.approx(usage_cents(2), rel=0, abs=1e-9)
@@ -250,6 +252,62 @@ def test_pending_comes_back_as_text_and_asking_again_pays_once(
     assert [a for a in json.loads(boxctl(machine, "approvals", "--json").stdout)] == []
 
 
+QUESTIONNAIRE = "1. [question] May I delete old.txt?\n[topic] Delete\n[option] Yes\n[option] No\n"
+
+
+@pytest.mark.parametrize("answer", ["approve", "deny"])
+def test_droids_own_question_is_the_owners_answer(
+    machine: Machine, token: str, model: ModelServer, answer: str
+) -> None:
+    approval_wait(machine, 1500)
+    model.set_script(
+        [
+            turn(text("I must ask first."), tool("AskUser", {"questionnaire": QUESTIONNAIRE})),
+            turn(text("Ok.")),
+        ]
+    )
+    task = start_droid(machine, token, f"Ask before deleting old.txt. ({answer})")
+    asked = pending(machine, task["id"], timeout=60)
+    assert asked["question"] == "Droid asks: May I delete old.txt? (Droid suggested: Yes / No)"
+    assert asked["key"].startswith("droid.ask.")
+    assert shown(machine, task["id"])["state"] == "waiting"
+    # Past BOX_APPROVAL_WAIT_MS (1.5 s here) the broker answers pending and the worker asks
+    # again with the same key: still this one approval, and Droid still waiting on it.
+    wait_for_step(machine, task["id"], count=3)
+    assert len(model.requests()) == 1
+    boxctl(machine, answer, asked["id"])
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    said = tool_results(model.requests()[-1])[-1]
+    word = "Yes: the box owner approved." if answer == "approve" else "No: the box owner did not"
+    assert word in said, said
+    assert [s["data"]["kind"] for s in ended["steps"]] == ["started", "message", "tool", "summary"]
+
+
+def test_a_command_beyond_the_autonomy_is_refused_and_the_task_fails(
+    machine: Machine, token: str, model: ModelServer
+) -> None:
+    risky = tool(
+        "Execute",
+        {
+            "summary": "Remove the old files now",
+            "command": "rm -f old.txt; echo ran > ran.txt",
+            "riskLevelReason": "It deletes files irreversibly.",
+            "riskLevel": "high",
+        },
+    )
+    model.set_script([turn(risky), turn(text("Removed."))])
+    task = start_droid(machine, token, "Remove old.txt.")
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "failed", ended
+    assert "needed permission for Execute rm -f old.txt" in ended["error"], ended
+    assert "--auto low" in ended["error"]
+    assert ended["steps"][-1]["text"].startswith("Refused: ")
+    assert next_task_sees(machine, token, "ls ran.txt 2>&1; true").endswith(
+        "No such file or directory"
+    )
+
+
 def test_the_owner_is_asked_before_a_model_request_past_the_budget(
     machine: Machine, token: str, model: ModelServer
 ) -> None:
@@ -320,10 +378,10 @@ def test_low_autonomy_reaches_the_model_and_no_host(
     assert len(model.requests()) == 2
 
 
-def test_a_worker_lost_mid_task_forks_its_session_and_pays_once(
+def test_a_worker_lost_mid_task_carries_on_its_session_and_pays_once(
     machine: Machine, token: str, model: ModelServer
 ) -> None:
-    """As after a power cut: boxd down, the worker killed; boxd starts it again, it forks the
+    """As after a power cut: boxd down, the worker killed; boxd starts it again, it loads the
     newest session, and the model asking for the same payment again gets the logged result."""
     approval_wait(machine, 60_000)
     model.set_script(
@@ -356,8 +414,8 @@ def test_a_worker_lost_mid_task_forks_its_session_and_pays_once(
     texts = [step["text"] for step in ended["steps"]]
     assert any("carried on where it stopped" in t for t in texts), texts
     sessions = [s["data"]["session"] for s in ended["steps"]]
-    assert len(set(sessions)) == 2  # the first session, then its fork
-    # The forked session carried the conversation: the request after the restart holds the
+    assert len(set(sessions)) == 1  # the same session, loaded again
+    # The loaded session carried the conversation: the request after the restart holds the
     # first payment's result.
     after = model.requests()[3]
     assert any("ada" in r.lower() or "paid" in r.lower() for r in tool_results(after))
