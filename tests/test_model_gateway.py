@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 
 from boxd.broker.model_gateway import MAX_REQUEST, ModelGateway, ModelKey
+from boxd.broker.model_request import NotAnObject, with_model
 from boxd.broker.model_usage import MAX_LINE, JsonUsage, StreamUsage
 from boxd.errors import BoxError, Problem
 from boxd.key_use import ModelUse, QuestionUse, Use, first_refusal
@@ -612,3 +613,44 @@ def test_json_usage_reads_the_whole_reply() -> None:
     usage.feed(reply[10:].encode())
     usage.finish()
     assert usage.tokens == Tokens(input=1200, output=345, cacheWrite=2000, cacheRead=48000)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"model":"claude-opus-4-6","messages":[{"role":"user","content":"hi"}]}',
+        ' {\n "messages" : [] ,\n "model" : "x" , "stream":true }\n',
+        '{"messages":[],"stream":false}',
+        "{}",
+        " { } ",
+        '{"model":{"nested":["claude"]},"m\\u006fdel":"sneaky","model":"twice"}',
+        '{"messages":[{"content":"\\"model\\": \\"opus\\""}],"model":"a"}',
+        '{"model":null,"é":"ü"}',
+    ],
+)
+def test_the_model_is_spliced_in_and_nothing_else_changes(body: str) -> None:
+    spliced = with_model(body.encode(), MODEL)
+    assert json.loads(spliced) == {**json.loads(body), "model": MODEL}
+    # Read the way a reader that keeps the first of twice-named keys would: still ours.
+    firsts = json.loads(spliced, object_pairs_hook=lambda pairs: dict(reversed(pairs)))
+    assert firsts["model"] == MODEL
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (b"[1, 2]", NotAnObject),
+        (b'"model"', NotAnObject),
+        (b"{not json", ValueError),
+        (b'{"model":"a",}', ValueError),
+        (b'{"model":"a"} {}', ValueError),
+        (b'{"model" "a"}', ValueError),
+        (b'{"a":1', ValueError),
+        (b"", ValueError),
+        (b"\xff{}", ValueError),
+        (b'{"a":' + b"[" * 100_000 + b"}", RecursionError),
+    ],
+)
+def test_what_is_not_a_json_object_is_refused(body: bytes, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        with_model(body, MODEL)

@@ -34,6 +34,7 @@ from boxd.approval import ApprovalState
 from boxd.broker.budget import budget_cents
 from boxd.broker.credentials import read_secrets
 from boxd.broker.manager_link import Manager, Waiter
+from boxd.broker.model_request import NotAnObject, with_model
 from boxd.broker.model_usage import JsonUsage, StreamUsage, Usage
 from boxd.errors import BoxError, Problem
 from boxd.model_key import ANTHROPIC_KEY, KEY_NAMES, KEY_REFUSED
@@ -148,13 +149,13 @@ class ModelGateway:
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
+        model = self._model()
         try:
-            parsed = json.loads(body)
+            forwarded = with_model(body, model)
+        except NotAnObject:
+            return api_error(400, "the request body must be a JSON object: a Messages API request")
         except (ValueError, RecursionError):
             return api_error(400, "the request body is not JSON: send a Messages API request")
-        if not isinstance(parsed, dict):
-            return api_error(400, "the request body must be a JSON object: a Messages API request")
-        model = self._model()
         key = await self._model_key()
         digest = hashlib.sha256(body).hexdigest()
         approval_key = f"model.{digest}"
@@ -164,8 +165,7 @@ class ModelGateway:
         held = await self._hold(begun, approval_key, digest, model)
         if held is not None:
             return held
-        parsed["model"] = model
-        return await self._forward(request, str(begun["upstream"]), parsed, key, model)
+        return await self._forward(request, str(begun["upstream"]), forwarded, key, model)
 
     def _model(self) -> str:
         model = self._task.get("model")
@@ -241,7 +241,7 @@ class ModelGateway:
         self,
         request: web.Request,
         upstream: str,
-        parsed: dict[str, Any],
+        data: bytes,
         key: ModelKey,
         model: str,
     ) -> web.StreamResponse:
@@ -252,7 +252,6 @@ class ModelGateway:
             **{name: request.headers[name] for name in PASSED_REQUEST if name in request.headers},
             **key.headers(),
         }
-        data = json.dumps(parsed, ensure_ascii=False, separators=(",", ":")).encode()
         session = await self._upstream()
         try:
             reply = await session.post(f"{upstream}{MESSAGES}", data=data, headers=headers)
