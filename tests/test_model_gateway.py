@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from boxd.broker.model_gateway import MAX_REQUEST, ModelGateway, ModelKey
+from boxd.broker.model_gateway import MAX_IN_FLIGHT, MAX_REQUEST, ModelGateway, ModelKey
 from boxd.broker.model_request import NotAnObject, with_model
 from boxd.broker.model_usage import MAX_LINE, JsonUsage, StreamUsage
 from boxd.errors import BoxError, Problem
@@ -654,3 +654,26 @@ def test_the_model_is_spliced_in_and_nothing_else_changes(body: str) -> None:
 def test_what_is_not_a_json_object_is_refused(body: bytes, error: type[Exception]) -> None:
     with pytest.raises(error):
         with_model(body, MODEL)
+
+
+async def test_requests_in_flight_are_capped(rig: Rig) -> None:
+    """Each request may hold a 32 MiB body while it waits or streams: past MAX_IN_FLIGHT the
+    gateway says so with a 429, which Droid retries, rather than wear the broker down."""
+    release = asyncio.Event()
+    rig.upstream.turns = [Turn(release=release) for _ in range(MAX_IN_FLIGHT)]
+    async with aiohttp.ClientSession() as session:
+        replies = [
+            await session.post(f"{rig.url}/v1/messages", json=droid_request(str(n)))
+            for n in range(MAX_IN_FLIGHT)
+        ]
+        status, body, _ = await post(rig, droid_request("one too many"))
+        assert status == 429
+        assert json.loads(body)["error"]["message"].startswith(
+            f"this task has {MAX_IN_FLIGHT} model requests in flight"
+        )
+        release.set()
+        for reply in replies:
+            assert reply.status == 200
+            await reply.read()
+            reply.release()
+    assert (await post(rig, droid_request("now there is room")))[0] == 200

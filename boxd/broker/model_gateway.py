@@ -47,6 +47,10 @@ MESSAGES = "/v1/messages"
 # tool results and images, base64. Anthropic's own limit for a Messages request is 32 MB.
 MAX_REQUEST = 32 * 1024 * 1024
 MAX_REQUEST_WORDS = "32 MiB"
+# Model requests one task has in flight at once (read, waiting for the owner, or streaming):
+# Droid sends one at a time, a few with subagents. Each may hold a 32 MiB body while it runs,
+# and the broker has 512 MiB (box-broker@.service MemoryMax=).
+MAX_IN_FLIGHT = 8
 DEFAULT_VERSION = "2023-06-01"
 # Request headers the upstream gets from the worker's request; nothing else of it passes (no
 # key, no authorization, no cookie), and the gateway adds the key.
@@ -124,6 +128,7 @@ class ModelGateway:
         self._key: ModelKey | None = None
         self._session: aiohttp.ClientSession | None = None
         self._runners: list[web.AppRunner] = []
+        self._requests = 0
         # Cost events being logged: kept so a reply whose worker hung up still logs its cost.
         self._logging: set[asyncio.Task[None]] = set()
 
@@ -148,6 +153,19 @@ class ModelGateway:
             await self._session.close()
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
+        if self._requests >= MAX_IN_FLIGHT:
+            return api_error(
+                429,
+                f"this task has {MAX_IN_FLIGHT} model requests in flight, the most the model "
+                "gateway takes at once: send this one again when one has finished",
+            )
+        self._requests += 1
+        try:
+            return await self._message(request)
+        finally:
+            self._requests -= 1
+
+    async def _message(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         model = self._model()
         try:
@@ -158,6 +176,8 @@ class ModelGateway:
             return api_error(400, "the request body is not JSON: send a Messages API request")
         key = await self._model_key()
         digest = hashlib.sha256(body).hexdigest()
+        # Only the spliced copy is kept while the request waits and streams.
+        del body
         approval_key = f"model.{digest}"
         begun = await self._manager.call(
             "BeginModelRequest", json.dumps({"key": approval_key, "requestHash": digest})
