@@ -320,6 +320,27 @@ def test_a_task_without_hosts_reaches_the_model_and_nothing_else(
     assert len(model.requests()) == 1
 
 
+def test_the_model_is_reached_over_https_with_the_machines_certificates(
+    machine: Machine, token: str, model: ModelServer
+) -> None:
+    """As Anthropic's API is: the broker checks the upstream's certificate against the box's
+    CAs, from inside its sandbox."""
+    secure = ModelServer(machine, tls=True).start()
+    boxctl(machine, "settings", "set", "modelBaseUrl", secure.base_url)
+    try:
+        secure.set_script([{"blocks": [{"type": "text", "text": "Over TLS."}]}])
+        task = finish(
+            machine, start_fake(machine, token, ask_model(request()), model="sonnet")["id"]
+        )
+        assert task["state"] == "done", task
+        assert "Over TLS." in texts(task)[1] and texts(task)[1].endswith("status 200")
+        (sent,) = secure.requests()
+        assert sent["headers"]["x-api-key"] == KEY
+    finally:
+        boxctl(machine, "settings", "set", "modelBaseUrl", BASE_URL)
+        secure.stop()
+
+
 def test_a_droid_task_without_a_model_key_fails_saying_how_to_add_one(
     machine: Machine, token: str, model: ModelServer
 ) -> None:
