@@ -677,3 +677,30 @@ async def test_requests_in_flight_are_capped(rig: Rig) -> None:
             await reply.read()
             reply.release()
     assert (await post(rig, droid_request("now there is room")))[0] == 200
+
+
+async def test_a_key_that_could_not_go_in_a_header_is_refused_unshown(rig: Rig) -> None:
+    mangled = "sk-ant-first-line\r\nx-evil: 1"
+    gateway = ModelGateway(
+        rig.manager,
+        Waiter(rig.manager),
+        rig.manager.task,
+        0.2,
+        dict,
+        read_key=lambda: ModelKey("ANTHROPIC_API_KEY", mangled),
+    )
+    assert mangled not in repr(ModelKey("ANTHROPIC_API_KEY", mangled))
+    runner = web.AppRunner(gateway.app())
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    rig.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        status, body, _ = await post(rig, droid_request())
+    finally:
+        await runner.cleanup()
+        await gateway.close()
+    assert status == 401
+    message = json.loads(body)["error"]["message"]
+    assert message.startswith("the vault's ANTHROPIC_API_KEY is not a key")
+    assert "sk-ant" not in message
+    assert rig.upstream.requests == []

@@ -22,9 +22,10 @@ import asyncio
 import hashlib
 import json
 import logging
+import re
 import socket
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -86,10 +87,16 @@ def api_error(status: int, message: str, *, retry: bool | None = None) -> web.Re
     )
 
 
+# What a key is made of: printable ASCII, no spaces. Anything else could not go in a header
+# (and aiohttp's complaint would not be in the owner's words).
+_KEY_CHARACTERS = re.compile(r"[!-~]+")
+
+
 @dataclass(frozen=True)
 class ModelKey:
     name: str
-    value: str
+    # Never shown: not in a repr, a log line or an error.
+    value: str = field(repr=False)
 
     def headers(self) -> dict[str, str]:
         """Anthropic's API reads x-api-key; a Factory key also goes as a bearer token, the way
@@ -207,6 +214,13 @@ class ModelGateway:
                 Problem.UNAUTHORIZED,
                 f"this box has no model key: the owner adds one with `boxctl vault set "
                 f"{ANTHROPIC_KEY}`",
+            )
+        if not _KEY_CHARACTERS.fullmatch(self._key.value):
+            raise BoxError(
+                Problem.UNAUTHORIZED,
+                f"the vault's {self._key.name} is not a key: it holds spaces, line breaks or "
+                f"other characters no key has; the owner sets it again with `boxctl vault set "
+                f"{self._key.name}`",
             )
         return self._key
 
