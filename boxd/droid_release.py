@@ -12,8 +12,8 @@ VERSION = "0.225.2"
 PACKAGE = "@factory/cli-linux-x64"
 # `npm view @factory/cli-linux-x64@0.225.2 dist.integrity`
 INTEGRITY = (
-    "sha512-1ctPmJwAqs0s/QNiaFp6vxr90AQa7j3VgFzLns9Oa"
-    "TffzOCd4csExNpL4w99tNlBLmQbbYqp0rUHlAhoD8R31A=="
+    "sha512-1ctPmJwAqs0s/QNiaFp6vxr90AQa7j3VgFzLns9OaTffzOCd4csExNpL4w99"
+    "tNlBLmQbbYqp0rUHlAhoD8R31A=="
 )
 # The binary inside the package's tarball.
 BINARY_IN_PACKAGE = "package/bin/droid"

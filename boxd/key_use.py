@@ -7,18 +7,13 @@ The manager judges with this, from the record: the `tool.call` line a call's key
 approval a key asked for.
 """
 
-import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from boxd.approval import Approval
 
-
-def input_hash(value: Any) -> str:
-    """sha256 of the input as canonical JSON: keys sorted, no spaces, UTF-8."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+# Named here too, where the broker has always found it.
+from boxd.canonical_json import input_hash as input_hash
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,9 @@ def main() -> None:
     commands.add_parser("web", help="the HTTP gateway (boxd-web.service)")
     broker = commands.add_parser("broker", help="one task's broker (box-broker@.service)")
     broker.add_argument("task", help="the task id")
+    commands.add_parser(
+        "droid-install", help="install the pinned Droid binary (boxd-droid-install.service)"
+    )
     arguments = parser.parse_args()
     try:
         if arguments.command == "manager":
@@ -23,6 +26,10 @@ def main() -> None:
             from boxd.web.main import main as web
 
             web()
+        elif arguments.command == "droid-install":
+            from boxd.droid_installer import main as droid_install
+
+            droid_install()
         else:
             from boxd.broker.main import main as broker_main
 

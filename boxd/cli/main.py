@@ -95,6 +95,11 @@ def _parser() -> argparse.ArgumentParser:
     change.add_argument("name", help="defaultBudgetCents, defaultHosts, networkDefault, ...")
     change.add_argument("value", help="a JSON value, or plain text for a string")
 
+    droid = commands.add_parser(
+        "droid", help="the Droid version installed, or whether its install is under way"
+    )
+    droid.add_argument("--json", action="store_true")
+
     vault = commands.add_parser("vault", help="the secrets that tools use; values never show")
     vault_commands = vault.add_subparsers(dest="vault_command", required=True)
     put = vault_commands.add_parser("set", help="set a secret, its value read from stdin")
@@ -212,6 +217,9 @@ async def run(arguments: argparse.Namespace) -> int:
         else:
             for name, value in settings.items():
                 print(f"{name}: {json.dumps(value)}")
+    elif command == "droid":
+        droid = await client.call("GetDroid")
+        print(show.as_json(droid) if as_json else show.droid_line(droid))
     elif command == "vault":
         if arguments.vault_command == "set":
             await client.call("SetSecret", arguments.name, _secret_value(arguments.name))

@@ -131,3 +131,12 @@ def token_table(tokens: list[dict[str, Any]]) -> str:
             ),
         ]
     )
+
+
+def droid_line(droid: dict[str, Any]) -> str:
+    version = visible(droid["version"])
+    if droid["installed"]:
+        return f"Droid {version} is installed."
+    if droid["installing"]:
+        return f"Droid {version} is being installed; Droid tasks wait, queued, until it is."
+    return visible(droid["error"] or f"Droid {version} is not installed.")

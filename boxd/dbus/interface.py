@@ -134,6 +134,8 @@ SET_SETTINGS = Method("SetSettings", ("changes",), "settings", _POLKIT)
 CREATE_TOKEN = Method("CreateToken", ("name", "app:b"), "token", _POLKIT)
 LIST_TOKENS = Method("ListTokens", (), "tokens", _OWNER)
 REVOKE_TOKEN = Method("RevokeToken", ("id",), "token", _OWNER)
+# Which Droid release the box runs and whether its install is under way or failed.
+GET_DROID = Method("GetDroid", (), "droid", _OWNER)
 # The vault: values go in, never out.
 SET_SECRET = Method("SetSecret", ("name", "value"), "secret", _POLKIT)
 REMOVE_SECRET = Method("RemoveSecret", ("name",), "secret", _POLKIT)
@@ -168,6 +170,7 @@ METHODS: tuple[Method, ...] = (
     CREATE_TOKEN,
     LIST_TOKENS,
     REVOKE_TOKEN,
+    GET_DROID,
     SET_SECRET,
     REMOVE_SECRET,
     LIST_SECRETS,

@@ -28,6 +28,7 @@ from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.damaged import DAMAGED
 from boxd.manager.disk import MIB, disk_full, full_words, stopped_words, tree_bytes
+from boxd.manager.droid_install import DroidInstall, sort_queue
 from boxd.manager.exit_words import why_failed
 from boxd.manager.folders import check_folders, folder_workspace, owner_home, real_folders
 from boxd.manager.keep import (
@@ -73,10 +74,6 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[Caller, list[Any]], Awaitable[Any]]
 
-DROID_MISSING = (
-    "This box cannot run Droid tasks yet: the Droid worker is not installed here. "
-    "Start the task with worker fake, or wait for the Droid worker."
-)
 STOPPED = "Stopped by its owner."
 VANISHED = "The worker's unit was gone before boxd could read how it ended."
 UNDONE_WHILE_RUNNING = "Stopped by its owner, to undo it."
@@ -110,6 +107,7 @@ class Box:
         # Tasks that hold one of the maxRunningTasks places: starting, running or waiting.
         self._places: set[str] = set()
         self._admission = asyncio.Lock()
+        self.droid = DroidInstall(systemd, self._start_queued_soon)
 
     # Start-up and recovery.
 
@@ -168,6 +166,7 @@ class Box:
                         )
             else:
                 self._check_soon(task.id)
+        await self.droid.begin()
         await self._start_queued()
 
     def routes(self) -> dict[api.Method, Handler]:
@@ -188,6 +187,7 @@ class Box:
             api.CREATE_TOKEN: self.create_token,
             api.LIST_TOKENS: self.list_tokens,
             api.REVOKE_TOKEN: self.revoke_token,
+            api.GET_DROID: self.get_droid,
             api.SET_SECRET: self.vault.set_secret,
             api.REMOVE_SECRET: self.vault.remove_secret,
             api.LIST_SECRETS: self.vault.list_secrets,
@@ -509,6 +509,9 @@ class Box:
                 f"could not set the limits of all tasks together on {ALL_TASKS_SLICE}: {error}",
             )
 
+    async def get_droid(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        return self.droid.state.public()
+
     async def create_token(self, caller: Caller, args: list[Any]) -> str:
         name = check_token_name(args[0])
         role = Role.APP if args[1] else Role.OWNER
@@ -543,13 +546,17 @@ class Box:
     # The task's life.
 
     async def _admit(self) -> list[Task]:
-        """Gives the free places to the oldest queued tasks; returns them, oldest first."""
+        """Gives the free places to the oldest queued tasks; returns them, oldest first, after
+        the Droid tasks that cannot run, which _start fails. Droid tasks wait for its install
+        without a place."""
         async with self._admission:
             limit = (await self.store.settings()).maxRunningTasks
             queued = await self.store.tasks((TaskState.QUEUED,))
-            chosen = next_to_start(queued, self._places, limit)
-            self._places.update(task.id for task in chosen)
-            return chosen
+            may_start, refused = sort_queue(queued, self.droid.state)
+            chosen = next_to_start(may_start, self._places, limit)
+            refused = [task for task in refused if task.id not in self._places]
+            self._places.update(task.id for task in (*refused, *chosen))
+            return [*refused, *chosen]
 
     async def _start_queued(self) -> None:
         for task in await self._admit():
@@ -570,10 +577,9 @@ class Box:
                 return current or task
             task = current
             if task.worker == Worker.DROID:
-                no_key = await self._droid_key_missing()
-                if no_key is not None:
-                    return await self._end(task, TaskState.FAILED, no_key)
-                return await self._end(task, TaskState.FAILED, DROID_MISSING)
+                refusal = self.droid.state.task_error or await self._droid_key_missing()
+                if refusal is not None:
+                    return await self._end(task, TaskState.FAILED, refusal)
             failure: str | None = None
             async with self._joins[task.workspace]:
                 stack = await self.store.stack(task.workspace)
@@ -593,7 +599,8 @@ class Box:
                     return await self._end(task, TaskState.FAILED, failure)
                 try:
                     await self._start_units(task)
-                except (BoxError, SystemdError, OSError) as error:
+                # ValueError: a worker boxd has no command for (worker_unit.worker_command).
+                except (BoxError, SystemdError, OSError, ValueError) as error:
                     return await self._end(
                         task, TaskState.FAILED, f"The task could not start: {_words(error)}"
                     )

@@ -74,10 +74,12 @@ def all_tasks_properties(settings: Settings) -> list[tuple[str, Variant]]:
 PYTHON_FLAGS = ("-I", "-u")
 
 
+WORKER_MODULES = {Worker.FAKE: "boxd.workers.fake", Worker.DROID: "boxd.workers.droid"}
+
+
 def worker_command(task: Task) -> list[str]:
-    if task.worker == Worker.FAKE:
-        return [sys.executable, *PYTHON_FLAGS, "-m", "boxd.workers.fake"]
-    raise ValueError(f"no command for worker {task.worker}")
+    module = WORKER_MODULES[Worker(task.worker)]
+    return [sys.executable, *PYTHON_FLAGS, "-m", module]
 
 
 def home_environment(own_home: Path) -> list[str]:

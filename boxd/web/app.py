@@ -104,6 +104,10 @@ async def revoke_token(request: web.Request) -> web.Response:
     return _json(await _call(request, "RevokeToken", request.match_info["id"]))
 
 
+async def get_droid(request: web.Request) -> web.Response:
+    return _json(await _call(request, "GetDroid"))
+
+
 async def _bus(app: web.Application) -> AsyncIterator[None]:
     bus = await connect_system_bus()
     app[CLIENT] = GatewayClient(bus)
@@ -116,7 +120,7 @@ def make_app() -> web.Application:
         lambda failure: failure.problem.http_status,
         "the API serves GET and POST /api/tasks, GET /api/tasks/{id}, "
         "POST /api/tasks/{id}/stop, /undo and /keep, GET /api/approvals, POST /api/approvals/{id}, "
-        "GET and POST /api/workspaces, GET /api/tokens, DELETE /api/tokens/{id}",
+        "GET and POST /api/workspaces, GET /api/tokens, DELETE /api/tokens/{id}, GET /api/droid",
     )
     app = web.Application(middlewares=[errors], client_max_size=MAX_BODY)
     app.cleanup_ctx.append(_bus)
@@ -132,4 +136,5 @@ def make_app() -> web.Application:
     app.router.add_post("/api/approvals/{id}", answer_approval)
     app.router.add_get("/api/tokens", list_tokens)
     app.router.add_delete("/api/tokens/{id}", revoke_token)
+    app.router.add_get("/api/droid", get_droid)
     return app

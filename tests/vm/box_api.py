@@ -91,3 +91,14 @@ def database_bytes(machine: Machine) -> str:
     return machine.run(
         "sh", "-c", "cat /var/lib/box/box.db /var/lib/box/box.db-wal 2>/dev/null", check=False
     ).stdout
+
+
+def lose_worker_with_boxd(machine: Machine, task_id: str) -> None:
+    """As after a power cut: boxd stopped, the task's worker killed and its unit gone; then boxd
+    starts again, finds no worker unit, and starts the worker anew to resume."""
+    unit = f"box-task-{task_id}.service"
+    machine.run("systemctl", "stop", "boxd.service")
+    machine.run("systemctl", "kill", "--signal=KILL", unit)
+    machine.run("sh", "-c", f"while systemctl is-active -q {unit}; do sleep 0.05; done")
+    machine.run("systemctl", "reset-failed", unit)
+    machine.run("systemctl", "start", "boxd.service")

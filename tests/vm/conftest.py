@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .machine import Machine, MachineError, install_boxd
+from .machine import Machine, MachineError, booted_box
 
 VM_TESTS = Path(__file__).resolve().parent
 OWNER = "owner"
@@ -45,14 +45,7 @@ def pytest_runtest_makereport(
 
 @pytest.fixture(scope="session")
 def machine() -> Iterator[Machine]:
-    """A booted machine with this checkout of boxd installed and boxd.service active."""
-    m = Machine()
-    m.start()
-    try:
-        install_boxd(m)
-        yield m
-    finally:
-        m.stop()
+    yield from booted_box()
 
 
 @pytest.fixture(scope="session")

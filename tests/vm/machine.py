@@ -21,11 +21,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from .droid_cache import MACHINE_DIR as DROID_CACHE
+from .droid_cache import droid_cache_dir
 from .image import CONTAINER_PATH, REPO_ROOT, ensure_host_tools, image
 
 STATE_PARENT = Path("/var/tmp")
@@ -303,6 +305,8 @@ class Machine:
             "--capability=CAP_NET_ADMIN",
             "--system-call-filter=bpf",
             f"--bind={_escape_bind(str(self.home))}:{BOX_HOME}",
+            # For tests/vm/npm_registry.py to serve Droid from, without the network.
+            f"--bind-ro={_escape_bind(str(droid_cache_dir()))}:{DROID_CACHE}",
         ]
         if self.private_network:
             argv.append("--private-network")
@@ -646,3 +650,15 @@ def install_boxd(m: Machine, *, active_timeout: float = 20) -> None:
         f"boxd.service is {state or 'not active'} {active_timeout:g} s after install.sh.\n"
         f"{status.stdout}\n{journal.stdout}"
     )
+
+
+def booted_box() -> Iterator[Machine]:
+    """A booted machine with this checkout of boxd installed and boxd.service active, stopped
+    at the end. Also for modules that need a machine of their own (`scope="module"`)."""
+    m = Machine()
+    m.start()
+    try:
+        install_boxd(m)
+        yield m
+    finally:
+        m.stop()

@@ -46,10 +46,24 @@ DEMO_TASK = {
     "prompt": "step Hello from the demo task\n"
     "sh id -un\n"
     "write hello.txt Hello, box\n"
+    "sh printf 'Meeting notes, 2 December\\n- Launch moves to March\\n- Ada owns the budget\\n"
+    "- Two new hires start Monday\\n- Next meeting Thursday\\n' > notes.md\n"
     "sleep 1\n"
-    "step Wrote hello.txt\n"
+    "step Wrote hello.txt and notes.md\n"
     "sh cat hello.txt",
 }
+# The seed's own example (start-a-task.txt): a Droid task on the notes the fake task wrote.
+DROID_TASK = {
+    "title": "Summarise the meeting notes",
+    "prompt": "Read notes.md and write a five-line summary to summary.md.",
+    "workspace": "home",
+    "budgetCents": 50,
+}
+MODEL_KEY = "ANTHROPIC_API_KEY"
+WITHOUT_DROID = (
+    f"To see Droid at work here too: {MODEL_KEY}=<your key> make run. The key goes into the "
+    "box's vault, where only the task's broker reads it; no task ever sees it."
+)
 
 
 def say(text: str = "") -> None:
@@ -128,6 +142,31 @@ Press Ctrl-C to stop the box. Everything in it is thrown away.
 """
 
 
+def show(m: Machine, task_id: str) -> None:
+    say(f"\n$ boxctl show {task_id}")
+    shown = m.run("boxctl", "show", task_id, check=False)
+    say((shown.stdout + shown.stderr).rstrip())
+
+
+def droid_demo(m: Machine, token: str, key: str) -> str:
+    """The key into the vault, Droid installed by boxd's own unit (from this computer's cache of
+    the package), then the seed's example task, followed to its end."""
+    from .npm_registry import install_droid
+
+    say(f"\nPutting {MODEL_KEY} in the box's vault...")
+    m.run("boxctl", "vault", "set", MODEL_KEY, input=key)
+    say("Installing Droid (boxd-droid-install.service)...")
+    install_droid(m)
+    task = start_task(token, DROID_TASK)
+    say("Started a Droid task:")
+    say(json.dumps(task, indent=2))
+    task_id = str(task["id"])
+    say(f"\n$ boxctl follow {task_id}")
+    m.spawn("boxctl", "follow", task_id, stdout=None, stderr=None).wait()
+    show(m, task_id)
+    return task_id
+
+
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -172,9 +211,12 @@ def main() -> int:
         follow = m.spawn("boxctl", "follow", task_id, stdout=None, stderr=None)
         follow.wait()
 
-        say(f"\n$ boxctl show {task_id}")
-        shown = m.run("boxctl", "show", task_id, check=False)
-        say((shown.stdout + shown.stderr).rstrip())
+        show(m, task_id)
+        key = os.environ.get(MODEL_KEY, "").strip()
+        if key:
+            task_id = droid_demo(m, token, key)
+        else:
+            say(f"\n{WITHOUT_DROID}")
 
         say(how_to(m, token, task_id))
         while True:

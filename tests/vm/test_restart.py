@@ -1,6 +1,6 @@
 """boxd restarts while tasks run: systemd keeps the units, the manager picks them up again."""
 
-from tests.vm.box_api import finish, start_fake, wait_for_step
+from tests.vm.box_api import finish, lose_worker_with_boxd, start_fake, wait_for_step
 from tests.vm.machine import Machine
 
 
@@ -32,12 +32,7 @@ def test_a_worker_lost_with_boxd_resumes_from_its_steps(machine: Machine, token:
     on after the last line it had logged."""
     task = start_fake(machine, token, "step one\nsleep 3\nstep two")
     wait_for_step(machine, task["id"])
-    unit = f"box-task-{task['id']}.service"
-    machine.run("systemctl", "stop", "boxd.service")
-    machine.run("systemctl", "kill", "--signal=KILL", unit)
-    machine.run("sh", "-c", f"while systemctl is-active -q {unit}; do sleep 0.05; done")
-    machine.run("systemctl", "reset-failed", unit)
-    machine.run("systemctl", "start", "boxd.service")
+    lose_worker_with_boxd(machine, task["id"])
     ended = finish(machine, task["id"])
     assert ended["state"] == "done", ended
     assert [s["text"] for s in ended["steps"]] == ["one", "slept 3 s", "two"]

@@ -1,0 +1,132 @@
+"""The broker over its Unix socket with the standard library only: one HTTP/1.0 request per
+connection, JSON in and out, the answer read up to a cap.
+
+The MCP relay talks to the broker through this rather than `broker_client` (aiohttp): Droid
+waits for its MCP servers before its first model request, on every start and resume, and
+importing aiohttp costs the relay several times what the rest of it does (bench/mcp_relay.py).
+HTTP/1.0 keeps the client small: the broker answers with a length, or closes after the body.
+"""
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from boxd.strict_json import MAX_BODY
+
+log = logging.getLogger(__name__)
+
+# The broker's largest answer is a tool's output (1 MB as compact JSON) in its envelope; a
+# request body may be 10 MB, and no answer of the broker's comes near that.
+MAX_ANSWER = MAX_BODY
+# A status line or header; the broker's are a few dozen characters.
+MAX_HEAD_LINE = 8 * 1024
+MAX_HEADERS = 100
+# How long a request keeps trying to reach a broker that went away: systemd starts it again on
+# the next connection, in well under a second (as the fake worker does).
+RECONNECTS = 50
+RECONNECT_SECONDS = 0.2
+
+
+class BrokerRefused(Exception):
+    """The broker answered with an error status; the text is its words."""
+
+
+class BrokerGone(Exception):
+    """The broker could not be reached, or cut the answer off, even after trying again."""
+
+
+class BrokerGarbled(Exception):
+    """The broker answered something that is not an HTTP answer with JSON in it."""
+
+
+BROKER_FAILURES = (BrokerRefused, BrokerGone, BrokerGarbled)
+
+# What a connection that breaks looks like: refused while systemd restarts the broker, reset or
+# cut short when it is killed mid-answer.
+_LOST = (ConnectionError, FileNotFoundError, asyncio.IncompleteReadError)
+
+
+async def _head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
+    status_line = await reader.readuntil(b"\n")
+    parts = status_line.decode("latin-1").split(None, 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        raise BrokerGarbled(f"the broker's answer does not start as HTTP: {status_line[:80]!r}")
+    headers: dict[str, str] = {}
+    for _ in range(MAX_HEADERS):
+        line = await reader.readuntil(b"\n")
+        if line in (b"\r\n", b"\n"):
+            return int(parts[1]), headers
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    raise BrokerGarbled(f"the broker's answer has more than {MAX_HEADERS} headers")
+
+
+async def _body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
+    length = headers.get("content-length")
+    if length is not None:
+        if not length.isdigit():
+            raise BrokerGarbled(f"the broker's answer has a bad Content-Length: {length[:40]!r}")
+        if int(length) > MAX_ANSWER:
+            raise BrokerGarbled(f"the broker's answer is over {MAX_ANSWER:,} bytes")
+        return await reader.readexactly(int(length))
+    # No length: HTTP/1.0 says the body ends where the connection does.
+    body = bytearray()
+    while chunk := await reader.read(64 * 1024):
+        body += chunk
+        if len(body) > MAX_ANSWER:
+            raise BrokerGarbled(f"the broker's answer is over {MAX_ANSWER:,} bytes")
+    return bytes(body)
+
+
+async def _once(socket_path: str, method: str, path: str, payload: bytes | None) -> Any:
+    reader, writer = await asyncio.open_unix_connection(socket_path, limit=MAX_HEAD_LINE)
+    try:
+        head = f"{method} {path} HTTP/1.0\r\nHost: box\r\n"
+        if payload is not None:
+            head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+        writer.write(head.encode("ascii") + b"\r\n" + (payload or b""))
+        await writer.drain()
+        try:
+            status, headers = await _head(reader)
+        except (asyncio.LimitOverrunError, ValueError) as error:
+            raise BrokerGarbled(
+                f"the broker's answer has a line over {MAX_HEAD_LINE:,} bytes"
+            ) from error
+        body = await _body(reader, headers)
+    finally:
+        writer.close()
+    try:
+        answer = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise BrokerGarbled(f"the broker answered {status} without JSON: {body[:200]!r}") from None
+    if status >= 400:
+        words = answer.get("error") if isinstance(answer, dict) else None
+        raise BrokerRefused(words if isinstance(words, str) else f"the broker answered {status}")
+    return answer
+
+
+async def request(socket_path: str, method: str, path: str, body: Any = None) -> Any:
+    """The broker's JSON answer. A broker that went away is asked again, with the same body:
+    the keys in /call and /ask bodies are what make asking again safe."""
+    payload = None if body is None else json.dumps(body, ensure_ascii=False).encode("utf-8")
+    lost = 0
+    while True:
+        try:
+            return await _once(socket_path, method, path, payload)
+        except _LOST as error:
+            lost += 1
+            if lost > RECONNECTS:
+                raise BrokerGone(
+                    f"the box's broker did not answer at {socket_path} for "
+                    f"{RECONNECTS * RECONNECT_SECONDS:g} s ({error or type(error).__name__})"
+                ) from None
+            if lost == 1:
+                log.warning(
+                    "the broker did not answer %s %s (%s); trying again for up to %g s",
+                    method,
+                    path,
+                    error or type(error).__name__,
+                    RECONNECTS * RECONNECT_SECONDS,
+                )
+            await asyncio.sleep(RECONNECT_SECONDS)

@@ -1,0 +1,363 @@
+"""The real Droid (0.225.2, installed by boxd's own unit) in a real box, against a scripted
+stand-in for Anthropic's Messages API in the machine's outside world (tests/vm/model_server.py):
+a stand-in for the model only, never for Droid, systemd or the broker. Each test scripts the
+model's turns, Droid acts on them inside the task's sandbox, and the box's broker meters,
+asks and pays."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from boxd.model_key import KEY_REFUSED
+from boxd.pricing import Tokens, price_cents
+from tests.vm.box_api import boxctl, finish, http, lose_worker_with_boxd, wait_for_step
+from tests.vm.machine import Machine, booted_box
+from tests.vm.model_server import BASE_URL, DEFAULT_USAGE, ModelServer
+from tests.vm.npm_registry import install_droid
+from tests.vm.outside_world import arrived, start_outside
+from tests.vm.test_broker_calls import bookings, pending
+
+KEY = f"sk-ant-api03-{secrets.token_hex(24)}"
+MODEL = "claude-sonnet-4-6"
+DROP_IN_DIR = "/etc/systemd/system/box-broker@.service.d"
+DROP_IN = f"{DROP_IN_DIR}/50-approval-wait.conf"
+PAY = {"to": "ada", "cents": 30, "memo": "droid test"}
+
+
+@pytest.fixture(scope="module")
+def machine() -> Iterator[Machine]:
+    """A machine of this module's own, with Droid installed, a key in the vault, and the model
+    upstream pointed at the scripted server."""
+    for m in booted_box():
+        install_droid(m)
+        yield m
+
+
+@pytest.fixture(scope="module")
+def model(machine: Machine) -> Iterator[ModelServer]:
+    outside = start_outside(machine)
+    server = ModelServer(machine).start()
+    boxctl(machine, "settings", "set", "modelBaseUrl", BASE_URL)
+    machine.run("boxctl", "vault", "set", "ANTHROPIC_API_KEY", input=KEY + "\n")
+    yield server
+    server.stop()
+    outside.kill()
+
+
+def approval_wait(machine: Machine, ms: int) -> None:
+    """How long the next tasks' brokers wait for the owner before answering `pending`."""
+    machine.run("mkdir", "-p", DROP_IN_DIR)
+    machine.run("tee", DROP_IN, input=f"[Service]\nEnvironment=BOX_APPROVAL_WAIT_MS={ms}\n")
+    machine.run("systemctl", "daemon-reload")
+
+
+def start_droid(machine: Machine, token: str, prompt: str, **fields: Any) -> dict[str, Any]:
+    body = {"title": "droid test", "prompt": prompt, "model": "sonnet", **fields}
+    status, task = http(machine, "POST", "/api/tasks", token, json.dumps(body))
+    assert status == 201, task
+    assert isinstance(task, dict)
+    assert task["state"] == "running", task
+    return task
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"type": "text", "text": value}
+
+
+def tool(name: str, given: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "tool_use", "name": name, "input": given}
+
+
+def turn(*blocks: dict[str, Any], **more: Any) -> dict[str, Any]:
+    return {"blocks": list(blocks), **more}
+
+
+def execute(command: str) -> dict[str, Any]:
+    return tool(
+        "Execute",
+        {
+            "summary": "Run the step the test needs",
+            "command": command,
+            "riskLevelReason": "It only reads and writes scratch files in the workspace.",
+            "riskLevel": "low",
+        },
+    )
+
+
+def load(name: str) -> dict[str, Any]:
+    """Droid defers MCP tools behind its ToolSearch tool: the model loads one first."""
+    return turn(tool("ToolSearch", {"query": f"select:box___{name}"}))
+
+
+def tool_results(request: dict[str, Any]) -> list[str]:
+    """What the tools answered, as Droid sent it back to the model in this request."""
+    found = []
+    for message in request["body"]["messages"]:
+        content = message.get("content")
+        for block in content if isinstance(content, list) else []:
+            if block.get("type") == "tool_result":
+                inner = block.get("content")
+                if isinstance(inner, list):
+                    inner = " ".join(part.get("text", "") for part in inner)
+                found.append(str(inner))
+    return found
+
+
+def shown(machine: Machine, task_id: str) -> dict[str, Any]:
+    task = json.loads(boxctl(machine, "show", task_id, "--json").stdout)
+    assert isinstance(task, dict)
+    return task
+
+
+def next_task_sees(machine: Machine, token: str, command: str) -> str:
+    """What a shell command prints in the home workspace, run by the next (fake) task."""
+    status, task = http(
+        machine,
+        "POST",
+        "/api/tasks",
+        token,
+        json.dumps({"title": "look", "worker": "fake", "prompt": f"sh {command}"}),
+    )
+    assert status == 201, task
+    assert isinstance(task, dict)
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    return str(ended["steps"][-1]["text"])
+
+
+def usage_cents(turns: int, usage: dict[str, int] = DEFAULT_USAGE) -> float:
+    tokens = Tokens(
+        input=usage["input_tokens"],
+        output=usage["output_tokens"],
+        cacheWrite=usage["cache_creation_input_tokens"],
+        cacheRead=usage["cache_read_input_tokens"],
+    )
+    return turns * price_cents(MODEL, tokens)
+
+
+def test_droid_edits_a_file_and_is_done_with_its_steps(
+    machine: Machine, token: str, model: ModelServer
+) -> None:
+    model.set_script(
+        [
+            turn(tool("Create", {"file_path": "summary.md", "content": "Five lines.\n"})),
+            turn(text("I wrote summary.md.")),
+        ]
+    )
+    task = start_droid(machine, token, "Write a five-line summary to summary.md.")
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    kinds = [step["data"]["kind"] for step in ended["steps"]]
+    assert kinds == ["started", "tool", "summary"], ended["steps"]
+    assert ended["steps"][-1]["text"] == "I wrote summary.md."
+    sessions = {step["data"]["session"] for step in ended["steps"]}
+    assert len(sessions) == 1
+    assert ended["model"] == MODEL
+    # Every request ran on the task's model with the vault's key, however Droid named them.
+    requests = model.requests()
+    assert len(requests) == 2
+    assert {r["body"]["model"] for r in requests} == {MODEL}
+    assert {r["headers"]["x-api-key"] for r in requests} == {KEY}
+    # Droid offers the model no way to ask the user in `droid exec`: its questions go through
+    # the box's own box_ask, deferred behind ToolSearch with the task's other tools.
+    offered = [t["name"] for t in requests[0]["body"]["tools"]]
+    assert "AskUser" not in offered
+    assert "box___box_ask" in json.dumps(requests[0]["body"])
+    # Usage metered exactly, and nothing else charged.
+    assert ended["costCents"] == pytest.approx(usage_cents(2), rel=0, abs=1e-9)
+    # What Droid made is there for the next task, and the group's to change, as every task's
+    # files are (Droid itself makes them 0600).
+    assert next_task_sees(machine, token, "cat summary.md; stat -c %a summary.md") == (
+        "Five lines.\n660"
+    )
+
+
+def test_droid_pays_through_the_wallet_with_the_owners_ok(
+    machine: Machine, token: str, model: ModelServer
+) -> None:
+    approval_wait(machine, 60_000)
+    model.set_script(
+        [load("wallet__pay"), turn(tool("box___wallet__pay", PAY)), turn(text("Paid."))]
+    )
+    task = start_droid(machine, token, "Pay Ada 30 cents.", tools=["wallet.pay"])
+    asked = pending(machine, task["id"], timeout=60)
+    assert asked["key"].startswith("mcp.wallet__pay.")
+    assert "30" in asked["question"]
+    boxctl(machine, "approve", asked["id"])
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    assert bookings(machine, task["id"]) == [(asked["key"], 30)]
+    assert ended["costCents"] == pytest.approx(30 + usage_cents(3), rel=0, abs=1e-9)
+    assert any(s["data"].get("tool") == "wallet.pay" for s in ended["steps"])
+
+
+@pytest.mark.parametrize("answer", ["approve", "deny"])
+def test_box_ask_is_the_owners_answer(
+    machine: Machine, token: str, model: ModelServer, answer: str
+) -> None:
+    approval_wait(machine, 60_000)
+    question = f"May I delete old.txt? ({answer})"
+    model.set_script(
+        [load("box_ask"), turn(tool("box___box_ask", {"question": question})), turn(text("Ok."))]
+    )
+    task = start_droid(machine, token, "Ask before deleting old.txt.")
+    asked = pending(machine, task["id"], timeout=60)
+    assert asked["question"] == question
+    assert asked["key"].startswith("mcp.ask.")
+    assert shown(machine, task["id"])["state"] == "waiting"
+    boxctl(machine, answer, asked["id"])
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    said = tool_results(model.requests()[-1])[-1]
+    if answer == "approve":
+        assert "approved" in said.lower() and "not approved" not in said.lower(), said
+    else:
+        assert "not approved" in said.lower(), said
+
+
+def test_pending_comes_back_as_text_and_asking_again_pays_once(
+    machine: Machine, token: str, model: ModelServer
+) -> None:
+    approval_wait(machine, 1500)
+    model.set_script(
+        [
+            load("wallet__pay"),
+            turn(tool("box___wallet__pay", PAY)),
+            turn(tool("box___wallet__pay", PAY)),
+            turn(text("Paid at last.")),
+        ]
+    )
+    task = start_droid(machine, token, "Pay Ada 30 cents.", tools=["wallet.pay"])
+    asked = pending(machine, task["id"], timeout=60)
+    # The first call's pending answer reaches the model as plain text, not an error...
+    deadline = time.monotonic() + 60
+    while len(model.requests()) < 3:
+        assert time.monotonic() < deadline, model.requests()
+        time.sleep(0.2)
+    said = tool_results(model.requests()[2])[-1]
+    assert "Waiting for the box owner" in said, said
+    # ...and the model's second, identical call waits on the same approval, paid once.
+    boxctl(machine, "approve", asked["id"])
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    assert bookings(machine, task["id"]) == [(asked["key"], 30)]
+    assert [a for a in json.loads(boxctl(machine, "approvals", "--json").stdout)] == []
+
+
+def test_the_owner_is_asked_before_a_model_request_past_the_budget(
+    machine: Machine, token: str, model: ModelServer
+) -> None:
+    approval_wait(machine, 60_000)
+    # 100,000 output tokens of Sonnet are 150 cents. (A huge input count would make Droid
+    # compact its conversation, which is a model request of its own.)
+    dear = {**DEFAULT_USAGE, "output_tokens": 100_000}
+    first = tool("Create", {"file_path": "notes.md", "content": "thought\n"})
+    model.set_script([turn(first, usage=dear), turn(text("Done."))])
+    # The first reply takes the task past its budget, so Droid's second request waits.
+    task = start_droid(machine, token, "Think, then finish.", budgetCents=5)
+    asked = pending(machine, task["id"], timeout=60)
+    assert asked["key"].startswith("model.")
+    assert len(model.requests()) == 1
+    boxctl(machine, "approve", asked["id"])
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    assert len(model.requests()) == 2
+    assert ended["costCents"] == pytest.approx(
+        usage_cents(1, dear) + usage_cents(1), rel=0, abs=1e-9
+    )
+
+
+def test_the_key_is_nowhere_the_worker_can_read(
+    machine: Machine, token: str, model: ModelServer
+) -> None:
+    look = (
+        "{ env; cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline | tr '\\0' '\\n'; "
+        'cat "$HOME"/.factory/*.json; ls -laR "$HOME"; cat "$HOME"/.factory/logs/*; } '
+        "> seen.txt 2>&1; true"
+    )
+    model.set_script([turn(execute(look)), turn(text("Looked."))])
+    task = start_droid(machine, token, "Look around.", droid={"autonomy": "high"})
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    seen = next_task_sees(machine, token, "cat seen.txt")
+    assert "BOX_SOCKET" in seen  # it did look
+    assert KEY not in seen
+    journal = machine.run("journalctl", "--no-pager", "-o", "verbose", "-b").stdout
+    assert KEY not in journal
+    # The key did reach the model, from the broker.
+    assert {r["headers"]["x-api-key"] for r in model.requests()} == {KEY}
+
+
+def test_an_upstream_401_ends_the_task_in_the_seeds_words(
+    machine: Machine, token: str, model: ModelServer
+) -> None:
+    model.set_script([turn(status=401, error="invalid x-api-key")])
+    task = start_droid(machine, token, "Anything.")
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "failed", ended
+    assert ended["error"] == KEY_REFUSED
+
+
+def test_low_autonomy_reaches_the_model_and_no_host(
+    machine: Machine, token: str, model: ModelServer
+) -> None:
+    model.set_script(
+        [
+            turn(execute("curl -sS -m 10 http://allowed.test/from-droid > fetched.txt 2>&1; true")),
+            turn(text("Tried.")),
+        ]
+    )
+    task = start_droid(machine, token, "Fetch it.", hosts=["allowed.test"])
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    assert "/from-droid" not in arrived(machine)
+    assert len(model.requests()) == 2
+
+
+def test_a_worker_lost_mid_task_forks_its_session_and_pays_once(
+    machine: Machine, token: str, model: ModelServer
+) -> None:
+    """As after a power cut: boxd down, the worker killed; boxd starts it again, it forks the
+    newest session, and the model asking for the same payment again gets the logged result."""
+    approval_wait(machine, 60_000)
+    model.set_script(
+        [
+            load("wallet__pay"),
+            turn(tool("box___wallet__pay", PAY)),
+            turn(execute("sleep 60")),
+            # After the restart: the model, unsure, pays again, then finishes.
+            turn(tool("box___wallet__pay", PAY)),
+            turn(text("Paid Ada.")),
+        ]
+    )
+    task = start_droid(
+        machine,
+        token,
+        "Pay Ada 30 cents.",
+        tools=["wallet.pay"],
+        droid={"autonomy": "high"},
+    )
+    deadline = time.monotonic() + 60
+    while len(model.requests()) < 3:
+        assert time.monotonic() < deadline, model.requests()
+        time.sleep(0.2)
+    wait_for_step(machine, task["id"], count=3)
+    lose_worker_with_boxd(machine, task["id"])
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    paid = bookings(machine, task["id"])
+    assert len(paid) == 1 and paid[0][1] == 30, paid
+    texts = [step["text"] for step in ended["steps"]]
+    assert any("carried on where it stopped" in t for t in texts), texts
+    sessions = [s["data"]["session"] for s in ended["steps"]]
+    assert len(set(sessions)) == 2  # the first session, then its fork
+    # The forked session carried the conversation: the request after the restart holds the
+    # first payment's result.
+    after = model.requests()[3]
+    assert any("ada" in r.lower() or "paid" in r.lower() for r in tool_results(after))
