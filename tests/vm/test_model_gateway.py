@@ -23,8 +23,9 @@ from tests.vm.box_api import (
     start_fake,
     wait_for_step,
 )
-from tests.vm.machine import Machine
+from tests.vm.machine import Machine, booted_box
 from tests.vm.model_server import BASE_URL, ModelServer
+from tests.vm.npm_registry import install_droid
 from tests.vm.outside_world import arrived, start_outside
 
 DROP_IN = "/etc/systemd/system/box-broker@.service.d/50-approval-wait.conf"
@@ -341,16 +342,22 @@ def test_the_model_is_reached_over_https_with_the_machines_certificates(
         secure.stop()
 
 
+@pytest.fixture(scope="module")
+def droid_box() -> Iterator[Machine]:
+    """A machine of its own with Droid installed (the session's has none, and a Droid task
+    there fails for that first) and no model key in its vault."""
+    for m in booted_box():
+        install_droid(m)
+        yield m
+
+
 def test_a_droid_task_without_a_model_key_fails_saying_how_to_add_one(
-    machine: Machine, token: str, model: ModelServer
+    droid_box: Machine,
 ) -> None:
-    boxctl(machine, "vault", "rm", "ANTHROPIC_API_KEY")
-    try:
-        body = {"title": "Summarise the notes", "prompt": "Read notes.md.", "budgetCents": 50}
-        status, created = http(machine, "POST", "/api/tasks", token, json.dumps(body))
-        assert status == 201, created
-        task = finish(machine, created["id"])
-        assert task["state"] == "failed"
-        assert task["error"] == NO_KEY
-    finally:
-        set_key(machine)
+    token = droid_box.run("boxctl", "token", "create").stdout.strip()
+    body = {"title": "Summarise the notes", "prompt": "Read notes.md.", "budgetCents": 50}
+    status, created = http(droid_box, "POST", "/api/tasks", token, json.dumps(body))
+    assert status == 201, created
+    task = finish(droid_box, created["id"])
+    assert task["state"] == "failed"
+    assert task["error"] == NO_KEY
