@@ -3,7 +3,7 @@
 from typing import Any
 
 from boxd.caps import MAX_STEP_TEXT
-from boxd.workers.droid_events import Kind, last_session, read_event, tool_name
+from boxd.workers.droid_events import Kind, api_words, last_session, read_event, tool_name
 
 SESSION = "66baa155-cf69-4315-8582-e50550434584"
 MODEL = "claude-sonnet-4-6"
@@ -128,3 +128,14 @@ def test_a_resumed_worker_says_it_carried_on() -> None:
     seen = read_event(event(type="system", subtype="init"), MODEL, resumed=True)
     assert seen.step is not None
     assert seen.step["text"] == f"Droid carried on where it stopped, on {MODEL}"
+
+
+def test_an_api_error_is_told_in_the_apis_own_words() -> None:
+    said = (
+        '403 {"type":"error","error":{"type":"permission_error",'
+        '"message":"The box owner said no to more model spending."}}'
+    )
+    seen = read_event(event(type="error", source="agent_loop", message=said), MODEL)
+    assert seen.error == "The box owner said no to more model spending."
+    assert api_words("403 {not json}") == "403 {not json}"
+    assert api_words("Exec failed") == "Exec failed"

@@ -139,7 +139,9 @@ async def run(socket_path: str, own_home: Path, work_dir: Path, gateway_url: str
             seen = read_event(event, task["model"], resumed=fork is not None)
             if seen.step is not None:
                 await steps.log(seen.step)
-            error = seen.error or error
+            # Droid's first error says why (its agent loop's, with the API's words); the last
+            # one is only "Exec failed".
+            error = error or seen.error
             finished = finished or seen.finished
         await steps.flush()
         status = await process.wait()

@@ -93,8 +93,26 @@ def read_event(event: Any, model: str, *, resumed: bool = False) -> Seen:
         text = _text(event.get("finalText")).strip() or "Droid finished."
         return Seen(_step(text, session, Kind.SUMMARY), finished=True)
     if kind == "error":
-        return Seen(error=_text(event.get("message")) or "Droid stopped with an error")
+        return Seen(error=api_words(_text(event.get("message"))) or "Droid stopped with an error")
     return Seen()
+
+
+# How Droid reports an API error: the status, then the body the API (here, the gateway) sent.
+_API_ERROR = re.compile(r"(\d{3}) (\{.*\})", re.S)
+
+
+def api_words(message: str) -> str:
+    """The API's own words out of Droid's "403 {"type":"error",...}"; other messages as they are."""
+    found = _API_ERROR.fullmatch(message.strip())
+    if found is None:
+        return message
+    try:
+        body = json.loads(found.group(2))
+    except json.JSONDecodeError:
+        return message
+    error = body.get("error") if isinstance(body, dict) else None
+    words = error.get("message") if isinstance(error, dict) else None
+    return words if isinstance(words, str) and words else message
 
 
 def last_session(steps: list[dict[str, Any]]) -> str | None:
