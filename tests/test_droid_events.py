@@ -4,7 +4,7 @@ model (`droid.session_notification`'s `notification`, with its `sessionId`)."""
 from typing import Any
 
 from boxd.caps import MAX_STEP_TEXT
-from boxd.workers.droid_events import Kind, Notifications, last_session, tool_name
+from boxd.workers.droid_events import Kind, Notifications, api_words, last_session, tool_name
 
 SESSION = "07821474-dc48-4a8f-8f70-04ef5bed23ca"
 MODEL = "claude-sonnet-4-6"
@@ -213,3 +213,14 @@ def test_a_resumed_worker_says_it_carried_on() -> None:
     step = Notifications(SESSION, MODEL).started(resumed=True)
     assert step["text"] == f"Droid carried on where it stopped, on {MODEL}"
     assert step["data"] == {"session": SESSION, "kind": Kind.STARTED}
+
+
+def test_an_api_error_is_told_in_the_apis_own_words() -> None:
+    said = (
+        '403 {"type":"error","error":{"type":"permission_error",'
+        '"message":"The box owner said no to more model spending."}}'
+    )
+    seen = reader().read({"type": "error", "sessionId": SESSION, "message": said})
+    assert seen.error == "The box owner said no to more model spending."
+    assert api_words("403 {not json}") == "403 {not json}"
+    assert api_words("Exec failed") == "Exec failed"

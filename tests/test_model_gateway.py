@@ -14,7 +14,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from boxd.broker.model_gateway import MAX_REQUEST, ModelGateway, ModelKey
+from boxd.broker.model_gateway import MAX_IN_FLIGHT, MAX_REQUEST, ModelGateway, ModelKey
+from boxd.broker.model_request import NotAnObject, with_model
 from boxd.broker.model_usage import MAX_LINE, JsonUsage, StreamUsage
 from boxd.errors import BoxError, Problem
 from boxd.key_use import ModelUse, QuestionUse, Use, first_refusal
@@ -612,3 +613,94 @@ def test_json_usage_reads_the_whole_reply() -> None:
     usage.feed(reply[10:].encode())
     usage.finish()
     assert usage.tokens == Tokens(input=1200, output=345, cacheWrite=2000, cacheRead=48000)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"model":"claude-opus-4-6","messages":[{"role":"user","content":"hi"}]}',
+        ' {\n "messages" : [] ,\n "model" : "x" , "stream":true }\n',
+        '{"messages":[],"stream":false}',
+        "{}",
+        " { } ",
+        '{"model":{"nested":["claude"]},"m\\u006fdel":"sneaky","model":"twice"}',
+        '{"messages":[{"content":"\\"model\\": \\"opus\\""}],"model":"a"}',
+        '{"model":null,"é":"ü"}',
+    ],
+)
+def test_the_model_is_spliced_in_and_nothing_else_changes(body: str) -> None:
+    spliced = with_model(body.encode(), MODEL)
+    assert json.loads(spliced) == {**json.loads(body), "model": MODEL}
+    # Read the way a reader that keeps the first of twice-named keys would: still ours.
+    firsts = json.loads(spliced, object_pairs_hook=lambda pairs: dict(reversed(pairs)))
+    assert firsts["model"] == MODEL
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (b"[1, 2]", NotAnObject),
+        (b'"model"', NotAnObject),
+        (b"{not json", ValueError),
+        (b'{"model":"a",}', ValueError),
+        (b'{"model":"a"} {}', ValueError),
+        (b'{"model" "a"}', ValueError),
+        (b'{"a":1', ValueError),
+        (b"", ValueError),
+        (b"\xff{}", ValueError),
+        (b'{"a":' + b"[" * 100_000 + b"}", RecursionError),
+    ],
+)
+def test_what_is_not_a_json_object_is_refused(body: bytes, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        with_model(body, MODEL)
+
+
+async def test_requests_in_flight_are_capped(rig: Rig) -> None:
+    """Each request may hold a 32 MiB body while it waits or streams: past MAX_IN_FLIGHT the
+    gateway says so with a 429, which Droid retries, rather than wear the broker down."""
+    release = asyncio.Event()
+    rig.upstream.turns = [Turn(release=release) for _ in range(MAX_IN_FLIGHT)]
+    async with aiohttp.ClientSession() as session:
+        replies = [
+            await session.post(f"{rig.url}/v1/messages", json=droid_request(str(n)))
+            for n in range(MAX_IN_FLIGHT)
+        ]
+        status, body, _ = await post(rig, droid_request("one too many"))
+        assert status == 429
+        assert json.loads(body)["error"]["message"].startswith(
+            f"this task has {MAX_IN_FLIGHT} model requests in flight"
+        )
+        release.set()
+        for reply in replies:
+            assert reply.status == 200
+            await reply.read()
+            reply.release()
+    assert (await post(rig, droid_request("now there is room")))[0] == 200
+
+
+async def test_a_key_that_could_not_go_in_a_header_is_refused_unshown(rig: Rig) -> None:
+    mangled = "sk-ant-first-line\r\nx-evil: 1"
+    gateway = ModelGateway(
+        rig.manager,
+        Waiter(rig.manager),
+        rig.manager.task,
+        0.2,
+        dict,
+        read_key=lambda: ModelKey("ANTHROPIC_API_KEY", mangled),
+    )
+    assert mangled not in repr(ModelKey("ANTHROPIC_API_KEY", mangled))
+    runner = web.AppRunner(gateway.app())
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    rig.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        status, body, _ = await post(rig, droid_request())
+    finally:
+        await runner.cleanup()
+        await gateway.close()
+    assert status == 401
+    message = json.loads(body)["error"]["message"]
+    assert message.startswith("the vault's ANTHROPIC_API_KEY is not a key")
+    assert "sk-ant" not in message
+    assert rig.upstream.requests == []

@@ -5,7 +5,9 @@ from pathlib import Path
 
 from dbus_fast import Message
 
-from boxd.manager.worker_unit import worker_properties
+from boxd.broker.main import MODEL_GATEWAY
+from boxd.manager.netns import MODEL_GATEWAY_PORT
+from boxd.manager.worker_unit import model_socket_unit, worker_properties
 from boxd.settings import Settings
 from boxd.task import Task, TaskState
 
@@ -73,6 +75,25 @@ def test_the_worker_is_pointed_at_its_proxies_in_both_cases() -> None:
         "all_proxy=socks5h://127.0.0.1:1080",
         "no_proxy=localhost,127.0.0.1,::1",
     ]
+
+
+def test_the_worker_reaches_its_model_through_the_gateway_and_holds_no_key() -> None:
+    environment = worker_properties(Path("/var/lib/box"), _task(), Settings())
+    values = dict(environment)["Environment"].value
+    assert "BOX_MODEL_URL=http://127.0.0.1:3130" in values
+    assert not [e for e in values if "KEY" in e.partition("=")[0]]
+
+
+def test_the_model_gateway_socket_is_bound_where_the_worker_looks() -> None:
+    """units/box-model@.socket binds the port BOX_MODEL_URL names, in the task's namespace, and
+    hands it to the broker under the name the broker serves the gateway on."""
+    unit = (Path(__file__).parents[1] / "units/box-model@.socket").read_text().splitlines()
+    assert f"ListenStream=127.0.0.1:{MODEL_GATEWAY_PORT}" in unit
+    assert f"FileDescriptorName={MODEL_GATEWAY}" in unit
+    assert "NetworkNamespacePath=/run/netns/box-%i" in unit
+    assert model_socket_unit("t000000001") == "box-model@t000000001.socket"
+    broker = (Path(__file__).parents[1] / "units/box-broker@.service").read_text()
+    assert "box-model@%i.socket" in broker.split("Sockets=", 1)[1].splitlines()[0]
 
 
 def test_the_worker_starts_isolated_with_a_home_of_its_own() -> None:

@@ -22,9 +22,10 @@ import asyncio
 import hashlib
 import json
 import logging
+import re
 import socket
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -34,6 +35,7 @@ from boxd.approval import ApprovalState
 from boxd.broker.budget import budget_cents
 from boxd.broker.credentials import read_secrets
 from boxd.broker.manager_link import Manager, Waiter
+from boxd.broker.model_request import NotAnObject, with_model
 from boxd.broker.model_usage import JsonUsage, StreamUsage, Usage
 from boxd.errors import BoxError, Problem
 from boxd.model_key import ANTHROPIC_KEY, KEY_NAMES, KEY_REFUSED
@@ -46,6 +48,10 @@ MESSAGES = "/v1/messages"
 # tool results and images, base64. Anthropic's own limit for a Messages request is 32 MB.
 MAX_REQUEST = 32 * 1024 * 1024
 MAX_REQUEST_WORDS = "32 MiB"
+# Model requests one task has in flight at once (read, waiting for the owner, or streaming):
+# Droid sends one at a time, a few with subagents. Each may hold a 32 MiB body while it runs,
+# and the broker has 512 MiB (box-broker@.service MemoryMax=).
+MAX_IN_FLIGHT = 8
 DEFAULT_VERSION = "2023-06-01"
 # Request headers the upstream gets from the worker's request; nothing else of it passes (no
 # key, no authorization, no cookie), and the gateway adds the key.
@@ -81,10 +87,16 @@ def api_error(status: int, message: str, *, retry: bool | None = None) -> web.Re
     )
 
 
+# What a key is made of: printable ASCII, no spaces. Anything else could not go in a header
+# (and aiohttp's complaint would not be in the owner's words).
+_KEY_CHARACTERS = re.compile(r"[!-~]+")
+
+
 @dataclass(frozen=True)
 class ModelKey:
     name: str
-    value: str
+    # Never shown: not in a repr, a log line or an error.
+    value: str = field(repr=False)
 
     def headers(self) -> dict[str, str]:
         """Anthropic's API reads x-api-key; a Factory key also goes as a bearer token, the way
@@ -123,6 +135,7 @@ class ModelGateway:
         self._key: ModelKey | None = None
         self._session: aiohttp.ClientSession | None = None
         self._runners: list[web.AppRunner] = []
+        self._requests = 0
         # Cost events being logged: kept so a reply whose worker hung up still logs its cost.
         self._logging: set[asyncio.Task[None]] = set()
 
@@ -147,16 +160,31 @@ class ModelGateway:
             await self._session.close()
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
-        body = await request.read()
+        if self._requests >= MAX_IN_FLIGHT:
+            return api_error(
+                429,
+                f"this task has {MAX_IN_FLIGHT} model requests in flight, the most the model "
+                "gateway takes at once: send this one again when one has finished",
+            )
+        self._requests += 1
         try:
-            parsed = json.loads(body)
+            return await self._message(request)
+        finally:
+            self._requests -= 1
+
+    async def _message(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        model = self._model()
+        try:
+            forwarded = with_model(body, model)
+        except NotAnObject:
+            return api_error(400, "the request body must be a JSON object: a Messages API request")
         except (ValueError, RecursionError):
             return api_error(400, "the request body is not JSON: send a Messages API request")
-        if not isinstance(parsed, dict):
-            return api_error(400, "the request body must be a JSON object: a Messages API request")
-        model = self._model()
         key = await self._model_key()
         digest = hashlib.sha256(body).hexdigest()
+        # Only the spliced copy is kept while the request waits and streams.
+        del body
         approval_key = f"model.{digest}"
         begun = await self._manager.call(
             "BeginModelRequest", json.dumps({"key": approval_key, "requestHash": digest})
@@ -164,8 +192,7 @@ class ModelGateway:
         held = await self._hold(begun, approval_key, digest, model)
         if held is not None:
             return held
-        parsed["model"] = model
-        return await self._forward(request, str(begun["upstream"]), parsed, key, model)
+        return await self._forward(request, str(begun["upstream"]), forwarded, key, model)
 
     def _model(self) -> str:
         model = self._task.get("model")
@@ -187,6 +214,13 @@ class ModelGateway:
                 Problem.UNAUTHORIZED,
                 f"this box has no model key: the owner adds one with `boxctl vault set "
                 f"{ANTHROPIC_KEY}`",
+            )
+        if not _KEY_CHARACTERS.fullmatch(self._key.value):
+            raise BoxError(
+                Problem.UNAUTHORIZED,
+                f"the vault's {self._key.name} is not a key: it holds spaces, line breaks or "
+                f"other characters no key has; the owner sets it again with `boxctl vault set "
+                f"{self._key.name}`",
             )
         return self._key
 
@@ -241,7 +275,7 @@ class ModelGateway:
         self,
         request: web.Request,
         upstream: str,
-        parsed: dict[str, Any],
+        data: bytes,
         key: ModelKey,
         model: str,
     ) -> web.StreamResponse:
@@ -252,7 +286,6 @@ class ModelGateway:
             **{name: request.headers[name] for name in PASSED_REQUEST if name in request.headers},
             **key.headers(),
         }
-        data = json.dumps(parsed, ensure_ascii=False, separators=(",", ":")).encode()
         session = await self._upstream()
         try:
             reply = await session.post(f"{upstream}{MESSAGES}", data=data, headers=headers)

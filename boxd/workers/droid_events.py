@@ -96,7 +96,8 @@ class Notifications:
             why = _text(notification.get("content")).strip() or "no reason given"
             return Seen((_step(f"{name} failed: {why}", self.session, Kind.TOOL_ERROR),))
         if kind == "error":
-            return Seen(error=_text(notification.get("message")) or "Droid stopped with an error")
+            said = api_words(_text(notification.get("message")))
+            return Seen(error=said or "Droid stopped with an error")
         if kind == "agent_turn_completed":
             reason = _text(notification.get("reason"))
             if reason != "completed":
@@ -135,6 +136,24 @@ class Notifications:
             return _step(f"Plan:\n{plan}", self.session, Kind.PLAN)
         shown = _cut(json.dumps(parameters, ensure_ascii=False), MAX_SHOWN_INPUT)
         return _step(f"{shown_name} {shown}", self.session, Kind.TOOL, tool=shown_name)
+
+
+# How Droid reports an API error: the status, then the body the API (here, the gateway) sent.
+_API_ERROR = re.compile(r"(\d{3}) (\{.*\})", re.S)
+
+
+def api_words(message: str) -> str:
+    """The API's own words out of Droid's "403 {"type":"error",...}"; other messages as they are."""
+    found = _API_ERROR.fullmatch(message.strip())
+    if found is None:
+        return message
+    try:
+        body = json.loads(found.group(2))
+    except json.JSONDecodeError:
+        return message
+    error = body.get("error") if isinstance(body, dict) else None
+    words = error.get("message") if isinstance(error, dict) else None
+    return words if isinstance(words, str) and words else message
 
 
 def last_session(steps: list[dict[str, Any]]) -> str | None:

@@ -3,7 +3,7 @@ stand-in for the model only, never for Droid, systemd or the broker.
 
 The server half is stdlib only, since the test machine's system python3 runs it:
 
-    python3 model_server.py HOST PORT DIR
+    python3 model_server.py HOST PORT DIR [CERT KEY]    (with CERT and KEY: HTTPS)
 
 Each `POST /v1/messages` is answered by the next turn of `DIR/script.json` (a JSON list), and
 recorded, headers and body, as one line of `DIR/requests.jsonl`; the n-th request since the
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -217,12 +218,16 @@ class DualStack(ThreadingHTTPServer):
     address_family = socket.AF_INET6
 
 
-def serve(host: str, port: int, directory: Path) -> None:
+def serve(host: str, port: int, directory: Path, tls: tuple[str, str] | None = None) -> None:
     Handler.directory = directory
     if not (directory / SCRIPT).exists():
         (directory / SCRIPT).write_text("[]")
     server_class = DualStack if ":" in host else ThreadingHTTPServer
     server = server_class((host, port), Handler)
+    if tls is not None:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(*tls)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     (directory / READY).write_text(str(port))
     server.serve_forever()
 
@@ -233,34 +238,59 @@ NAME = "model.test"
 PORT = 9090
 DIR = "/run/model-server"
 BASE_URL = f"http://{NAME}:{PORT}"
+# Over HTTPS, with the outside world's certificate (which the machine trusts) and so one of its
+# names: the box reaches the model the way it reaches Anthropic's API.
+TLS_PORT = 9443
+TLS_DIR = "/run/model-server-tls"
 
 
 class ModelServer:
-    """The scripted model server in a test machine, at BASE_URL from the machine (names in its
-    /etc/hosts), served from the `outside` namespace."""
+    """The scripted model server in a test machine, served from the `outside` namespace: at
+    BASE_URL (names in the machine's /etc/hosts), or with `tls` at `base_url` over HTTPS."""
 
-    def __init__(self, machine: Machine) -> None:
+    def __init__(self, machine: Machine, *, tls: bool = False) -> None:
         self.machine = machine
+        self.tls = tls
+        self.port = TLS_PORT if tls else PORT
+        self.dir = TLS_DIR if tls else DIR
         self.process: MachineProcess | None = None
+
+    @property
+    def base_url(self) -> str:
+        from tests.vm.outside_world import NAMES
+
+        return f"https://{NAMES[0]}:{TLS_PORT}" if self.tls else BASE_URL
 
     def start(self) -> ModelServer:
         # Imported here: the machine runs this file with its own python3, without tests/.
         from tests.vm.outside_world import ADDRESS, NAMESPACE, ensure_outside
+        from tests.vm.outside_world import DIR as OUTSIDE
 
         ensure_outside(self.machine)
         hosts = self.machine.run("cat", "/etc/hosts").stdout
         if f" {NAME}\n" not in hosts:
             self.machine.run("sh", "-c", f"echo '{ADDRESS} {NAME}' >> /etc/hosts")
-        self.machine.run("mkdir", "-p", DIR)
-        self.machine.run("rm", "-f", f"{DIR}/{READY}")
-        self.machine.run("tee", f"{DIR}/server.py", input=Path(__file__).read_text())
+        self.machine.run("mkdir", "-p", self.dir)
+        self.machine.run("rm", "-f", f"{self.dir}/{READY}")
+        self.machine.run("tee", f"{self.dir}/server.py", input=Path(__file__).read_text())
         self.set_script([])
+        tls = [f"{OUTSIDE}/cert.pem", f"{OUTSIDE}/key.pem"] if self.tls else []
         self.process = self.machine.spawn(
-            "ip", "netns", "exec", NAMESPACE, "python3", f"{DIR}/server.py", "::", str(PORT), DIR
+            "ip",
+            "netns",
+            "exec",
+            NAMESPACE,
+            "python3",
+            f"{self.dir}/server.py",
+            "::",
+            str(self.port),
+            self.dir,
+            *tls,
         )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            if self.machine.run("test", "-e", f"{DIR}/{READY}", check=False).returncode == 0:
+            ready = self.machine.run("test", "-e", f"{self.dir}/{READY}", check=False)
+            if ready.returncode == 0:
                 return self
             time.sleep(0.1)
         self.stop()
@@ -274,14 +304,15 @@ class ModelServer:
 
     def set_script(self, turns: list[dict[str, Any]]) -> None:
         """The turns the next requests get, in order; the requests so far are forgotten."""
-        self.machine.run("tee", f"{DIR}/{SCRIPT}", input=json.dumps(turns))
-        self.machine.run("rm", "-f", f"{DIR}/{REQUESTS}")
+        self.machine.run("tee", f"{self.dir}/{SCRIPT}", input=json.dumps(turns))
+        self.machine.run("rm", "-f", f"{self.dir}/{REQUESTS}")
 
     def requests(self) -> list[dict[str, Any]]:
         """Every request since the script was set: {at, path, headers (lower-case), body}."""
-        text = self.machine.run("cat", f"{DIR}/{REQUESTS}", check=False).stdout
+        text = self.machine.run("cat", f"{self.dir}/{REQUESTS}", check=False).stdout
         return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]))
+    certificate = (sys.argv[4], sys.argv[5]) if len(sys.argv) > 5 else None
+    serve(sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), certificate)

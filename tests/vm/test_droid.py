@@ -308,8 +308,9 @@ def test_a_command_beyond_the_autonomy_is_refused_and_the_task_fails(
     )
 
 
+@pytest.mark.parametrize("answer", ["approve", "deny"])
 def test_the_owner_is_asked_before_a_model_request_past_the_budget(
-    machine: Machine, token: str, model: ModelServer
+    machine: Machine, token: str, model: ModelServer, answer: str
 ) -> None:
     approval_wait(machine, 60_000)
     # 100,000 output tokens of Sonnet are 150 cents. (A huge input count would make Droid
@@ -322,13 +323,20 @@ def test_the_owner_is_asked_before_a_model_request_past_the_budget(
     asked = pending(machine, task["id"], timeout=60)
     assert asked["key"].startswith("model.")
     assert len(model.requests()) == 1
-    boxctl(machine, "approve", asked["id"])
+    boxctl(machine, answer, asked["id"])
     ended = finish(machine, task["id"])
-    assert ended["state"] == "done", ended
-    assert len(model.requests()) == 2
-    assert ended["costCents"] == pytest.approx(
-        usage_cents(1, dear) + usage_cents(1), rel=0, abs=1e-9
-    )
+    if answer == "approve":
+        assert ended["state"] == "done", ended
+        assert len(model.requests()) == 2
+        assert ended["costCents"] == pytest.approx(
+            usage_cents(1, dear) + usage_cents(1), rel=0, abs=1e-9
+        )
+    else:
+        # Never forwarded, and the task says why in the gateway's words, not Droid's.
+        assert ended["state"] == "failed", ended
+        assert len(model.requests()) == 1
+        assert "The box owner did not approve more spending on the model" in ended["error"]
+        assert ended["costCents"] == pytest.approx(usage_cents(1, dear), rel=0, abs=1e-9)
 
 
 def test_the_key_is_nowhere_the_worker_can_read(
