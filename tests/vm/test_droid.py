@@ -14,12 +14,13 @@ from typing import Any
 
 import pytest
 
+from boxd.droid_release import droid_binary
 from boxd.model_key import KEY_REFUSED
 from boxd.pricing import Tokens, price_cents
 from tests.vm.box_api import boxctl, finish, http, lose_worker_with_boxd, wait_for_step
 from tests.vm.machine import Machine, booted_box
 from tests.vm.model_server import BASE_URL, DEFAULT_USAGE, ModelServer
-from tests.vm.npm_registry import install_droid
+from tests.vm.npm_registry import NpmRegistry, droid_state, install_droid, restart_boxd
 from tests.vm.outside_world import arrived, start_outside
 from tests.vm.test_broker_calls import bookings, pending
 
@@ -427,3 +428,45 @@ def test_a_worker_lost_mid_task_carries_on_its_session_and_pays_once(
     # first payment's result.
     after = model.requests()[3]
     assert any("ada" in r.lower() or "paid" in r.lower() for r in tool_results(after))
+
+
+def test_a_droid_task_queued_while_droid_installs_runs_once_it_is_there(
+    machine: Machine, token: str, model: ModelServer
+) -> None:
+    machine.run("rm", "-rf", str(droid_binary().parent))
+    registry = NpmRegistry(machine).start(hold=True)
+    try:
+        restart_boxd(machine)
+        registry.wait_until_held()
+        model.set_script([turn(text("Here now."))])
+        status, queued = http(
+            machine, "POST", "/api/tasks", token, json.dumps({"title": "t", "prompt": "Go."})
+        )
+        assert status == 201 and queued["state"] == "queued", queued
+        registry.release()
+        ended = finish(machine, queued["id"])
+    finally:
+        registry.stop()
+    assert ended["state"] == "done", ended
+    assert ended["steps"][-1]["text"] == "Here now."
+    assert droid_state(machine)["installed"] is True
+
+
+def test_droid_writes_its_plan_first_when_asked(
+    machine: Machine, token: str, model: ModelServer
+) -> None:
+    plan = "1. Read notes.md\n2. Write summary.md"
+    model.set_script(
+        [
+            turn(tool("ExitSpecMode", {"title": "Summary", "plan": plan})),
+            turn(tool("Create", {"file_path": "summary.md", "content": "Summary.\n"})),
+            turn(text("Wrote it.")),
+        ]
+    )
+    task = start_droid(machine, token, "Summarise.", droid={"plan": True, "autonomy": "low"})
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    plans = [s for s in ended["steps"] if s["data"]["kind"] == "plan"]
+    assert [s["text"] for s in plans] == [f"Plan:\n{plan}"]
+    # Droid started in spec mode: it offered the model its tool for handing in the plan.
+    assert "ExitSpecMode" in [t["name"] for t in model.requests()[0]["body"]["tools"]]
