@@ -250,6 +250,20 @@ async def rig() -> AsyncIterator[Rig]:
     await upstream.stop()
 
 
+async def post_to(gateway: ModelGateway, rig: Rig) -> tuple[int, bytes]:
+    """One Droid request to a gateway other than the rig's own, served for that request only."""
+    runner = web.AppRunner(gateway.app())
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    rig.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        status, body, _ = await post(rig, droid_request())
+    finally:
+        await runner.cleanup()
+        await gateway.close()
+    return status, body
+
+
 def droid_request(text: str = "hi", stream: bool = True) -> dict[str, Any]:
     return {
         "model": "claude-opus-4-6",
@@ -568,15 +582,7 @@ async def test_a_task_without_a_model_or_a_priced_model_is_refused(rig: Rig) -> 
 
 async def test_no_key_in_the_vault_is_said_and_nothing_forwarded(rig: Rig) -> None:
     gateway = ModelGateway(rig.manager, Waiter(rig.manager), rig.manager.task, 0.2, dict)
-    runner = web.AppRunner(gateway.app())
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    rig.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
-        status, body, _ = await post(rig, droid_request())
-    finally:
-        await runner.cleanup()
-        await gateway.close()
+    status, body = await post_to(gateway, rig)
     assert status == 401
     assert json.loads(body)["error"]["message"] == (
         "this box has no model key: the owner adds one with `boxctl vault set ANTHROPIC_API_KEY`"
@@ -690,15 +696,7 @@ async def test_a_key_that_could_not_go_in_a_header_is_refused_unshown(rig: Rig) 
         read_key=lambda: ModelKey("ANTHROPIC_API_KEY", mangled),
     )
     assert mangled not in repr(ModelKey("ANTHROPIC_API_KEY", mangled))
-    runner = web.AppRunner(gateway.app())
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    rig.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
-        status, body, _ = await post(rig, droid_request())
-    finally:
-        await runner.cleanup()
-        await gateway.close()
+    status, body = await post_to(gateway, rig)
     assert status == 401
     message = json.loads(body)["error"]["message"]
     assert message.startswith("the vault's ANTHROPIC_API_KEY is not a key")
