@@ -61,6 +61,16 @@ def test_once_installed_the_queue_goes_oldest_first() -> None:
     ]
 
 
+def test_while_paused_every_task_stays_queued_whatever_droid_is_doing() -> None:
+    failed = DroidState(Phase.FAILED, "no network")
+    for state in (DroidState(Phase.INSTALLED), DroidState(Phase.INSTALLING), failed):
+        assert sort_queue(QUEUE, state, paused=True) == ([], [])
+    # Resumed, they go in the order they came; a failed install's tasks are refused then.
+    may_start, refused = sort_queue(QUEUE, failed, paused=False)
+    assert ids(refused) == ["t000000001", "t000000003"]
+    assert ids(next_to_start(may_start, holding=set(), limit=4)) == ["t000000002", "t000000004"]
+
+
 def test_a_failed_install_fails_queued_droid_tasks_in_plain_words() -> None:
     state = DroidState(Phase.FAILED, "https://registry.example could not be reached: timed out")
     may_start, refused = sort_queue(QUEUE, state)

@@ -81,6 +81,21 @@ async def test_tokens_and_settings(tmp_path: Path) -> None:
     await store.close()
 
 
+async def test_the_agents_pause_outlives_the_process(tmp_path: Path) -> None:
+    store = Store(tmp_path / "box.db")
+    await store.open()
+    assert await store.agents_paused() is False
+    await store.save_agents_paused(True)
+    await store.save_agents_paused(True)
+    await store.close()
+    again = Store(tmp_path / "box.db")
+    await again.open()
+    assert await again.agents_paused() is True
+    await again.save_agents_paused(False)
+    assert await again.agents_paused() is False
+    await again.close()
+
+
 async def test_calls_logged_by_key(tmp_path: Path) -> None:
     store = Store(tmp_path / "box.db")
     await store.open()

@@ -100,6 +100,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     droid.add_argument("--json", action="store_true")
 
+    for name, text in (
+        ("pause", "pause the agents: new tasks stay queued, running ones carry on"),
+        ("resume", "resume the agents: queued tasks start in the order they came"),
+    ):
+        command = commands.add_parser(name, help=text)
+        command.add_argument("--json", action="store_true")
+
     vault = commands.add_parser("vault", help="the secrets that tools use; values never show")
     vault_commands = vault.add_subparsers(dest="vault_command", required=True)
     put = vault_commands.add_parser("set", help="set a secret, its value read from stdin")
@@ -220,6 +227,9 @@ async def run(arguments: argparse.Namespace) -> int:
     elif command == "droid":
         droid = await client.call("GetDroid")
         print(show.as_json(droid) if as_json else show.droid_line(droid))
+    elif command in ("pause", "resume"):
+        agents = await client.call("PauseAgents" if command == "pause" else "ResumeAgents")
+        print(show.as_json(agents) if as_json else show.agents_line(agents))
     elif command == "vault":
         if arguments.vault_command == "set":
             await client.call("SetSecret", arguments.name, _secret_value(arguments.name))

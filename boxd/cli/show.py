@@ -133,6 +133,15 @@ def token_table(tokens: list[dict[str, Any]]) -> str:
     )
 
 
+def agents_line(agents: dict[str, Any]) -> str:
+    if agents["paused"]:
+        return (
+            "The agents are paused: new tasks stay queued and running ones carry on. "
+            "boxctl resume starts the queued ones."
+        )
+    return "The agents are running: queued tasks start in the order they came."
+
+
 def droid_line(droid: dict[str, Any]) -> str:
     version = visible(droid["version"])
     if droid["installed"]:

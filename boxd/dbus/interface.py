@@ -136,6 +136,10 @@ LIST_TOKENS = Method("ListTokens", (), "tokens", _OWNER)
 REVOKE_TOKEN = Method("RevokeToken", ("id",), "token", _OWNER)
 # Which Droid release the box runs and whether its install is under way or failed.
 GET_DROID = Method("GetDroid", (), "droid", _OWNER)
+# Whether the agents are paused ({paused}); while they are, every new task stays queued.
+GET_AGENTS = Method("GetAgents", (), "agents", _OWNER)
+PAUSE_AGENTS = Method("PauseAgents", (), "agents", _OWNER)
+RESUME_AGENTS = Method("ResumeAgents", (), "agents", _OWNER)
 # The vault: values go in, never out.
 SET_SECRET = Method("SetSecret", ("name", "value"), "secret", _POLKIT)
 REMOVE_SECRET = Method("RemoveSecret", ("name",), "secret", _POLKIT)
@@ -171,6 +175,9 @@ METHODS: tuple[Method, ...] = (
     LIST_TOKENS,
     REVOKE_TOKEN,
     GET_DROID,
+    GET_AGENTS,
+    PAUSE_AGENTS,
+    RESUME_AGENTS,
     SET_SECRET,
     REMOVE_SECRET,
     LIST_SECRETS,

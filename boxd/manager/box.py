@@ -188,6 +188,9 @@ class Box:
             api.LIST_TOKENS: self.list_tokens,
             api.REVOKE_TOKEN: self.revoke_token,
             api.GET_DROID: self.get_droid,
+            api.GET_AGENTS: self.get_agents,
+            api.PAUSE_AGENTS: self.pause_agents,
+            api.RESUME_AGENTS: self.resume_agents,
             api.SET_SECRET: self.vault.set_secret,
             api.REMOVE_SECRET: self.vault.remove_secret,
             api.LIST_SECRETS: self.vault.list_secrets,
@@ -528,6 +531,26 @@ class Box:
         await self.store.remove_token(token.hash)
         return token.public()
 
+    async def get_agents(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        return {"paused": await self.store.agents_paused()}
+
+    async def pause_agents(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """New tasks stay queued from now on, across restarts; running ones carry on (README:
+        Pausing the agents). Under the admission lock, so no task is admitted after this
+        answers."""
+        async with self._admission:
+            await self.store.save_agents_paused(True)
+        log.info("the agents are paused by %s", caller.name)
+        return {"paused": True}
+
+    async def resume_agents(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """The queued tasks start in the order they came, as places are free."""
+        async with self._admission:
+            await self.store.save_agents_paused(False)
+        log.info("the agents are resumed by %s", caller.name)
+        self._start_queued_soon()
+        return {"paused": False}
+
     async def list_workspaces(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
         return [self.workspaces.describe(name) for name in self.workspaces.names()]
 
@@ -548,11 +571,12 @@ class Box:
     async def _admit(self) -> list[Task]:
         """Gives the free places to the oldest queued tasks; returns them, oldest first, after
         the Droid tasks that cannot run, which _start fails. Droid tasks wait for its install
-        without a place."""
+        without a place, and every task waits while the agents are paused."""
         async with self._admission:
             limit = (await self.store.settings()).maxRunningTasks
             queued = await self.store.tasks((TaskState.QUEUED,))
-            may_start, refused = sort_queue(queued, self.droid.state)
+            paused = await self.store.agents_paused()
+            may_start, refused = sort_queue(queued, self.droid.state, paused)
             chosen = next_to_start(may_start, self._places, limit)
             refused = [task for task in refused if task.id not in self._places]
             self._places.update(task.id for task in (*refused, *chosen))

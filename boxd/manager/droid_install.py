@@ -54,11 +54,17 @@ class DroidState:
         }
 
 
-def sort_queue(queued: Iterable[Task], state: DroidState) -> tuple[list[Task], list[Task]]:
+def sort_queue(
+    queued: Iterable[Task], state: DroidState, paused: bool = False
+) -> tuple[list[Task], list[Task]]:
     """The queued tasks that may take a place now, and the Droid tasks to fail at once. While
-    Droid installs its tasks are neither: they wait without holding a place."""
+    Droid installs its tasks are neither: they wait without holding a place. While the owner
+    has paused the agents no task is either: every one stays queued, as the seed says, and a
+    Droid task whose install failed is refused once the agents resume."""
     may_start: list[Task] = []
     refused: list[Task] = []
+    if paused:
+        return may_start, refused
     for task in queued:
         if task.worker != Worker.DROID or state.phase == Phase.INSTALLED:
             may_start.append(task)

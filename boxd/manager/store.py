@@ -93,6 +93,11 @@ CREATE TABLE IF NOT EXISTS settings (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     record TEXT NOT NULL
 );
+-- Whether the owner paused the agents: kept here, not in memory, so a restart keeps the pause.
+CREATE TABLE IF NOT EXISTS agents (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    paused INTEGER NOT NULL
+);
 """
 
 
@@ -537,6 +542,26 @@ class Store:
                     "INSERT INTO settings (id, record) VALUES (1, ?) "
                     "ON CONFLICT (id) DO UPDATE SET record = excluded.record",
                     (settings.model_dump_json(),),
+                )
+
+        await self._run(write)
+
+    # The agents' pause.
+
+    async def agents_paused(self) -> bool:
+        def read(db: sqlite3.Connection) -> bool:
+            row = db.execute("SELECT paused FROM agents WHERE id = 1").fetchone()
+            return row is not None and bool(row[0])
+
+        return await self._run(read)
+
+    async def save_agents_paused(self, paused: bool) -> None:
+        def write(db: sqlite3.Connection) -> None:
+            with _transaction(db):
+                db.execute(
+                    "INSERT INTO agents (id, paused) VALUES (1, ?) "
+                    "ON CONFLICT (id) DO UPDATE SET paused = excluded.paused",
+                    (int(paused),),
                 )
 
         await self._run(write)

@@ -108,6 +108,18 @@ async def get_droid(request: web.Request) -> web.Response:
     return _json(await _call(request, "GetDroid"))
 
 
+async def get_pause(request: web.Request) -> web.Response:
+    return _json(await _call(request, "GetAgents"))
+
+
+async def pause_agents(request: web.Request) -> web.Response:
+    return _json(await _call(request, "PauseAgents"))
+
+
+async def resume_agents(request: web.Request) -> web.Response:
+    return _json(await _call(request, "ResumeAgents"))
+
+
 async def _bus(app: web.Application) -> AsyncIterator[None]:
     bus = await connect_system_bus()
     app[CLIENT] = GatewayClient(bus)
@@ -120,7 +132,8 @@ def make_app() -> web.Application:
         lambda failure: failure.problem.http_status,
         "the API serves GET and POST /api/tasks, GET /api/tasks/{id}, "
         "POST /api/tasks/{id}/stop, /undo and /keep, GET /api/approvals, POST /api/approvals/{id}, "
-        "GET and POST /api/workspaces, GET /api/tokens, DELETE /api/tokens/{id}, GET /api/droid",
+        "GET and POST /api/workspaces, GET /api/tokens, DELETE /api/tokens/{id}, GET /api/droid, "
+        "GET and POST /api/pause, POST /api/resume",
     )
     app = web.Application(middlewares=[errors], client_max_size=MAX_BODY)
     app.cleanup_ctx.append(_bus)
@@ -137,4 +150,7 @@ def make_app() -> web.Application:
     app.router.add_get("/api/tokens", list_tokens)
     app.router.add_delete("/api/tokens/{id}", revoke_token)
     app.router.add_get("/api/droid", get_droid)
+    app.router.add_get("/api/pause", get_pause)
+    app.router.add_post("/api/pause", pause_agents)
+    app.router.add_post("/api/resume", resume_agents)
     return app
