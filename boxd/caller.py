@@ -10,6 +10,9 @@ class Role(StrEnum):
     OWNER = "owner"
     # An app's token: it may start and follow tasks on workspaces, not act as the owner.
     APP = "app"
+    # A person a business owner made a token for: they start tasks, and see, follow and stop
+    # their own (the box sets each one's `requester` to the member's id, the token's name).
+    MEMBER = "member"
     BROKER = "broker"
 
 

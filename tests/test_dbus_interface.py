@@ -58,6 +58,14 @@ def test_an_app_may_only_start_see_and_stop() -> None:
         assert method.admits(GATEWAY, Role.APP) == (Door.APP_TOKEN in method.callers)
 
 
+def test_a_member_may_only_start_see_and_stop() -> None:
+    admitted = {m.name for m in METHODS if Door.MEMBER_TOKEN in m.callers}
+    assert admitted == {"CreateTask", "GetTask", "ListTasks", "StopTask"}
+    for method in METHODS:
+        assert method.admits(GATEWAY, Role.MEMBER) == (Door.MEMBER_TOKEN in method.callers)
+        assert not method.admits(MANAGER, Role.MEMBER)
+
+
 def test_settings_vault_and_new_tokens_are_the_owners_own_account_s() -> None:
     own = {m.name for m in METHODS if m.callers == {Door.POLKIT}}
     assert {"SetSecret", "RemoveSecret", "ListSecrets", "SetSettings", "CreateToken"} <= own

@@ -9,6 +9,7 @@ import os
 import sys
 from typing import Any
 
+from boxd.caller import Role
 from boxd.cli import show
 from boxd.cli.follow import follow
 from boxd.dbus.client import BoxClient, connect_system_bus, whole
@@ -77,11 +78,17 @@ def _parser() -> argparse.ArgumentParser:
     token = commands.add_parser("token", help="bearer tokens for the HTTP API")
     token_commands = token.add_subparsers(dest="token_command", required=True)
     create = token_commands.add_parser("create", help="make a token and print it")
-    create.add_argument("--name", default="owner", help="what the token is for")
-    create.add_argument(
+    create.add_argument("--name", help="what the token is for (default: owner)")
+    kind = create.add_mutually_exclusive_group()
+    kind.add_argument(
         "--app",
         action="store_true",
         help="for an app: it may start and follow tasks, but not act as the owner",
+    )
+    kind.add_argument(
+        "--member",
+        metavar="ID",
+        help="for a person: their tasks get requester ID; they see and stop only their own",
     )
     tokens = token_commands.add_parser("ls", help="list tokens: id, name, role, made by")
     tokens.add_argument("--json", action="store_true")
@@ -211,8 +218,13 @@ async def run(arguments: argparse.Namespace) -> int:
         elif arguments.token_command == "revoke":
             revoked = await client.call("RevokeToken", arguments.id)
             print(f"revoked {revoked['id']} ({revoked['name']})")
+        elif arguments.member is not None:
+            if arguments.name is not None:
+                die(Problem.INVALID, "a member's token is named by their id: leave out --name")
+            print(await client.call("CreateToken", arguments.member, Role.MEMBER.value))
         else:
-            print(await client.call("CreateToken", arguments.name, arguments.app))
+            role = Role.APP if arguments.app else Role.OWNER
+            print(await client.call("CreateToken", arguments.name or "owner", role.value))
     elif command == "settings":
         if arguments.settings_command == "set":
             changes = {arguments.name: _value(arguments.value)}

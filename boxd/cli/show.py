@@ -119,12 +119,12 @@ def approval_table(approvals: list[dict[str, Any]]) -> str:
 def token_table(tokens: list[dict[str, Any]]) -> str:
     if not tokens:
         return "No tokens. boxctl token create makes one."
-    header = f"{'ID':<12}  {'ROLE':<5} {'MADE BY':<12} {'MADE':<16} NAME"
+    header = f"{'ID':<12}  {'ROLE':<6} {'MADE BY':<12} {'MADE':<16} NAME"
     return "\n".join(
         [
             header,
             *(
-                f"{t['id']:<12}  {t['role']:<5} {t.get('createdBy', ''):<12} "
+                f"{t['id']:<12}  {t['role']:<6} {t.get('createdBy', ''):<12} "
                 f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(t['createdAt'])):<16} "
                 f"{t['name']}"
                 for t in tokens

@@ -39,6 +39,7 @@ class Door(StrEnum):
     POLKIT = "the owner, by polkit"
     OWNER_TOKEN = "the owner's token"
     APP_TOKEN = "an app's token"
+    MEMBER_TOKEN = "a member's token"
     BROKER = "a task's broker"
 
 
@@ -50,6 +51,8 @@ def door(interface: str, role: Role) -> Door | None:
         return Door.OWNER_TOKEN
     if interface == GATEWAY and role == Role.APP:
         return Door.APP_TOKEN
+    if interface == GATEWAY and role == Role.MEMBER:
+        return Door.MEMBER_TOKEN
     if interface == BROKER and role == Role.BROKER:
         return Door.BROKER
     return None
@@ -68,7 +71,7 @@ class Method:
         found = []
         if Door.POLKIT in self.callers:
             found.append(MANAGER)
-        if self.callers & {Door.OWNER_TOKEN, Door.APP_TOKEN}:
+        if self.callers & {Door.OWNER_TOKEN, Door.APP_TOKEN, Door.MEMBER_TOKEN}:
             found.append(GATEWAY)
         if Door.BROKER in self.callers:
             found.append(BROKER)
@@ -111,10 +114,10 @@ class Bound:
 # change, so a stolen token cannot widen what it or another token may do.
 _POLKIT = frozenset({Door.POLKIT})
 _OWNER = frozenset({Door.POLKIT, Door.OWNER_TOKEN})
-_OWNER_OR_APP = frozenset({Door.POLKIT, Door.OWNER_TOKEN, Door.APP_TOKEN})
+_OWNER_OR_APP = frozenset({Door.POLKIT, Door.OWNER_TOKEN, Door.APP_TOKEN, Door.MEMBER_TOKEN})
 _BROKER = frozenset({Door.BROKER})
 
-# An app's token starts tasks, and sees, follows and stops the ones it started.
+# An app's or a member's token starts tasks, and sees, follows and stops the ones it started.
 CREATE_TASK = Method("CreateTask", ("request",), "task", _OWNER_OR_APP)
 # Long answers come in pages: "" asks for the first, an answer's `next` for the one after it
 # (boxd.manager.pages), so none depends on fitting in one D-Bus message.
@@ -131,7 +134,8 @@ CREATE_WORKSPACE = Method("CreateWorkspace", ("name",), "workspace", _OWNER)
 REMOVE_WORKSPACE = Method("RemoveWorkspace", ("name",), "removed", _POLKIT)
 GET_SETTINGS = Method("GetSettings", (), "settings", _POLKIT)
 SET_SETTINGS = Method("SetSettings", ("changes",), "settings", _POLKIT)
-CREATE_TOKEN = Method("CreateToken", ("name", "app:b"), "token", _POLKIT)
+# The role is owner, app or member; a member's token is named by the member's id.
+CREATE_TOKEN = Method("CreateToken", ("name", "role"), "token", _POLKIT)
 LIST_TOKENS = Method("ListTokens", (), "tokens", _OWNER)
 REVOKE_TOKEN = Method("RevokeToken", ("id",), "token", _OWNER)
 # Which Droid release the box runs and whether its install is under way or failed.

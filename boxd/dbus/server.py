@@ -62,7 +62,7 @@ class Server:
         try:
             caller = await self._authorize(message, method)
             if not method.method.admits(method.interface, caller.role):
-                if caller.role == Role.APP:
+                if caller.role in (Role.APP, Role.MEMBER):
                     die(Problem.FORBIDDEN, OWNER_ONLY)
                 die(Problem.FORBIDDEN, f"{method.name} is not open to {caller.role} callers here")
             args = message.body[1:] if method.interface == GATEWAY else message.body

@@ -48,7 +48,14 @@ from boxd.manager.pages import one_page, with_next
 from boxd.manager.records import Records
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError
-from boxd.manager.tokens import check_token_name, find_token, new_token, token_hash
+from boxd.manager.tokens import (
+    check_member_id,
+    check_token_name,
+    find_token,
+    new_token,
+    token_hash,
+    token_role,
+)
 from boxd.manager.users import FIRST_UID, LAST_UID, ensure_user, id_taken, remove_user
 from boxd.manager.vault import Vault
 from boxd.manager.worker_unit import (
@@ -296,6 +303,7 @@ class Box:
             folder=folders[0] if folders else None,
             folders=folders,
             app=caller.name if caller.role == Role.APP else None,
+            requester=caller.name if caller.role == Role.MEMBER else None,
             createdAt=time.time(),
         )
         await self.store.save_task(
@@ -516,8 +524,8 @@ class Box:
         return self.droid.state.public()
 
     async def create_token(self, caller: Caller, args: list[Any]) -> str:
-        name = check_token_name(args[0])
-        role = Role.APP if args[1] else Role.OWNER
+        role = token_role(args[1])
+        name = check_member_id(args[0]) if role == Role.MEMBER else check_token_name(args[0])
         token = new_token()
         await self.store.add_token(token_hash(token), name, role.value, caller.user)
         return token
@@ -830,6 +838,8 @@ def _owner_only(caller: Caller) -> None:
 
 
 def _may_see(caller: Caller, task: Task) -> bool:
+    if caller.role == Role.MEMBER:
+        return task.requester == caller.name
     return caller.role == Role.OWNER or (caller.role == Role.APP and task.app == caller.name)
 
 

@@ -6,6 +6,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from boxd.caller import Role
 from boxd.errors import Problem, die
 
 MAX_NAME = 100
@@ -65,3 +66,29 @@ def check_token_name(name: str) -> str:
     if not name or len(name) > MAX_NAME:
         die(Problem.INVALID, f"a token needs a name of 1 to {MAX_NAME} characters")
     return name
+
+
+# The roles a token may have: a broker is known by its unit, never by a token.
+TOKEN_ROLES = (Role.OWNER, Role.APP, Role.MEMBER)
+
+
+def token_role(text: str) -> Role:
+    for role in TOKEN_ROLES:
+        if text == role.value:
+            return role
+    names = ", ".join(role.value for role in TOKEN_ROLES)
+    die(Problem.INVALID, f"a token's role must be one of {names}, not {text!r}")
+
+
+def check_member_id(member: str) -> str:
+    """A member's id becomes the `requester` of each task they start, so it is shown as it is:
+    printable, without spaces, at most MAX_NAME characters."""
+    if not 0 < len(member) <= MAX_NAME or not all(
+        c.isprintable() and not c.isspace() for c in member
+    ):
+        die(
+            Problem.INVALID,
+            f"a member's id must be 1 to {MAX_NAME} printable characters without spaces, "
+            "such as their id in your business's own records",
+        )
+    return member
