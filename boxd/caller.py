@@ -13,6 +13,8 @@ class Role(StrEnum):
     # A person a business owner made a token for: they start tasks, and see, follow and stop
     # their own (the box sets each one's `requester` to the member's id, the token's name).
     MEMBER = "member"
+    # Anyone holding a pairing code, on their way to a device's token: they may only exchange it.
+    PAIRING = "pairing"
     BROKER = "broker"
 
 
@@ -25,3 +27,6 @@ class Caller:
     # The Linux account behind the call (a token's is the one that made it): personal folders
     # must be in its home.
     user: str | None = None
+    # The owner's paired device, by its name: it acts as the owner, and its tasks' source is
+    # phone:<name> whatever they say.
+    device: str | None = None

@@ -43,7 +43,8 @@ def test_interfaces_follow_the_callers() -> None:
     for method in METHODS:
         on = set(method.interfaces)
         assert (MANAGER in on) == (Door.POLKIT in method.callers)
-        assert (GATEWAY in on) == bool(method.callers & {Door.OWNER_TOKEN, Door.APP_TOKEN})
+        tokens = {Door.OWNER_TOKEN, Door.APP_TOKEN, Door.MEMBER_TOKEN, Door.PAIRING_CODE}
+        assert (GATEWAY in on) == bool(method.callers & tokens)
         assert (BROKER in on) == (Door.BROKER in method.callers)
     # A broker reaches none of the owner's methods, and the owner none of the broker's.
     assert find_method(BROKER, "AnswerApproval") is None
@@ -64,6 +65,15 @@ def test_a_member_may_only_start_see_and_stop() -> None:
     for method in METHODS:
         assert method.admits(GATEWAY, Role.MEMBER) == (Door.MEMBER_TOKEN in method.callers)
         assert not method.admits(MANAGER, Role.MEMBER)
+
+
+def test_a_pairing_code_opens_only_the_exchange_and_only_the_owner_makes_codes() -> None:
+    admitted = {m.name for m in METHODS if Door.PAIRING_CODE in m.callers}
+    assert admitted == {"Pair"}
+    for method in METHODS:
+        assert method.admits(GATEWAY, Role.PAIRING) == (method.name == "Pair")
+    make = find_method_strict(MANAGER, "CreatePairing").method
+    assert make.callers == {Door.POLKIT} and find_method(GATEWAY, "CreatePairing") is None
 
 
 def test_settings_vault_and_new_tokens_are_the_owners_own_account_s() -> None:

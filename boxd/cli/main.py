@@ -107,6 +107,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     droid.add_argument("--json", action="store_true")
 
+    pair = commands.add_parser(
+        "pair", help="make a code a device exchanges once, within ten minutes, for a token"
+    )
+    pair.add_argument("name", help="the device's name: its tasks' source is phone:NAME")
+    pair.add_argument("--json", action="store_true")
+
     for name, text in (
         ("pause", "pause the agents: new tasks stay queued, running ones carry on"),
         ("resume", "resume the agents: queued tasks start in the order they came"),
@@ -239,6 +245,9 @@ async def run(arguments: argparse.Namespace) -> int:
     elif command == "droid":
         droid = await client.call("GetDroid")
         print(show.as_json(droid) if as_json else show.droid_line(droid))
+    elif command == "pair":
+        pairing = await client.call("CreatePairing", arguments.name)
+        print(show.as_json(pairing) if as_json else show.pairing_text(pairing))
     elif command in ("pause", "resume"):
         agents = await client.call("PauseAgents" if command == "pause" else "ResumeAgents")
         print(show.as_json(agents) if as_json else show.agents_line(agents))

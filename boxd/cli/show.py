@@ -133,6 +133,15 @@ def token_table(tokens: list[dict[str, Any]]) -> str:
     )
 
 
+def pairing_text(pairing: dict[str, Any]) -> str:
+    minutes = pairing["expiresInSeconds"] // 60
+    return (
+        f"Pairing code for {visible(pairing['device'])}: {visible(pairing['code'])}\n"
+        f"It works once, for {minutes} minutes. On the device: POST /api/pair with "
+        f'{{"code": "{visible(pairing["code"])}"}}; the answer holds its token.'
+    )
+
+
 def agents_line(agents: dict[str, Any]) -> str:
     if agents["paused"]:
         return (

@@ -40,6 +40,7 @@ class Door(StrEnum):
     OWNER_TOKEN = "the owner's token"
     APP_TOKEN = "an app's token"
     MEMBER_TOKEN = "a member's token"
+    PAIRING_CODE = "anyone, with a pairing code"
     BROKER = "a task's broker"
 
 
@@ -53,6 +54,8 @@ def door(interface: str, role: Role) -> Door | None:
         return Door.APP_TOKEN
     if interface == GATEWAY and role == Role.MEMBER:
         return Door.MEMBER_TOKEN
+    if interface == GATEWAY and role == Role.PAIRING:
+        return Door.PAIRING_CODE
     if interface == BROKER and role == Role.BROKER:
         return Door.BROKER
     return None
@@ -71,7 +74,12 @@ class Method:
         found = []
         if Door.POLKIT in self.callers:
             found.append(MANAGER)
-        if self.callers & {Door.OWNER_TOKEN, Door.APP_TOKEN, Door.MEMBER_TOKEN}:
+        if self.callers & {
+            Door.OWNER_TOKEN,
+            Door.APP_TOKEN,
+            Door.MEMBER_TOKEN,
+            Door.PAIRING_CODE,
+        }:
             found.append(GATEWAY)
         if Door.BROKER in self.callers:
             found.append(BROKER)
@@ -138,6 +146,10 @@ SET_SETTINGS = Method("SetSettings", ("changes",), "settings", _POLKIT)
 CREATE_TOKEN = Method("CreateToken", ("name", "role"), "token", _POLKIT)
 LIST_TOKENS = Method("ListTokens", (), "tokens", _OWNER)
 REVOKE_TOKEN = Method("RevokeToken", ("id",), "token", _OWNER)
+# Pairing: the owner makes a code for a device's name; a device exchanges it, once, within ten
+# minutes, for a token of its own (boxd.manager.pairing). On the gateway, the token is "".
+CREATE_PAIRING = Method("CreatePairing", ("name",), "pairing", _POLKIT)
+PAIR = Method("Pair", ("code",), "paired", frozenset({Door.PAIRING_CODE}))
 # Which Droid release the box runs and whether its install is under way or failed.
 GET_DROID = Method("GetDroid", (), "droid", _OWNER)
 # Whether the agents are paused ({paused}); while they are, every new task stays queued.
@@ -178,6 +190,8 @@ METHODS: tuple[Method, ...] = (
     CREATE_TOKEN,
     LIST_TOKENS,
     REVOKE_TOKEN,
+    CREATE_PAIRING,
+    PAIR,
     GET_DROID,
     GET_AGENTS,
     PAUSE_AGENTS,

@@ -11,7 +11,7 @@ from boxd.dbus.polkit import check_authorization
 from boxd.errors import Problem, die
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd
-from boxd.manager.tokens import token_hash
+from boxd.manager.tokens import DEVICE, token_hash
 from boxd.manager.users import user_name
 from boxd.manager.worker_unit import broker_service_unit
 
@@ -31,12 +31,17 @@ class Authorizer:
             await check_authorization(self._bus, sender, api.MANAGE_ACTION)
             account = user_name(await connection_uid(self._bus, sender))
             return Caller(Role.OWNER, account, user=account)
+        if method.interface == api.GATEWAY and method.method == api.PAIR:
+            # The code is checked by the method itself, and is all it takes.
+            return Caller(Role.PAIRING, "a device with a pairing code")
         if method.interface == api.GATEWAY:
             token = message.body[0]
             found = await self._store.token_role(token_hash(token)) if token else None
             if found is None:
                 die(Problem.UNAUTHORIZED, "a valid bearer token is required (boxctl token create)")
             name, role, maker = found
+            if role == DEVICE:
+                return Caller(Role.OWNER, name, user=maker, device=name)
             return Caller(Role(role), name, user=maker)
         task_id = message.body[0]
         if await self._broker_unit(sender) != broker_service_unit(task_id):

@@ -45,10 +45,12 @@ from boxd.manager.layers import MAX_DONE, Layers, layer_name
 from boxd.manager.mirror import MirrorError, check_readable, sync_mirror
 from boxd.manager.owner_process import OwnerError
 from boxd.manager.pages import one_page, with_next
+from boxd.manager.pairing import LIFETIME, Pairings, check_device_name
 from boxd.manager.records import Records
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError
 from boxd.manager.tokens import (
+    DEVICE,
     check_member_id,
     check_token_name,
     find_token,
@@ -77,6 +79,7 @@ from boxd.strict_json import loads
 from boxd.task import Review, Task, TaskState
 from boxd.task_request import Worker, parse_task_request
 
+PHONE = "phone:"
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Caller, list[Any]], Awaitable[Any]]
@@ -115,6 +118,7 @@ class Box:
         self._places: set[str] = set()
         self._admission = asyncio.Lock()
         self.droid = DroidInstall(systemd, self._start_queued_soon)
+        self.pairings = Pairings()
 
     # Start-up and recovery.
 
@@ -195,6 +199,8 @@ class Box:
             api.LIST_TOKENS: self.list_tokens,
             api.REVOKE_TOKEN: self.revoke_token,
             api.GET_DROID: self.get_droid,
+            api.CREATE_PAIRING: self.create_pairing,
+            api.PAIR: self.pair,
             api.GET_AGENTS: self.get_agents,
             api.PAUSE_AGENTS: self.pause_agents,
             api.RESUME_AGENTS: self.resume_agents,
@@ -291,7 +297,7 @@ class Box:
             worker=request.worker,
             tools=list(request.tools),
             hosts=hosts,
-            source=request.source,
+            source=_source(caller, request.source),
             model=request.model or (resolve_model(DEFAULT_MODEL) if droid else None),
             budgetCents=(
                 request.budgetCents
@@ -538,6 +544,19 @@ class Box:
         token = find_token(await self.store.tokens(), args[0])
         await self.store.remove_token(token.hash)
         return token.public()
+
+    async def create_pairing(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        device = check_device_name(args[0])
+        code = self.pairings.make(device, caller.user)
+        return {"device": device, "code": code, "expiresInSeconds": int(LIFETIME)}
+
+    async def pair(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """A device's token, for a good code: stored as the device's, shown once, here."""
+        paired = self.pairings.redeem(args[0])
+        token = new_token()
+        await self.store.add_token(token_hash(token), paired.device, DEVICE, paired.maker)
+        log.info("device %s is paired", paired.device)
+        return {"device": paired.device, "token": token}
 
     async def get_agents(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         return {"paused": await self.store.agents_paused()}
@@ -835,6 +854,19 @@ class Box:
 def _owner_only(caller: Caller) -> None:
     if caller.role != Role.OWNER:
         die(Problem.FORBIDDEN, OWNER_ONLY)
+
+
+def _source(caller: Caller, asked: str) -> str:
+    """A paired device's tasks are always phone:<its name>; no one else may say phone:."""
+    if caller.device is not None:
+        return f"{PHONE}{caller.device}"
+    if asked.lower().startswith(PHONE):
+        die(
+            Problem.INVALID,
+            f"source {asked} is refused: phone:<device name> is set by the box for tasks from "
+            "a paired device (boxctl pair NAME pairs one); send another source, such as api",
+        )
+    return asked
 
 
 def _may_see(caller: Caller, task: Task) -> bool:

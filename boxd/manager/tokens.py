@@ -68,7 +68,10 @@ def check_token_name(name: str) -> str:
     return name
 
 
-# The roles a token may have: a broker is known by its unit, never by a token.
+# The stored role of a paired device's token, which acts as the owner's: made only by pairing.
+DEVICE = "device"
+
+# The roles a token may be made with: a broker is known by its unit, never by a token.
 TOKEN_ROLES = (Role.OWNER, Role.APP, Role.MEMBER)
 
 

@@ -2,9 +2,10 @@
 token and the body as they came, and turns the manager's problem codes into statuses."""
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
 from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from boxd.approval import Answer
 from boxd.dbus.client import GatewayClient, connect_system_bus, pages
@@ -108,6 +109,18 @@ async def get_droid(request: web.Request) -> web.Response:
     return _json(await _call(request, "GetDroid"))
 
 
+class PairRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    code: Annotated[StrictStr, Field(max_length=100)]
+
+
+async def pair(request: web.Request) -> web.Response:
+    """No token: the pairing code is the device's only credential, checked by the manager."""
+    body = parse(PairRequest, await request.read())
+    return _json(await request.app[CLIENT].call_as("", "Pair", body.code), 201)
+
+
 async def get_pause(request: web.Request) -> web.Response:
     return _json(await _call(request, "GetAgents"))
 
@@ -133,7 +146,7 @@ def make_app() -> web.Application:
         "the API serves GET and POST /api/tasks, GET /api/tasks/{id}, "
         "POST /api/tasks/{id}/stop, /undo and /keep, GET /api/approvals, POST /api/approvals/{id}, "
         "GET and POST /api/workspaces, GET /api/tokens, DELETE /api/tokens/{id}, GET /api/droid, "
-        "GET and POST /api/pause, POST /api/resume",
+        "GET and POST /api/pause, POST /api/resume, POST /api/pair",
     )
     app = web.Application(middlewares=[errors], client_max_size=MAX_BODY)
     app.cleanup_ctx.append(_bus)
@@ -153,4 +166,5 @@ def make_app() -> web.Application:
     app.router.add_get("/api/pause", get_pause)
     app.router.add_post("/api/pause", pause_agents)
     app.router.add_post("/api/resume", resume_agents)
+    app.router.add_post("/api/pair", pair)
     return app
