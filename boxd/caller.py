@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 OWNER_ONLY = "only this computer's own screen or the owner's paired device can do this"
+LINK_USED = "this link was used already or is more than a minute old: run boxctl open for a new one"
 
 
 class Role(StrEnum):
@@ -11,6 +12,11 @@ class Role(StrEnum):
     # An app's token: it may start and follow tasks on workspaces, not act as the owner.
     APP = "app"
     BROKER = "broker"
+    # This computer's own screen: a browser session opened by `boxctl open`; it may do what the
+    # owner may.
+    SCREEN = "screen"
+    # A one-time link from `boxctl open`, good only for exchanging itself for a screen session.
+    LOGIN_LINK = "login link"
 
 
 @dataclass(frozen=True)
@@ -22,3 +28,7 @@ class Caller:
     # The Linux account behind the call (a token's is the one that made it): personal folders
     # must be in its home.
     user: str | None = None
+
+    @property
+    def acts_as_owner(self) -> bool:
+        return self.role in (Role.OWNER, Role.SCREEN)

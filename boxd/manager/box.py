@@ -46,6 +46,7 @@ from boxd.manager.mirror import MirrorError, check_readable, sync_mirror
 from boxd.manager.owner_process import OwnerError
 from boxd.manager.pages import one_page, with_next
 from boxd.manager.records import Records
+from boxd.manager.screen_sessions import ScreenSessions
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError
 from boxd.manager.tokens import check_token_name, find_token, new_token, token_hash
@@ -108,6 +109,7 @@ class Box:
         self._places: set[str] = set()
         self._admission = asyncio.Lock()
         self.droid = DroidInstall(systemd, self._start_queued_soon)
+        self.screen = ScreenSessions(store)
 
     # Start-up and recovery.
 
@@ -191,6 +193,8 @@ class Box:
             api.SET_SECRET: self.vault.set_secret,
             api.REMOVE_SECRET: self.vault.remove_secret,
             api.LIST_SECRETS: self.vault.list_secrets,
+            api.CREATE_SCREEN_LINK: self.screen.create_link,
+            api.OPEN_SCREEN_SESSION: self.screen.open_session,
             api.BROKER_GET_TASK: self.broker.broker_task,
             api.LOG_STEP: self.broker.log_step,
             api.BEGIN_CALL: self.broker.begin_call,
@@ -801,12 +805,12 @@ class Box:
 
 
 def _owner_only(caller: Caller) -> None:
-    if caller.role != Role.OWNER:
+    if not caller.acts_as_owner:
         die(Problem.FORBIDDEN, OWNER_ONLY)
 
 
 def _may_see(caller: Caller, task: Task) -> bool:
-    return caller.role == Role.OWNER or (caller.role == Role.APP and task.app == caller.name)
+    return caller.acts_as_owner or (caller.role == Role.APP and task.app == caller.name)
 
 
 def _words(error: Exception) -> str:

@@ -12,6 +12,7 @@ from boxd.errors import Problem, die
 from boxd.json_errors import MAX_BODY, json_errors
 from boxd.json_pages import stream
 from boxd.plain_errors import parse
+from boxd.web.screen_session import LOGIN_PATH, open_session, screen_session, session_of
 from boxd.workspace_request import NewWorkspace
 
 CLIENT = web.AppKey("client", GatewayClient)
@@ -23,6 +24,9 @@ def _json(body: Any, status: int = 200) -> web.Response:
 
 
 def _token(request: web.Request) -> str:
+    session = session_of(request)
+    if session is not None:
+        return session
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         die(Problem.UNAUTHORIZED, NO_TOKEN)
@@ -108,6 +112,10 @@ async def get_droid(request: web.Request) -> web.Response:
     return _json(await _call(request, "GetDroid"))
 
 
+async def login(request: web.Request) -> web.Response:
+    return await open_session(request.app[CLIENT], request)
+
+
 async def _bus(app: web.Application) -> AsyncIterator[None]:
     bus = await connect_system_bus()
     app[CLIENT] = GatewayClient(bus)
@@ -115,15 +123,20 @@ async def _bus(app: web.Application) -> AsyncIterator[None]:
     bus.disconnect()
 
 
-def make_app() -> web.Application:
+def make_app(client: GatewayClient | None = None) -> web.Application:
+    """The gateway; `client` stands for the system bus's manager where a test brings its own."""
     errors = json_errors(
         lambda failure: failure.problem.http_status,
         "the API serves GET and POST /api/tasks, GET /api/tasks/{id}, "
         "POST /api/tasks/{id}/stop, /undo and /keep, GET /api/approvals, POST /api/approvals/{id}, "
-        "GET and POST /api/workspaces, GET /api/tokens, DELETE /api/tokens/{id}, GET /api/droid",
+        "GET and POST /api/workspaces, GET /api/tokens, DELETE /api/tokens/{id}, GET /api/droid, "
+        "and GET /login?code=... (boxctl open makes the link)",
     )
-    app = web.Application(middlewares=[errors], client_max_size=MAX_BODY)
-    app.cleanup_ctx.append(_bus)
+    app = web.Application(middlewares=[errors, screen_session], client_max_size=MAX_BODY)
+    if client is None:
+        app.cleanup_ctx.append(_bus)
+    else:
+        app[CLIENT] = client
     app.router.add_post("/api/tasks", create_task)
     app.router.add_get("/api/tasks", list_tasks)
     app.router.add_get("/api/tasks/{id}", get_task)
@@ -137,4 +150,5 @@ def make_app() -> web.Application:
     app.router.add_get("/api/tokens", list_tokens)
     app.router.add_delete("/api/tokens/{id}", revoke_token)
     app.router.add_get("/api/droid", get_droid)
+    app.router.add_get(LOGIN_PATH, login)
     return app
