@@ -12,6 +12,7 @@ from boxd.errors import Problem, die
 from boxd.json_errors import MAX_BODY, json_errors
 from boxd.json_pages import stream
 from boxd.plain_errors import parse
+from boxd.web.openapi import OPENAPI_PATH, document
 from boxd.web.screen_session import LOGIN_PATH, open_session, screen_session, session_of
 from boxd.workspace_request import NewWorkspace
 
@@ -116,6 +117,10 @@ async def login(request: web.Request) -> web.Response:
     return await open_session(request.app[CLIENT], request)
 
 
+async def openapi(request: web.Request) -> web.Response:
+    return _json(document())
+
+
 async def _bus(app: web.Application) -> AsyncIterator[None]:
     bus = await connect_system_bus()
     app[CLIENT] = GatewayClient(bus)
@@ -130,7 +135,7 @@ def make_app(client: GatewayClient | None = None) -> web.Application:
         "the API serves GET and POST /api/tasks, GET /api/tasks/{id}, "
         "POST /api/tasks/{id}/stop, /undo and /keep, GET /api/approvals, POST /api/approvals/{id}, "
         "GET and POST /api/workspaces, GET /api/tokens, DELETE /api/tokens/{id}, GET /api/droid, "
-        "and GET /login?code=... (boxctl open makes the link)",
+        "GET /login?code=... (boxctl open makes the link), and GET /api/openapi.json",
     )
     app = web.Application(middlewares=[errors, screen_session], client_max_size=MAX_BODY)
     if client is None:
@@ -151,4 +156,5 @@ def make_app(client: GatewayClient | None = None) -> web.Application:
     app.router.add_delete("/api/tokens/{id}", revoke_token)
     app.router.add_get("/api/droid", get_droid)
     app.router.add_get(LOGIN_PATH, login)
+    app.router.add_get(OPENAPI_PATH, openapi)
     return app
