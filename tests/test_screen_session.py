@@ -9,6 +9,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from boxd.caller import LINK_USED, Caller, Role
+from boxd.cli import open_screen
 from boxd.dbus.client import GatewayClient
 from boxd.errors import BoxError, Problem, die
 from boxd.manager.screen_sessions import LINK_SECONDS, ScreenSessions
@@ -226,3 +227,46 @@ async def test_a_bearer_token_needs_no_csrf_and_wins_over_a_cookie(
     response = await client.post("/api/tasks/t/stop", headers=headers)
     assert response.status == 200
     assert manager.calls[-1] == ("box_owner", "StopTask")
+
+
+class FakeOwnerClient(GatewayClient):
+    def __init__(self) -> None:
+        pass
+
+    async def call(self, member: str, *args: Any) -> Any:
+        assert member == "CreateScreenLink"
+        return {"code": "boxlink_a+b", "expiresInSeconds": LINK_SECONDS}
+
+
+@pytest.mark.parametrize(
+    ("display", "found", "opened"),
+    [
+        ({"DISPLAY": ":0"}, "/usr/bin/xdg-open", True),
+        ({"WAYLAND_DISPLAY": "wayland-0"}, "/usr/bin/xdg-open", True),
+        ({}, "/usr/bin/xdg-open", False),
+        ({"DISPLAY": ":0"}, None, False),
+    ],
+)
+async def test_boxctl_open_uses_a_browser_only_on_a_desktop(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    display: dict[str, str],
+    found: str | None,
+    opened: bool,
+) -> None:
+    for name in ("DISPLAY", "WAYLAND_DISPLAY"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in display.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr("boxd.cli.open_screen.shutil.which", lambda name: found)
+    launched: list[tuple[str, str]] = []
+
+    def launch(opener: str, url: str) -> bool:
+        launched.append((opener, url))
+        return True
+
+    monkeypatch.setattr(open_screen, "_launch", launch)
+    assert await open_screen.open_screen(FakeOwnerClient()) == 0
+    url = "http://127.0.0.1:7700/login?code=boxlink_a%2Bb"
+    assert url in capsys.readouterr().out.splitlines()
+    assert launched == ([("/usr/bin/xdg-open", url)] if opened else [])

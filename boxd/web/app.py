@@ -13,11 +13,16 @@ from boxd.json_errors import MAX_BODY, json_errors
 from boxd.json_pages import stream
 from boxd.plain_errors import parse
 from boxd.web.openapi import OPENAPI_PATH, document
-from boxd.web.screen_session import LOGIN_PATH, open_session, screen_session, session_of
+from boxd.web.screen_session import (
+    LOGIN_PATH,
+    NO_TOKEN,
+    open_session,
+    screen_session,
+    session_of,
+)
 from boxd.workspace_request import NewWorkspace
 
 CLIENT = web.AppKey("client", GatewayClient)
-NO_TOKEN = "send Authorization: Bearer <token> (boxctl token create makes one)"
 
 
 def _json(body: Any, status: int = 200) -> web.Response:

@@ -21,6 +21,7 @@ from boxd.web.screen_session import (
     CSRF_COOKIE,
     CSRF_HEADER,
     NO_CSRF,
+    NO_TOKEN,
     OTHER_ORIGIN,
     SCREEN_ADDRESS,
     SESSION_COOKIE,
@@ -29,7 +30,6 @@ from boxd.web.screen_session import (
 from boxd.workspace_request import NewWorkspace
 
 OPENAPI_PATH = "/api/openapi.json"
-_NO_TOKEN = "send Authorization: Bearer <token> (boxctl token create makes one)"
 _Mode = Literal["validation", "serialization"]
 _MODELS: tuple[tuple[type[BaseModel], _Mode], ...] = (
     (TaskRequest, "validation"),
@@ -199,7 +199,7 @@ _REFUSALS: dict[int, tuple[str, dict[str, Any]]] = {
         "The body or the request is not valid: the words name the field",
         _error("no workspace notes"),
     ),
-    401: ("No token, or one the box does not know", _error(_NO_TOKEN, SESSION_ENDED)),
+    401: ("No token, or one the box does not know", _error(NO_TOKEN, SESSION_ENDED)),
     403: (
         "Not this caller's to do",
         _error(OWNER_ONLY, NO_CSRF, OTHER_ORIGIN.format(origin=SCREEN_ADDRESS)),

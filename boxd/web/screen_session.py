@@ -23,6 +23,7 @@ SESSION_COOKIE = "boxd_screen"
 # Readable by the page (not HttpOnly): it sends the value back as CSRF_HEADER.
 CSRF_COOKIE = "boxd_csrf"
 CSRF_HEADER = "X-CSRF-Token"
+NO_TOKEN = "send Authorization: Bearer <token> (boxctl token create makes one)"
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 NO_CSRF = (
     f"this request changes something and came with the screen's session cookie, so it needs "
