@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 OWNER_ONLY = "only this computer's own screen or the owner's paired device can do this"
+LINK_USED = "this link was used already or is more than a minute old: run boxctl open for a new one"
 
 
 class Role(StrEnum):
@@ -16,6 +17,11 @@ class Role(StrEnum):
     # Anyone holding a pairing code, on their way to a device's token: they may only exchange it.
     PAIRING = "pairing"
     BROKER = "broker"
+    # This computer's own screen: a browser session opened by `boxctl open`; it may do what the
+    # owner may.
+    SCREEN = "screen"
+    # A one-time link from `boxctl open`, good only for exchanging itself for a screen session.
+    LOGIN_LINK = "login link"
 
 
 @dataclass(frozen=True)
@@ -30,3 +36,7 @@ class Caller:
     # The owner's paired device, by its name: it acts as the owner, and its tasks' source is
     # phone:<name> whatever they say.
     device: str | None = None
+
+    @property
+    def acts_as_owner(self) -> bool:
+        return self.role in (Role.OWNER, Role.SCREEN)

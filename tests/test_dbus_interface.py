@@ -43,7 +43,14 @@ def test_interfaces_follow_the_callers() -> None:
     for method in METHODS:
         on = set(method.interfaces)
         assert (MANAGER in on) == (Door.POLKIT in method.callers)
-        tokens = {Door.OWNER_TOKEN, Door.APP_TOKEN, Door.MEMBER_TOKEN, Door.PAIRING_CODE}
+        tokens = {
+            Door.OWNER_TOKEN,
+            Door.APP_TOKEN,
+            Door.MEMBER_TOKEN,
+            Door.PAIRING_CODE,
+            Door.SCREEN,
+            Door.LOGIN_LINK,
+        }
         assert (GATEWAY in on) == bool(method.callers & tokens)
         assert (BROKER in on) == (Door.BROKER in method.callers)
     # A broker reaches none of the owner's methods, and the owner none of the broker's.
@@ -99,6 +106,24 @@ class _Anything:
 def test_every_method_has_a_handler_and_no_handler_is_undeclared() -> None:
     # routes() only names bound methods of the box and of its parts.
     box: Any = Box.__new__(Box)
-    box.approvals = box.broker = box.vault = _Anything()
+    box.approvals = box.broker = box.vault = box.screen = _Anything()
     routes = Box.routes(box)
     assert set(routes) == set(METHODS)
+
+
+def test_the_screen_may_do_what_the_owners_token_may() -> None:
+    for method in METHODS:
+        assert (Door.SCREEN in method.callers) == (Door.OWNER_TOKEN in method.callers), method
+        assert method.admits(GATEWAY, Role.SCREEN) == method.admits(GATEWAY, Role.OWNER)
+
+
+def test_only_the_owner_by_polkit_makes_a_login_link_and_a_link_only_opens_a_session() -> None:
+    link = find_method_strict(MANAGER, "CreateScreenLink")
+    assert link.method.callers == {Door.POLKIT}
+    # No token of any kind, nor a screen's session, can make a link: it is not on the gateway.
+    assert find_method(GATEWAY, "CreateScreenLink") is None
+    assert {m.name for m in METHODS if Door.LOGIN_LINK in m.callers} == {"OpenScreenSession"}
+    opening = find_method_strict(GATEWAY, "OpenScreenSession")
+    for role in (Role.OWNER, Role.APP, Role.SCREEN, Role.BROKER):
+        assert not opening.method.admits(GATEWAY, role)
+    assert opening.method.admits(GATEWAY, Role.LOGIN_LINK)

@@ -12,6 +12,7 @@ from typing import Any
 from boxd.caller import Role
 from boxd.cli import show
 from boxd.cli.follow import follow
+from boxd.cli.open_screen import open_screen
 from boxd.dbus.client import BoxClient, connect_system_bus, whole
 from boxd.dbus.interface import MANAGER
 from boxd.errors import BoxError, Problem, die
@@ -75,6 +76,9 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("name", help="the workspace's name")
         command.add_argument("--json", action="store_true")
 
+    commands.add_parser(
+        "open", help="open this computer's own screen in your browser (a one-time link)"
+    )
     token = commands.add_parser("token", help="bearer tokens for the HTTP API")
     token_commands = token.add_subparsers(dest="token_command", required=True)
     create = token_commands.add_parser("create", help="make a token and print it")
@@ -217,6 +221,8 @@ async def run(arguments: argparse.Namespace) -> int:
             found = await client.call("RemoveWorkspace", arguments.name)
             lines = [f"{found['name']} moved to {found['trash']}"]
         print(show.as_json(found) if as_json else "\n".join(lines))
+    elif command == "open":
+        return await open_screen(client)
     elif command == "token":
         if arguments.token_command == "ls":
             found = await client.call("ListTokens")

@@ -42,6 +42,8 @@ class Door(StrEnum):
     MEMBER_TOKEN = "a member's token"
     PAIRING_CODE = "anyone, with a pairing code"
     BROKER = "a task's broker"
+    SCREEN = "this computer's own screen"
+    LOGIN_LINK = "a one-time login link"
 
 
 def door(interface: str, role: Role) -> Door | None:
@@ -56,6 +58,10 @@ def door(interface: str, role: Role) -> Door | None:
         return Door.MEMBER_TOKEN
     if interface == GATEWAY and role == Role.PAIRING:
         return Door.PAIRING_CODE
+    if interface == GATEWAY and role == Role.SCREEN:
+        return Door.SCREEN
+    if interface == GATEWAY and role == Role.LOGIN_LINK:
+        return Door.LOGIN_LINK
     if interface == BROKER and role == Role.BROKER:
         return Door.BROKER
     return None
@@ -79,6 +85,8 @@ class Method:
             Door.APP_TOKEN,
             Door.MEMBER_TOKEN,
             Door.PAIRING_CODE,
+            Door.SCREEN,
+            Door.LOGIN_LINK,
         }:
             found.append(GATEWAY)
         if Door.BROKER in self.callers:
@@ -121,8 +129,10 @@ class Bound:
 # The owner's own account only: the vault, settings and new tokens are never a token's to
 # change, so a stolen token cannot widen what it or another token may do.
 _POLKIT = frozenset({Door.POLKIT})
-_OWNER = frozenset({Door.POLKIT, Door.OWNER_TOKEN})
-_OWNER_OR_APP = frozenset({Door.POLKIT, Door.OWNER_TOKEN, Door.APP_TOKEN, Door.MEMBER_TOKEN})
+_OWNER = frozenset({Door.POLKIT, Door.OWNER_TOKEN, Door.SCREEN})
+_OWNER_OR_APP = frozenset(
+    {Door.POLKIT, Door.OWNER_TOKEN, Door.SCREEN, Door.APP_TOKEN, Door.MEMBER_TOKEN}
+)
 _BROKER = frozenset({Door.BROKER})
 
 # An app's or a member's token starts tasks, and sees, follows and stops the ones it started.
@@ -160,6 +170,11 @@ RESUME_AGENTS = Method("ResumeAgents", (), "agents", _OWNER)
 SET_SECRET = Method("SetSecret", ("name", "value"), "secret", _POLKIT)
 REMOVE_SECRET = Method("RemoveSecret", ("name",), "secret", _POLKIT)
 LIST_SECRETS = Method("ListSecrets", (), "names", _POLKIT)
+# This computer's own screen: `boxctl open` asks for a one-time link (the owner by polkit
+# only, so no token can make one); the gateway exchanges the link, passed as its token, for a
+# session once (boxd.manager.screen_sessions).
+CREATE_SCREEN_LINK = Method("CreateScreenLink", (), "link", _POLKIT)
+OPEN_SCREEN_SESSION = Method("OpenScreenSession", (), "session", frozenset({Door.LOGIN_LINK}))
 # A task's broker, for its own task only (the first argument is the task's id).
 BROKER_GET_TASK = Method("GetTask", ("id", "page"), "task", _BROKER)
 LOG_STEP = Method("LogStep", ("id", "step"), "event", _BROKER)
@@ -199,6 +214,8 @@ METHODS: tuple[Method, ...] = (
     SET_SECRET,
     REMOVE_SECRET,
     LIST_SECRETS,
+    CREATE_SCREEN_LINK,
+    OPEN_SCREEN_SESSION,
     BROKER_GET_TASK,
     LOG_STEP,
     BEGIN_CALL,

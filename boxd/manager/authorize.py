@@ -9,6 +9,7 @@ from boxd.dbus import interface as api
 from boxd.dbus.bus_daemon import connection_pid, connection_uid
 from boxd.dbus.polkit import check_authorization
 from boxd.errors import Problem, die
+from boxd.manager.screen_sessions import ScreenSessions
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd
 from boxd.manager.tokens import DEVICE, token_hash
@@ -17,8 +18,11 @@ from boxd.manager.worker_unit import broker_service_unit
 
 
 class Authorizer:
-    def __init__(self, bus: MessageBus, store: Store, systemd: Systemd) -> None:
+    def __init__(
+        self, bus: MessageBus, store: Store, systemd: Systemd, screen: ScreenSessions
+    ) -> None:
         self._bus = bus
+        self._screen = screen
         self._store = store
         self._systemd = systemd
         # Unique bus names are never reused while the bus runs, so a broker's unit is looked
@@ -36,6 +40,9 @@ class Authorizer:
             return Caller(Role.PAIRING, "a device with a pairing code")
         if method.interface == api.GATEWAY:
             token = message.body[0]
+            link = self._screen.link_caller(token) if token else None
+            if link is not None:
+                return link
             found = await self._store.token_role(token_hash(token)) if token else None
             if found is None:
                 die(Problem.UNAUTHORIZED, "a valid bearer token is required (boxctl token create)")

@@ -47,6 +47,7 @@ from boxd.manager.owner_process import OwnerError
 from boxd.manager.pages import one_page, with_next
 from boxd.manager.pairing import LIFETIME, Pairings, check_device_name
 from boxd.manager.records import Records
+from boxd.manager.screen_sessions import ScreenSessions
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError
 from boxd.manager.tokens import (
@@ -119,6 +120,7 @@ class Box:
         self._admission = asyncio.Lock()
         self.droid = DroidInstall(systemd, self._start_queued_soon)
         self.pairings = Pairings()
+        self.screen = ScreenSessions(store)
 
     # Start-up and recovery.
 
@@ -207,6 +209,8 @@ class Box:
             api.SET_SECRET: self.vault.set_secret,
             api.REMOVE_SECRET: self.vault.remove_secret,
             api.LIST_SECRETS: self.vault.list_secrets,
+            api.CREATE_SCREEN_LINK: self.screen.create_link,
+            api.OPEN_SCREEN_SESSION: self.screen.open_session,
             api.BROKER_GET_TASK: self.broker.broker_task,
             api.LOG_STEP: self.broker.log_step,
             api.BEGIN_CALL: self.broker.begin_call,
@@ -852,7 +856,7 @@ class Box:
 
 
 def _owner_only(caller: Caller) -> None:
-    if caller.role != Role.OWNER:
+    if not caller.acts_as_owner:
         die(Problem.FORBIDDEN, OWNER_ONLY)
 
 
@@ -872,7 +876,7 @@ def _source(caller: Caller, asked: str) -> str:
 def _may_see(caller: Caller, task: Task) -> bool:
     if caller.role == Role.MEMBER:
         return task.requester == caller.name
-    return caller.role == Role.OWNER or (caller.role == Role.APP and task.app == caller.name)
+    return caller.acts_as_owner or (caller.role == Role.APP and task.app == caller.name)
 
 
 def _words(error: Exception) -> str:

@@ -41,7 +41,7 @@ async def run() -> None:
     systemd = Systemd(bus)
     box = Box(home, store, bus, systemd)
     await box.open()
-    server = Server(bus, Authorizer(bus, store, systemd))
+    server = Server(bus, Authorizer(bus, store, systemd, box.screen))
     for method, handler in box.routes().items():
         server.handle(method, handler)
     if await bus.request_name(BUS_NAME) != RequestNameReply.PRIMARY_OWNER:

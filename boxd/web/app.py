@@ -2,21 +2,28 @@
 token and the body as they came, and turns the manager's problem codes into statuses."""
 
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from boxd.approval import Answer
 from boxd.dbus.client import GatewayClient, connect_system_bus, pages
 from boxd.errors import Problem, die
 from boxd.json_errors import MAX_BODY, json_errors
 from boxd.json_pages import stream
+from boxd.pairing_request import PairRequest
 from boxd.plain_errors import parse
+from boxd.web.openapi import OPENAPI_PATH, document
+from boxd.web.screen_session import (
+    LOGIN_PATH,
+    NO_TOKEN,
+    open_session,
+    screen_session,
+    session_of,
+)
 from boxd.workspace_request import NewWorkspace
 
 CLIENT = web.AppKey("client", GatewayClient)
-NO_TOKEN = "send Authorization: Bearer <token> (boxctl token create makes one)"
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
@@ -24,6 +31,9 @@ def _json(body: Any, status: int = 200) -> web.Response:
 
 
 def _token(request: web.Request) -> str:
+    session = session_of(request)
+    if session is not None:
+        return session
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         die(Problem.UNAUTHORIZED, NO_TOKEN)
@@ -109,12 +119,6 @@ async def get_droid(request: web.Request) -> web.Response:
     return _json(await _call(request, "GetDroid"))
 
 
-class PairRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    code: Annotated[StrictStr, Field(max_length=100)]
-
-
 async def pair(request: web.Request) -> web.Response:
     """No token: the pairing code is the device's only credential, checked by the manager."""
     body = parse(PairRequest, await request.read())
@@ -133,6 +137,14 @@ async def resume_agents(request: web.Request) -> web.Response:
     return _json(await _call(request, "ResumeAgents"))
 
 
+async def login(request: web.Request) -> web.Response:
+    return await open_session(request.app[CLIENT], request)
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return _json(document())
+
+
 async def _bus(app: web.Application) -> AsyncIterator[None]:
     bus = await connect_system_bus()
     app[CLIENT] = GatewayClient(bus)
@@ -140,16 +152,21 @@ async def _bus(app: web.Application) -> AsyncIterator[None]:
     bus.disconnect()
 
 
-def make_app() -> web.Application:
+def make_app(client: GatewayClient | None = None) -> web.Application:
+    """The gateway; `client` stands for the system bus's manager where a test brings its own."""
     errors = json_errors(
         lambda failure: failure.problem.http_status,
         "the API serves GET and POST /api/tasks, GET /api/tasks/{id}, "
         "POST /api/tasks/{id}/stop, /undo and /keep, GET /api/approvals, POST /api/approvals/{id}, "
         "GET and POST /api/workspaces, GET /api/tokens, DELETE /api/tokens/{id}, GET /api/droid, "
-        "GET and POST /api/pause, POST /api/resume, POST /api/pair",
+        "GET and POST /api/pause, POST /api/resume, POST /api/pair, "
+        "GET /login?code=... (boxctl open makes the link), and GET /api/openapi.json",
     )
-    app = web.Application(middlewares=[errors], client_max_size=MAX_BODY)
-    app.cleanup_ctx.append(_bus)
+    app = web.Application(middlewares=[errors, screen_session], client_max_size=MAX_BODY)
+    if client is None:
+        app.cleanup_ctx.append(_bus)
+    else:
+        app[CLIENT] = client
     app.router.add_post("/api/tasks", create_task)
     app.router.add_get("/api/tasks", list_tasks)
     app.router.add_get("/api/tasks/{id}", get_task)
@@ -167,4 +184,6 @@ def make_app() -> web.Application:
     app.router.add_post("/api/pause", pause_agents)
     app.router.add_post("/api/resume", resume_agents)
     app.router.add_post("/api/pair", pair)
+    app.router.add_get(LOGIN_PATH, login)
+    app.router.add_get(OPENAPI_PATH, openapi)
     return app

@@ -1,0 +1,69 @@
+"""This computer's own screen: `boxctl open` asks for a one-time link, and the browser that
+follows it within a minute gets a session.
+
+A link lives in memory only: it is good for a minute, so a restart that forgets it costs the
+owner one more `boxctl open`. A session is kept as tokens are, its hash only, with the role
+`screen`: it is listed and revoked with the tokens, and its next request after a revoke is 401.
+"""
+
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from boxd.caller import LINK_USED, Caller, Role
+from boxd.errors import Problem, die
+from boxd.manager.store import Store
+from boxd.manager.tokens import token_hash
+
+LINK_SECONDS = 60
+LINK_PREFIX = "boxlink_"
+SESSION_PREFIX = "boxscreen_"
+
+
+@dataclass(frozen=True)
+class _Link:
+    user: str | None
+    expires: float
+
+
+def _secret(prefix: str) -> str:
+    # As much randomness as a token's: a link or a session is as good as one while it lasts.
+    return prefix + secrets.token_urlsafe(32)
+
+
+class ScreenSessions:
+    def __init__(self, store: Store, clock: Callable[[], float] = time.monotonic) -> None:
+        self._store = store
+        self._clock = clock
+        # By the hash of the link's code: a link is never kept as it was handed out.
+        self._links: dict[str, _Link] = {}
+
+    def link_caller(self, code: str) -> Caller | None:
+        """The caller a live link's code stands for; the link is taken only by opening it."""
+        hashed = token_hash(code)
+        link = self._links.get(hashed)
+        if link is None or link.expires <= self._clock():
+            return None
+        return Caller(Role.LOGIN_LINK, hashed, user=link.user)
+
+    async def create_link(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        self._forget_expired()
+        code = _secret(LINK_PREFIX)
+        self._links[token_hash(code)] = _Link(caller.user, self._clock() + LINK_SECONDS)
+        return {"code": code, "expiresInSeconds": LINK_SECONDS}
+
+    async def open_session(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        # Taken before anything is awaited: of two callers with the same link, one gets it.
+        link = self._links.pop(caller.name, None)
+        if link is None or link.expires <= self._clock():
+            die(Problem.UNAUTHORIZED, LINK_USED)
+        session = _secret(SESSION_PREFIX)
+        await self._store.add_token(token_hash(session), "screen", Role.SCREEN.value, link.user)
+        return {"session": session}
+
+    def _forget_expired(self) -> None:
+        now = self._clock()
+        for hashed in [h for h, link in self._links.items() if link.expires <= now]:
+            del self._links[hashed]

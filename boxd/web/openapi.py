@@ -1,0 +1,316 @@
+"""`GET /api/openapi.json`: the HTTP API as an OpenAPI 3.1 document.
+
+Bodies and answers are the pydantic models the gateway and the manager check them with, so the
+document cannot drift from what is enforced; the table below names each route's body, answer,
+statuses and the fixed words of its refusals. A unit test holds it to make_app's routes.
+"""
+
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any, Literal
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from boxd.approval import Answer, Approval
+from boxd.caller import LINK_USED, OWNER_ONLY
+from boxd.pairing_request import PairRequest
+from boxd.strict_json import TOO_LARGE
+from boxd.task import Task
+from boxd.task_request import TaskRequest
+from boxd.web.screen_session import (
+    CSRF_COOKIE,
+    CSRF_HEADER,
+    NO_CSRF,
+    NO_TOKEN,
+    OTHER_ORIGIN,
+    SCREEN_ADDRESS,
+    SESSION_COOKIE,
+    SESSION_ENDED,
+)
+from boxd.workspace_request import NewWorkspace
+
+OPENAPI_PATH = "/api/openapi.json"
+_Mode = Literal["validation", "serialization"]
+_MODELS: tuple[tuple[type[BaseModel], _Mode], ...] = (
+    (TaskRequest, "validation"),
+    (Answer, "validation"),
+    (NewWorkspace, "validation"),
+    (PairRequest, "validation"),
+    (Task, "serialization"),
+    (Approval, "serialization"),
+)
+
+
+def _ref(model: type[BaseModel]) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+
+def _list_of(model: type[BaseModel]) -> dict[str, Any]:
+    return {"type": "array", "items": _ref(model)}
+
+
+_TASK_WITH_STEPS: dict[str, Any] = {
+    "allOf": [
+        _ref(Task),
+        {
+            "type": "object",
+            "properties": {
+                "steps": {
+                    "type": "array",
+                    "description": "the task's story, oldest first",
+                    "items": {"type": "object"},
+                }
+            },
+        },
+    ]
+}
+_WORKSPACE: dict[str, Any] = {
+    "type": "object",
+    "required": ["name"],
+    "properties": {"name": {"type": "string"}},
+}
+_TOKEN: dict[str, Any] = {
+    "type": "object",
+    "required": ["id", "name", "role", "createdAt"],
+    "properties": {
+        "id": {"type": "string", "description": "the first 12 hex digits of its hash"},
+        "name": {"type": "string"},
+        "role": {"type": "string", "enum": ["owner", "app", "member", "device", "screen"]},
+        "createdAt": {"type": "number"},
+        "createdBy": {"type": "string"},
+    },
+}
+_ANYTHING: dict[str, Any] = {"type": "object"}
+_PAUSED: dict[str, Any] = {
+    "type": "object",
+    "required": ["paused"],
+    "properties": {"paused": {"type": "boolean"}},
+}
+_DEVICE_TOKEN: dict[str, Any] = {
+    "type": "object",
+    "required": ["device", "token"],
+    "properties": {"device": {"type": "string"}, "token": {"type": "string"}},
+}
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    summary: str
+    status: int
+    answer: dict[str, Any]
+    body: type[BaseModel] | None = None
+    # Statuses a caller may meet beside the usual ones (401, 403 from a token or the screen).
+    refusals: tuple[int, ...] = ()
+    who: str = "the owner: an owner's token or this computer's screen"
+    open_to_all: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+_APP_TOO = "the owner, or an app's or a member's token for the tasks it started"
+ROUTES: tuple[Route, ...] = (
+    Route("POST", "/api/tasks", "Start a task", 201, _ref(Task), TaskRequest, (400, 413), _APP_TOO),
+    Route("GET", "/api/tasks", "The tasks, newest first", 200, _list_of(Task), who=_APP_TOO),
+    Route(
+        "GET",
+        "/api/tasks/{id}",
+        "A task and its steps",
+        200,
+        _TASK_WITH_STEPS,
+        None,
+        (404,),
+        _APP_TOO,
+    ),
+    Route("POST", "/api/tasks/{id}/stop", "Stop a task", 200, _ref(Task), None, (404,), _APP_TOO),
+    Route(
+        "POST",
+        "/api/tasks/{id}/undo",
+        "Take a done task's changes out",
+        200,
+        _ref(Task),
+        None,
+        (400, 404),
+    ),
+    Route(
+        "POST",
+        "/api/tasks/{id}/keep",
+        "Keep a personal-folder task's changes",
+        200,
+        _ref(Task),
+        None,
+        (400, 404),
+    ),
+    Route(
+        "GET", "/api/approvals", "What tasks wait for the owner to approve", 200, _list_of(Approval)
+    ),
+    Route(
+        "POST",
+        "/api/approvals/{id}",
+        "Approve or deny",
+        200,
+        _ref(Approval),
+        Answer,
+        (400, 404, 413),
+    ),
+    Route("GET", "/api/workspaces", "The workspaces", 200, {"type": "array", "items": _WORKSPACE}),
+    Route("POST", "/api/workspaces", "Make a workspace", 201, _WORKSPACE, NewWorkspace, (400, 413)),
+    Route(
+        "GET",
+        "/api/tokens",
+        "The tokens and the screen's sessions",
+        200,
+        {"type": "array", "items": _TOKEN},
+    ),
+    Route(
+        "DELETE",
+        "/api/tokens/{id}",
+        "Revoke a token or a screen's session",
+        200,
+        _TOKEN,
+        None,
+        (400, 404),
+    ),
+    Route("GET", "/api/droid", "The Droid release the box runs and its install", 200, _ANYTHING),
+    Route("GET", "/api/pause", "Whether the agents are paused", 200, _PAUSED),
+    Route("POST", "/api/pause", "Pause the agents: new tasks stay queued", 200, _PAUSED),
+    Route("POST", "/api/resume", "Resume: queued tasks start in the order they came", 200, _PAUSED),
+    Route(
+        "POST",
+        "/api/pair",
+        "Trade a pairing code (boxctl pair NAME) for a device's own token, once",
+        201,
+        _DEVICE_TOKEN,
+        PairRequest,
+        (400, 413),
+        who="whoever holds a live pairing code",
+        open_to_all=True,
+    ),
+    Route(
+        "GET",
+        "/login",
+        "Exchange boxctl open's one-time link for this computer's screen",
+        303,
+        {},
+        who="whoever holds a live link from boxctl open",
+        open_to_all=True,
+        extra={
+            "parameters": [
+                {"name": "code", "in": "query", "required": True, "schema": {"type": "string"}}
+            ]
+        },
+    ),
+    Route(
+        "GET",
+        OPENAPI_PATH,
+        "This document",
+        200,
+        {"type": "object"},
+        who="anyone",
+        open_to_all=True,
+    ),
+)
+
+
+def _error(*texts: str) -> dict[str, Any]:
+    examples = {f"e{n}": {"value": {"error": text}} for n, text in enumerate(texts, 1)}
+    return {
+        "application/json": {"schema": {"$ref": "#/components/schemas/Error"}, "examples": examples}
+    }
+
+
+_REFUSALS: dict[int, tuple[str, dict[str, Any]]] = {
+    400: (
+        "The body or the request is not valid: the words name the field",
+        _error("no workspace notes"),
+    ),
+    401: ("No token, or one the box does not know", _error(NO_TOKEN, SESSION_ENDED)),
+    403: (
+        "Not this caller's to do",
+        _error(OWNER_ONLY, NO_CSRF, OTHER_ORIGIN.format(origin=SCREEN_ADDRESS)),
+    ),
+    404: ("No such task, approval, workspace or token", _error("no task t3k9x2a1b2")),
+    413: ("The body is over 10 MB", _error(TOO_LARGE)),
+    503: (
+        "boxd is not running",
+        _error("boxd is not running (no one owns org.boxd.Box1 on the system bus)"),
+    ),
+}
+
+
+def _parameters(path: str) -> list[dict[str, Any]]:
+    names = [part[1:-1] for part in path.split("/") if part.startswith("{")]
+    return [
+        {"name": n, "in": "path", "required": True, "schema": {"type": "string"}} for n in names
+    ]
+
+
+def _operation(route: Route) -> dict[str, Any]:
+    if route.status == 303:
+        ok: dict[str, Any] = {
+            "description": (
+                f"To /, with the cookies {SESSION_COOKIE} (HttpOnly, SameSite=Strict) and "
+                f"{CSRF_COOKIE} (send its value as {CSRF_HEADER} with every change)"
+            ),
+            "headers": {"Set-Cookie": {"schema": {"type": "string"}}},
+        }
+    else:
+        ok = {"description": "OK", "content": {"application/json": {"schema": route.answer}}}
+    responses: dict[str, Any] = {str(route.status): ok}
+    statuses = [*route.refusals, 503] if route.open_to_all else [*route.refusals, 401, 403, 503]
+    for status in sorted(set(statuses)):
+        words, content = _REFUSALS[status]
+        responses[str(status)] = {"description": words, "content": content}
+    if route.path == "/login":
+        responses["401"] = {
+            "description": "A used, late or unknown link",
+            "content": _error(LINK_USED),
+        }
+    operation: dict[str, Any] = {
+        "summary": route.summary,
+        "description": f"Who may: {route.who}.",
+        "responses": responses,
+        "parameters": _parameters(route.path) + route.extra.get("parameters", []),
+    }
+    if not route.open_to_all:
+        operation["security"] = [{"bearer": []}, {"screen": []}]
+    if route.body is not None:
+        operation["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": _ref(route.body)}},
+        }
+    return operation
+
+
+@cache
+def document() -> dict[str, Any]:
+    _, top = models_json_schema(list(_MODELS), ref_template="#/components/schemas/{model}")
+    schemas = dict(top["$defs"])
+    schemas["Error"] = {
+        "type": "object",
+        "required": ["error"],
+        "additionalProperties": False,
+        "properties": {"error": {"type": "string", "description": "What went wrong"}},
+    }
+    paths: dict[str, dict[str, Any]] = {}
+    for route in ROUTES:
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "boxd", "version": "1", "description": "The box's HTTP API."},
+        "servers": [{"url": SCREEN_ADDRESS}],
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "screen": {
+                    "type": "apiKey",
+                    "in": "cookie",
+                    "name": SESSION_COOKIE,
+                    "description": f"changes also need the header {CSRF_HEADER}",
+                },
+            },
+        },
+    }
