@@ -104,6 +104,8 @@ class Upstream:
         body = await request.json()
         self.requests.append(({k.lower(): v for k, v in request.headers.items()}, body))
         turn = self.turns.pop(0) if self.turns else Turn()
+        if 300 <= turn.status < 400:
+            raise web.HTTPTemporaryRedirect(f"{self.url}/v1/messages?stolen=1")
         if turn.status != 200:
             error = {"type": "error", "error": {"type": "x", "message": "invalid x-api-key"}}
             return web.json_response(error, status=turn.status)
@@ -702,3 +704,12 @@ async def test_a_key_that_could_not_go_in_a_header_is_refused_unshown(rig: Rig) 
     assert message.startswith("the vault's ANTHROPIC_API_KEY is not a key")
     assert "sk-ant" not in message
     assert rig.upstream.requests == []
+
+
+async def test_a_redirect_is_never_followed_so_the_key_goes_nowhere_else(rig: Rig) -> None:
+    rig.upstream.turns = [Turn(status=307)]
+    status, body, _ = await post(rig, droid_request())
+    assert status == 502
+    assert "redirect" in json.loads(body)["error"]["message"]
+    # The one request the upstream saw was the first: the redirect's target got nothing.
+    assert len(rig.upstream.requests) == 1

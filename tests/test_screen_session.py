@@ -270,3 +270,22 @@ async def test_boxctl_open_uses_a_browser_only_on_a_desktop(
     url = "http://127.0.0.1:7700/login?code=boxlink_a%2Bb"
     assert url in capsys.readouterr().out.splitlines()
     assert launched == ([("/usr/bin/xdg-open", url)] if opened else [])
+
+
+def test_the_browser_gets_a_private_page_never_the_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command line is in /proc for every local user: the link's code must not be in it."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    argv: list[list[str]] = []
+    monkeypatch.setattr(
+        "boxd.cli.open_screen.subprocess.Popen", lambda args, **_: argv.append(list(args))
+    )
+    url = "http://127.0.0.1:7700/login?code=boxlink_secret"
+    assert open_screen._launch("/usr/bin/xdg-open", url)
+    (launched,) = argv
+    assert "boxlink_secret" not in " ".join(launched)
+    page = Path(launched[1])
+    assert page.parent == tmp_path
+    assert page.stat().st_mode & 0o777 == 0o600
+    assert 'content="0;url=http://127.0.0.1:7700/login?code=boxlink_secret"' in page.read_text()

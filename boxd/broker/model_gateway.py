@@ -288,7 +288,10 @@ class ModelGateway:
         }
         session = await self._upstream()
         try:
-            reply = await session.post(f"{upstream}{MESSAGES}", data=data, headers=headers)
+            # Never followed: a redirect would carry the key (x-api-key) to wherever it points.
+            reply = await session.post(
+                f"{upstream}{MESSAGES}", data=data, headers=headers, allow_redirects=False
+            )
         except (aiohttp.ClientError, TimeoutError) as error:
             log.warning("the model at %s could not be reached: %s", upstream, error)
             return api_error(503, f"the model at {upstream} could not be reached: {error}")
@@ -296,6 +299,14 @@ class ModelGateway:
             if reply.status == 401:
                 await self._key_refused()
                 return api_error(401, KEY_REFUSED, retry=False)
+            if 300 <= reply.status < 400:
+                return api_error(
+                    502,
+                    f"the model at {upstream} answered with a redirect (HTTP {reply.status}), "
+                    "which the box does not follow: it would carry the key elsewhere; "
+                    "set Settings modelBaseUrl to where the API really is",
+                    retry=False,
+                )
             return await self._pass_back(request, reply, model)
 
     async def _key_refused(self) -> None:

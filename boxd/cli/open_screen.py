@@ -2,9 +2,12 @@
 where there is a desktop, printed otherwise."""
 
 import asyncio
+import html
 import os
 import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 from urllib.parse import urlencode
 
 from boxd.dbus.client import BoxClient
@@ -18,11 +21,30 @@ def _browser() -> str | None:
     return shutil.which("xdg-open")
 
 
+def redirect_page(url: str) -> Path:
+    """A page, readable by this account alone, that sends the browser on to `url`. The browser
+    is given the page's path, never the link itself: a command line is in /proc for every
+    local user to read, and the link's code is worth a session as the owner until it is used."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    folder = Path(runtime) if runtime and os.path.isdir(runtime) else Path(tempfile.mkdtemp())
+    page = folder / "boxd-open.html"
+    escaped = html.escape(url, quote=True)
+    text = (
+        '<!doctype html><meta charset="utf-8"><meta name="referrer" content="no-referrer">'
+        f'<meta http-equiv="refresh" content="0;url={escaped}"><a href="{escaped}">Open the box</a>'
+    )
+    fd = os.open(page, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        file.write(text)
+    return page
+
+
 def _launch(opener: str, url: str) -> bool:
     # Not waited for: some browsers keep xdg-open until they close.
     try:
+        page = redirect_page(url)
         subprocess.Popen(
-            [opener, url],
+            [opener, str(page)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -16,10 +16,6 @@ USED = (
     "that pairing code was used already: a code pairs one device, once; "
     "make a new one with boxctl pair NAME"
 )
-TOO_MANY = (
-    "too many wrong pairing codes, so the open ones no longer work: "
-    "make a new one with boxctl pair NAME"
-)
 
 
 def _pair_code(machine: Machine, name: str) -> str:
@@ -55,7 +51,7 @@ def test_no_caller_but_a_paired_device_may_say_phone(machine: Machine, token: st
     assert start_fake(machine, token, "step hi", source="jira:BOX-12")["source"] == "jira:BOX-12"
 
 
-def test_pairing_codes_are_refused_in_plain_words_and_guessing_is_bounded(
+def test_pairing_codes_are_refused_in_plain_words_and_guessing_holds_up_no_one(
     machine: Machine, token: str
 ) -> None:
     assert _exchange(machine, "AAAAA-AAAAA") == (403, {"error": WRONG})
@@ -97,15 +93,13 @@ def test_pairing_codes_are_refused_in_plain_words_and_guessing_is_bounded(
     assert status == 201 and paired["device"] == "used-phone"
     assert _exchange(machine, code) == (403, {"error": USED})
 
+    # A stranger's wrong codes, over HTTP and on the bus, hold up no one: the owner still pairs.
     guessed = _pair_code(machine, "guessed-phone")
-    for attempt in range(10):
-        assert _exchange(machine, f"ZZZZZ-ZZZZ{attempt}") == (403, {"error": WRONG})
-    assert _exchange(machine, guessed) == (403, {"error": TOO_MANY})
-    fresh = _pair_code(machine, "fresh-phone")
-    assert _exchange(machine, guessed) == (403, {"error": WRONG})
-    assert _exchange(machine, fresh)[0] == 201
+    for attempt in range(20):
+        assert _exchange(machine, f"ZZZZZ-ZZZZ{attempt % 10}") == (403, {"error": WRONG})
+    assert _exchange(machine, guessed)[0] == 201
     names = [t["name"] for t in json.loads(boxctl(machine, "token", "ls", "--json").stdout)]
-    assert "guessed-phone" not in names and "fresh-phone" in names
+    assert "guessed-phone" in names
 
 
 def test_a_paired_device_acts_as_the_owner_until_revoked(machine: Machine, token: str) -> None:
