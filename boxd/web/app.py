@@ -14,6 +14,7 @@ from boxd.json_pages import stream
 from boxd.pairing_request import PairRequest
 from boxd.plain_errors import parse
 from boxd.web.openapi import OPENAPI_PATH, document
+from boxd.web.screen_page import ScreenPage
 from boxd.web.screen_session import (
     LOGIN_PATH,
     NO_TOKEN,
@@ -160,7 +161,8 @@ def make_app(client: GatewayClient | None = None) -> web.Application:
         "POST /api/tasks/{id}/stop, /undo and /keep, GET /api/approvals, POST /api/approvals/{id}, "
         "GET and POST /api/workspaces, GET /api/tokens, DELETE /api/tokens/{id}, GET /api/droid, "
         "GET and POST /api/pause, POST /api/resume, POST /api/pair, "
-        "GET /login?code=... (boxctl open makes the link), and GET /api/openapi.json",
+        "GET /login?code=... (boxctl open makes the link), GET /api/openapi.json, "
+        "and the owner's screen at /",
     )
     app = web.Application(middlewares=[errors, screen_session], client_max_size=MAX_BODY)
     if client is None:
@@ -186,4 +188,5 @@ def make_app(client: GatewayClient | None = None) -> web.Application:
     app.router.add_post("/api/pair", pair)
     app.router.add_get(LOGIN_PATH, login)
     app.router.add_get(OPENAPI_PATH, openapi)
+    ScreenPage().add_routes(app.router)
     return app

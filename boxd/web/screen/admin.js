@@ -1,0 +1,169 @@
+// The box itself: workspaces, settings, the vault's names, tokens, paired devices, pause.
+
+import { api, get, post } from "./api.js";
+import { act, field, h, replace, toast, when } from "./dom.js";
+import { setPaused, state, watch } from "./store.js";
+
+function table(headings, rows, empty) {
+  if (!rows.length) return h("p", { class: "empty" }, empty);
+  return h("table", {}, h("thead", {}, h("tr", {}, headings.map((name) => h("th", { scope: "col" }, name)))), h("tbody", {}, rows));
+}
+
+export function workspacesView(main) {
+  const list = h("div", {}, h("p", { class: "empty" }, "Loading…"));
+  const name = h("input", { name: "name", required: true, autocomplete: "off", maxlength: "100" });
+  const create = h("button", { type: "submit", class: "primary" }, "Create");
+  async function load() {
+    const found = await get("/api/workspaces");
+    replace(list, table(["Name", "Path", ""], found.map((ws) => h("tr", { "data-workspace": ws.name },
+      h("td", {}, ws.name), h("td", { class: "mono" }, ws.path ?? ""),
+      h("td", {}, h("button", { type: "button", class: "danger", onclick: async (event) => {
+        if (!confirm(`Remove the workspace ${ws.name}? It goes to the box's trash.`)) return;
+        if (await act(event.currentTarget, () => api("DELETE", `/api/workspaces/${encodeURIComponent(ws.name)}`), "Removed.")) load();
+      } }, "Remove")))), "No workspaces."));
+  }
+  replace(main, h("h1", {}, "Workspaces"),
+    h("section", { class: "panel" }, list),
+    h("form", { class: "panel stack", "aria-label": "New workspace", onsubmit: async (event) => {
+      event.preventDefault();
+      if (await act(create, () => post("/api/workspaces", { name: name.value.trim() }), "Created.")) { name.value = ""; load(); }
+    } }, h("h2", {}, "New workspace"), field("Name", name), h("div", { class: "actions" }, create)));
+  load().catch((error) => replace(list, h("p", { class: "error" }, error.message)));
+  return () => {};
+}
+
+const LABELS = {
+  defaultBudgetCents: "Default budget (US cents)",
+  defaultHosts: "Default hosts, one per line",
+  networkDefault: "Network for tasks that name no hosts",
+  agentFolders: "Folders agents may work on, one per line",
+  taskMemoryMaxBytes: "Memory per task (bytes)",
+  taskTasksMax: "Processes per task",
+  taskCPUPercent: "CPU per task (% of one core)",
+  allTasksMemoryMaxBytes: "Memory for all tasks (bytes)",
+  allTasksTasksMax: "Processes for all tasks",
+  maxRunningTasks: "Tasks running at once",
+  modelBaseUrl: "Model API address",
+};
+
+// A setting's input, by the type of its value: numbers, words, lists (one per line), choices.
+const CHOICES = { networkDefault: ["none", "allowlist"] };
+
+function settingInput(name, value) {
+  if (CHOICES[name]) return h("select", { name }, CHOICES[name].map((choice) => h("option", { value: choice, selected: choice === value }, choice)));
+  if (Array.isArray(value)) { const area = h("textarea", { name, rows: "3" }); area.value = value.join("\n"); return area; }
+  if (typeof value === "number") return h("input", { name, type: "number", step: "1", value: String(value) });
+  return h("input", { name, value: String(value ?? ""), autocomplete: "off" });
+}
+
+function settingValue(input, was) {
+  if (Array.isArray(was)) return input.value.split("\n").map((line) => line.trim()).filter(Boolean);
+  if (typeof was === "number") return input.value === "" ? was : Number(input.value);
+  return input.value;
+}
+
+function settingsPanel() {
+  const box = h("section", { class: "panel", "aria-labelledby": "settings-h" }, h("h2", { id: "settings-h" }, "Settings"), h("p", { class: "empty" }, "Loading…"));
+  async function load() {
+    const current = await get("/api/settings");
+    const inputs = Object.entries(current).map(([name, value]) => [name, value, settingInput(name, value)]);
+    const save = h("button", { type: "submit", class: "primary" }, "Save settings");
+    replace(box, h("h2", { id: "settings-h" }, "Settings"),
+      h("form", { class: "stack", onsubmit: async (event) => {
+        event.preventDefault();
+        const changes = {};
+        for (const [name, was, input] of inputs) {
+          const now = settingValue(input, was);
+          if (JSON.stringify(now) !== JSON.stringify(was)) changes[name] = now;
+        }
+        if (!Object.keys(changes).length) { toast("Nothing changed."); return; }
+        if (await act(save, () => api("PATCH", "/api/settings", changes), "Saved.")) load();
+      } }, h("div", { class: "row" }, inputs.map(([name, , input]) => field(LABELS[name] ?? name, input))), h("div", { class: "actions" }, save)));
+  }
+  load().catch((error) => replace(box, h("h2", {}, "Settings"), h("p", { class: "error" }, error.message)));
+  return box;
+}
+
+function vaultPanel() {
+  const list = h("div", {});
+  const name = h("input", { name: "secret-name", required: true, autocomplete: "off", placeholder: "ANTHROPIC_API_KEY" });
+  const value = h("input", { name: "secret-value", type: "password", required: true, autocomplete: "new-password" });
+  const set = h("button", { type: "submit", class: "primary" }, "Set");
+  async function load() {
+    const names = await get("/api/vault");
+    replace(list, table(["Name", ""], names.map((secret) => {
+      const label = typeof secret === "string" ? secret : secret.name;
+      return h("tr", { "data-secret": label }, h("td", { class: "mono" }, label), h("td", {},
+        h("button", { type: "button", class: "danger", onclick: async (event) => {
+          if (!confirm(`Remove ${label} from the vault?`)) return;
+          if (await act(event.currentTarget, () => api("DELETE", `/api/vault/${encodeURIComponent(label)}`), "Removed.")) load();
+        } }, "Remove")));
+    }), "The vault is empty."));
+  }
+  load().catch((error) => replace(list, h("p", { class: "error" }, error.message)));
+  return h("section", { class: "panel" }, h("h2", {}, "Vault"),
+    h("p", { class: "muted" }, "Tools and the model gateway use these; no task and no screen ever sees a value."),
+    list,
+    h("form", { class: "stack", "aria-label": "Set a secret", onsubmit: async (event) => {
+      event.preventDefault();
+      const ok = await act(set, () => api("PUT", `/api/vault/${encodeURIComponent(name.value.trim())}`, { value: value.value }), "Saved in the vault.");
+      value.value = "";
+      if (ok) { name.value = ""; load(); }
+    } }, h("div", { class: "row" }, field("Name", name), field("Value", value)), h("div", { class: "actions" }, set)));
+}
+
+function tokensPanel() {
+  const tokens = h("div", {});
+  const devices = h("div", {});
+  const pairing = h("div", {});
+  const deviceName = h("input", { name: "device", required: true, autocomplete: "off", placeholder: "my phone" });
+  const pair = h("button", { type: "submit", class: "primary" }, "Make a pairing code");
+  const revoke = (token) => h("button", { type: "button", class: "danger", onclick: async (event) => {
+    if (!confirm(`Revoke ${token.name}? It stops working at once.`)) return;
+    if (await act(event.currentTarget, () => api("DELETE", `/api/tokens/${encodeURIComponent(token.id)}`), "Revoked.")) load();
+  } }, "Revoke");
+  const row = (token) => h("tr", { "data-token": token.id }, h("td", {}, token.name), h("td", {}, token.role), h("td", {}, when(token.createdAt)), h("td", {}, revoke(token)));
+  async function load() {
+    const found = await get("/api/tokens");
+    replace(tokens, table(["Name", "Role", "Made", ""], found.filter((t) => t.role !== "device").map(row), "No tokens. boxctl token create NAME makes one."));
+    replace(devices, table(["Name", "Role", "Paired", ""], found.filter((t) => t.role === "device").map(row), "No paired devices."));
+  }
+  load().catch((error) => replace(tokens, h("p", { class: "error" }, error.message)));
+  return [
+    h("section", { class: "panel" }, h("h2", {}, "Paired devices"), devices,
+      h("form", { class: "stack", "aria-label": "Pair a device", onsubmit: async (event) => {
+        event.preventDefault();
+        const made = await act(pair, () => post("/api/pairings", { name: deviceName.value.trim() }));
+        if (!made) return;
+        const qr = made.qrSvg ? h("img", { src: `data:image/svg+xml;charset=utf-8,${encodeURIComponent(made.qrSvg)}`, alt: `QR code of the pairing code ${made.code}` }) : null;
+        replace(pairing, h("div", { class: "pairing" }, qr, h("div", {},
+          h("p", {}, "On the device, enter this code (or scan it) within ten minutes:"),
+          h("p", { class: "code mono", "data-pairing-code": made.code }, made.code),
+          made.expiresAt ? h("p", { class: "muted" }, `Good until ${when(made.expiresAt)}, once.`) : null)));
+        deviceName.value = "";
+      } }, field("Device name", deviceName), h("div", { class: "actions" }, pair)), pairing),
+    h("section", { class: "panel" }, h("h2", {}, "Tokens"), tokens),
+  ];
+}
+
+function pausePanel() {
+  const box = h("section", { class: "panel" });
+  const render = () => {
+    const button = h("button", { type: "button", class: state.paused ? "primary" : "", onclick: (event) => togglePause(event.currentTarget) }, state.paused ? "Resume agents" : "Pause agents");
+    replace(box, h("h2", {}, "Agents"), h("p", {}, state.paused ? "Paused: new tasks wait as queued." : "Running: new tasks start at once."), button);
+  };
+  render();
+  return { element: box, stop: watch((what) => { if (what === "pause") render(); }) };
+}
+
+export async function togglePause(button) {
+  const answer = await act(button, () => post(state.paused ? "/api/resume" : "/api/pause"), state.paused ? "Resumed." : "Paused.");
+  if (answer) setPaused(Boolean(answer.paused));
+}
+
+export function settingsView(main) {
+  const pause = pausePanel();
+  replace(main, h("h1", {}, "Settings"), pause.element, settingsPanel(), vaultPanel(), tokensPanel());
+  return pause.stop;
+}
+

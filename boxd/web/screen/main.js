@@ -1,0 +1,64 @@
+// The screen: which view the address names (#/tasks, #/task/ID, #/new, #/workspaces,
+// #/settings), the header's counts and pause button, and what to do when the session is gone.
+
+import { onSignedOut } from "./api.js";
+import { h, replace, toast } from "./dom.js";
+import { loadApprovals, loadPause, loadTasks, start, state, watch } from "./store.js";
+import { settingsView, togglePause, workspacesView } from "./admin.js";
+import { startView } from "./start.js";
+import { taskView, tasksView } from "./tasks.js";
+
+const main = document.getElementById("main");
+let leave = () => {};
+let signedOut = false;
+
+function route() {
+  if (signedOut) return;
+  leave();
+  const [, view = "tasks", id] = location.hash.split("/");
+  document.querySelectorAll("[data-nav]").forEach((link) => {
+    if (link.dataset.nav === (view === "task" ? "tasks" : view)) link.setAttribute("aria-current", "page");
+    else link.removeAttribute("aria-current");
+  });
+  const views = { tasks: tasksView, new: startView, workspaces: workspacesView, settings: settingsView };
+  if (view === "task" && id) leave = taskView(main, decodeURIComponent(id));
+  else leave = (views[view] || tasksView)(main);
+  document.title = `boxd · ${view === "task" ? "task" : view}`;
+}
+
+function header() {
+  const count = document.getElementById("waiting-count");
+  const pause = document.getElementById("pause");
+  const banner = document.getElementById("paused-banner");
+  const render = () => {
+    const waiting = state.approvals.length;
+    count.hidden = waiting === 0;
+    count.textContent = String(waiting);
+    count.setAttribute("aria-label", `${waiting} waiting for your OK`);
+    pause.hidden = false;
+    pause.textContent = state.paused ? "Resume agents" : "Pause agents";
+    pause.classList.toggle("primary", state.paused);
+    banner.hidden = !state.paused;
+  };
+  pause.addEventListener("click", () => togglePause(pause));
+  watch(render);
+  render();
+}
+
+function showSignedOut(message) {
+  if (signedOut) return;
+  signedOut = true;
+  leave();
+  replace(main, h("div", { class: "panel notice" },
+    h("h1", {}, "Open the screen from this computer"),
+    h("p", {}, message),
+    h("p", {}, "In a terminal on this computer, as the box's owner, run ", h("code", {}, "boxctl open"), ". It opens this page with a new one-time link.")));
+}
+
+onSignedOut(showSignedOut);
+window.addEventListener("hashchange", route);
+header();
+route();
+Promise.all([loadTasks(), loadApprovals(), loadPause()])
+  .then(start)
+  .catch((error) => { if (!signedOut) toast(error.message, "bad"); });
