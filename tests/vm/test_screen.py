@@ -1,0 +1,222 @@
+"""The owner's screen in Debian's headless Chromium, against a real box in a test machine: log
+in through `boxctl open`'s link; watch a fake task's steps arrive live, approve its spend and see
+it go on; undo; review and keep a personal-folder task; pause, start a task from the form, see
+it queued, resume, see it run; a change without the CSRF token is refused. Every page is saved
+under screenshots/ (ignored by git) for anyone to look at."""
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.ui import WebDriverWait
+
+from boxd.web.screen_session import NO_CSRF
+from tests.vm.box_api import boxctl, finish, http, start_fake
+from tests.vm.browser import PHONE, browser, console_log, resize, screenshot
+from tests.vm.machine import Machine
+from tests.vm.test_broker_calls import short_approval_wait  # noqa: F401  (autouse: 1.5 s waits)
+from tests.vm.test_personal_folders import folder, owner_token, tree  # noqa: F401
+
+LINK = re.compile(r"^(http://127\.0\.0\.1:7700/login\?code=\S+)$", re.MULTILINE)
+WAIT = 60
+
+
+def _link(machine: Machine, owner: str) -> str:
+    printed = boxctl(machine, "open", user=owner).stdout
+    found = LINK.search(printed)
+    assert found is not None, printed
+    return found.group(1)
+
+
+@pytest.fixture
+def screen(machine: Machine, owner: str) -> Iterator[WebDriver]:
+    """The owner's browser, logged in through the link `boxctl open` printed."""
+    with browser(machine, owner) as driver:
+        driver.get(_link(machine, owner))
+        until(driver, lambda d: d.current_url.endswith("/") or "#/" in d.current_url)
+        until(driver, lambda d: _text(d, "main h1") == "Tasks")
+        # Set once: still there at the end means nothing reloaded the page.
+        driver.execute_script("window.boxdTestMark = 'no reload'")
+        yield driver
+        # A refused request is logged too (the CSRF test makes one): only the page's own
+        # errors count.
+        errors = [e for e in console_log(driver) if "Uncaught" in e.get("message", "")]
+        assert errors == [], errors
+
+
+def until(driver: WebDriver, condition: Callable[[WebDriver], Any], what: str = "") -> Any:
+    return WebDriverWait(driver, WAIT, poll_frequency=0.1).until(condition, what)
+
+
+def _text(driver: WebDriver, css: str) -> str:
+    found = driver.find_elements(By.CSS_SELECTOR, css)
+    return found[0].text.strip() if found else ""
+
+
+def _one(driver: WebDriver, css: str) -> WebElement:
+    return until(
+        driver, lambda d: (d.find_elements(By.CSS_SELECTOR, css) or [False])[0], f"no {css}"
+    )
+
+
+def _button(scope: WebDriver | WebElement, words: str) -> WebElement:
+    for button in scope.find_elements(By.CSS_SELECTOR, "button"):
+        if button.text.strip() == words and button.is_displayed():
+            return button
+    raise AssertionError(f"no button {words!r}")
+
+
+def _state(driver: WebDriver) -> str:
+    return _text(driver, "main h1 .state")
+
+
+def _story(driver: WebDriver) -> list[str]:
+    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".story li .text")]
+
+
+def _not_reloaded(driver: WebDriver) -> None:
+    assert driver.execute_script("return window.boxdTestMark") == "no reload"
+
+
+def _api(driver: WebDriver, method: str, path: str, csrf: bool) -> tuple[int, Any]:
+    """A request from the page's own JavaScript, with the session's cookie."""
+    script = """
+        const [method, path, csrf, done] = arguments;
+        const token = document.cookie.split("; ").find((c) => c.startsWith("boxd_csrf="));
+        const headers = csrf ? { "X-CSRF-Token": token.split("=")[1] } : {};
+        fetch(path, { method, headers }).then(async (r) => done([r.status, await r.text()]));
+    """
+    status, text = driver.execute_async_script(script, method, path, csrf)
+    return status, json.loads(text) if text else None
+
+
+def test_a_spend_is_approved_on_the_screen_and_the_task_goes_on_live(
+    machine: Machine, screen: WebDriver, token: str
+) -> None:
+    screenshot(screen, "tasks")
+    # Started after the page loaded: it must arrive by itself.
+    task = start_fake(
+        machine,
+        token,
+        'step looking at the May bill\ncall wallet.pay {"to": "city-power", "cents": 500}\n'
+        "step paid the bill",
+        title="Pay the electricity bill",
+        tools=["wallet.pay"],
+        budgetCents=100,
+    )
+    row = _one(screen, f'[data-task="{task["id"]}"]')
+    card = _one(screen, f'[data-approval^="{task["id"]}."]')
+    assert "city-power" in card.text or "wallet.pay" in card.text, card.text
+    assert "$5.00" in card.text and "over its $1.00 budget" in card.text, card.text
+    until(screen, lambda d: "waiting" in _text(d, f'[data-task="{task["id"]}"] .state'))
+    screenshot(screen, "approval")
+    row.click()
+    until(screen, lambda d: "looking at the May bill" in _story(d))
+    until(screen, lambda d: _state(d) == "waiting")
+    screenshot(screen, "task-waiting")
+    _button(_one(screen, ".approval"), "Approve").click()
+    until(screen, lambda d: "paid the bill" in _story(d), "the last step never arrived")
+    until(screen, lambda d: _state(d) == "done")
+    assert screen.find_elements(By.CSS_SELECTOR, ".approval") == []
+    screenshot(screen, "task-done")
+    _not_reloaded(screen)
+    shown = finish(machine, task["id"])
+    assert shown["state"] == "done" and shown["steps"][-1]["text"] == "paid the bill"
+
+
+def test_undo_on_the_screen(machine: Machine, screen: WebDriver, token: str) -> None:
+    task = start_fake(machine, token, "write undo-me.txt hello\nstep wrote it", title="Undo me")
+    finish(machine, task["id"])
+    screen.get(f"http://127.0.0.1:7700/#/task/{task['id']}")
+    until(screen, lambda d: _state(d) == "done")
+    until(screen, lambda d: "undo-me.txt" in _text(d, ".files"), "the task's files")
+    screenshot(screen, "task-files")
+    _button(screen, "Undo").click()
+    until(screen, lambda d: _state(d) == "undone")
+    assert http(machine, "GET", f"/api/tasks/{task['id']}", token)[1]["state"] == "undone"
+
+
+def test_review_then_keep_a_personal_folder_task(
+    machine: Machine,
+    screen: WebDriver,
+    owner: str,
+    owner_token: str,  # noqa: F811
+) -> None:
+    real = folder(machine, owner, "screen-notes", {"a.txt": "old line\n", "b.txt": "bye\n"})
+    task = start_fake(
+        machine,
+        owner_token,
+        "write a.txt new line\nwrite added.txt hi\ndelete b.txt",
+        title="Tidy my notes",
+        folder=real,
+    )
+    assert finish(machine, task["id"])["review"] == "pending"
+    screen.get(f"http://127.0.0.1:7700/#/task/{task['id']}")
+    until(screen, lambda d: "Review its changes" in d.find_element(By.TAG_NAME, "main").text)
+    files = until(screen, lambda d: d.find_elements(By.CSS_SELECTOR, ".files li"))
+    shown = screen.find_element(By.CSS_SELECTOR, ".files").text
+    for line in ("added.txt", "b.txt", "a.txt", "-old line", "+new line"):
+        assert line in shown, shown
+    assert len(files) == 3
+    screenshot(screen, "review")
+    # Nothing is applied until the owner keeps it.
+    assert tree(machine, real) == {"a.txt": "old line", "b.txt": "bye"}
+    _button(screen, "Keep changes").click()
+    until(screen, lambda d: "kept" in d.find_element(By.CSS_SELECTOR, "aside").text)
+    assert tree(machine, real) == {"a.txt": "new line", "added.txt": "hi"}
+    screenshot(screen, "kept")
+
+
+def test_pause_start_from_the_form_queued_then_resume(machine: Machine, screen: WebDriver) -> None:
+    _button(screen, "Pause agents").click()
+    until(screen, lambda d: d.find_element(By.ID, "paused-banner").is_displayed())
+    try:
+        screen.find_element(By.CSS_SELECTOR, 'a[href="#/new"]').click()
+        _one(screen, "input[name=title]").send_keys("Started from the screen")
+        screen.find_element(By.CSS_SELECTOR, "textarea[name=prompt]").send_keys(
+            "step started from the screen"
+        )
+        screen.find_element(By.CSS_SELECTOR, "select[name=worker] option[value=fake]").click()
+        screenshot(screen, "new-task")
+        _button(screen, "Start task").click()
+        until(screen, lambda d: "#/task/" in d.current_url)
+        until(screen, lambda d: _state(d) == "queued")
+        screenshot(screen, "queued")
+    finally:
+        _button(screen, "Resume agents").click()
+    until(screen, lambda d: not d.find_element(By.ID, "paused-banner").is_displayed())
+    until(screen, lambda d: _state(d) == "done", "the queued task never ran")
+    assert "started from the screen" in _story(screen)
+    _not_reloaded(screen)
+
+
+def test_a_change_without_the_csrf_token_is_refused(machine: Machine, screen: WebDriver) -> None:
+    assert _api(screen, "POST", "/api/pause", csrf=False) == (403, {"error": NO_CSRF})
+    assert _api(screen, "GET", "/api/pause", csrf=False) == (200, {"paused": False})
+    assert _api(screen, "POST", "/api/pause", csrf=True) == (200, {"paused": True})
+    assert _api(screen, "POST", "/api/resume", csrf=True) == (200, {"paused": False})
+
+
+def test_the_settings_and_a_phones_width(machine: Machine, screen: WebDriver) -> None:
+    screen.find_element(By.CSS_SELECTOR, 'a[href="#/settings"]').click()
+    until(screen, lambda d: _text(d, "main h1") == "Settings")
+    _one(screen, "input[name=device]").send_keys("anna-phone")
+    _button(screen, "Make a pairing code").click()
+    code = _one(screen, "[data-pairing-code]").text
+    assert code and _one(screen, ".pairing img").get_attribute("src").startswith("data:image/svg")
+    screenshot(screen, "settings")
+    screen.find_element(By.CSS_SELECTOR, 'a[href="#/workspaces"]').click()
+    until(screen, lambda d: _text(d, "main h1") == "Workspaces")
+    screenshot(screen, "workspaces")
+    resize(screen, PHONE)
+    screen.find_element(By.CSS_SELECTOR, 'a[href="#/tasks"]').click()
+    until(screen, lambda d: _text(d, "main h1") == "Tasks")
+    # Nothing wider than the phone: no sideways scrolling of the page itself.
+    width = screen.execute_script("return document.documentElement.scrollWidth")
+    assert width <= PHONE[0], width
+    screenshot(screen, "phone")
