@@ -116,10 +116,25 @@ def start_task(token: str, body: dict[str, Any]) -> dict[str, Any]:
     return task
 
 
+def screen_link(m: Machine) -> str:
+    """A one-time link to the owner's screen, as the owner's `boxctl open` prints it where
+    there is no desktop."""
+    printed = m.run("boxctl", "open", user=OWNER, check=False)
+    for word in printed.stdout.split():
+        if word.startswith(f"{API}/login?code="):
+            return word
+    return f"(boxctl open failed: {(printed.stdout + printed.stderr).strip()})"
+
+
 def how_to(m: Machine, token: str, task_id: str) -> str:
     shell = shlex.join(m.command("bash", "-l", env={"TERM": os.environ.get("TERM", "xterm")}))
     return f"""
-The box is up. From this computer:
+The box is up. The owner's screen, in a browser on this computer (the link works once, within
+a minute; `runuser -u {OWNER} -- boxctl open` in the box makes another):
+
+  {screen_link(m)}
+
+From this computer:
 
   curl -s -H 'Authorization: Bearer {token}' {API}/api/tasks
   curl -s -H 'Authorization: Bearer {token}' -H 'Content-Type: application/json' \\
