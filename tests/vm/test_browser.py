@@ -3,13 +3,26 @@
 the page's own fetch() may change something only with the CSRF token."""
 
 import re
+from pathlib import Path
 from typing import Any
 
+import pytest
+from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from boxd.web.screen_session import CSRF_COOKIE, CSRF_HEADER, NO_CSRF, SESSION_COOKIE
 from tests.vm.box_api import API, boxctl
-from tests.vm.browser import PHONE, browser, resize, screenshot
+from tests.vm.browser import (
+    DESKTOP,
+    FORWARDER,
+    PHONE,
+    SCREENSHOTS,
+    browser,
+    current_test,
+    resize,
+    screenshot,
+    viewport,
+)
 from tests.vm.machine import Machine
 
 LINK = re.compile(r"^(http://127\.0\.0\.1:7700/login\?code=\S+)$", re.MULTILINE)
@@ -58,6 +71,40 @@ def test_chromium_logs_in_with_the_link_and_keeps_the_csrf_rule(
         screenshot(driver, "logged-in")
         assert _fetch(driver, "POST", "/api/resume", with_token=True) == (200, {"paused": False})
 
+        assert viewport(driver) == DESKTOP
         resize(driver, PHONE)
-        assert driver.execute_script("return [innerWidth, innerHeight]") == list(PHONE)
+        assert viewport(driver) == PHONE
         screenshot(driver, "phone")
+
+
+def _left_running(machine: Machine, owner: str) -> list[str]:
+    """The owner's processes in the machine and the harness's forwarders into it."""
+    inside = machine.run("ps", "-u", owner, "-o", "pid=,comm=", check=False).stdout.splitlines()
+    forwarders = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if str(FORWARDER).encode() in argv and str(machine.leader).encode() in argv:
+            forwarders.append(f"{proc.name} {b' '.join(argv).decode()}")
+    return inside + forwarders
+
+
+def test_chromium_is_sandboxed_and_a_failed_block_leaves_its_screen_and_nothing_running(
+    machine: Machine, owner: str
+) -> None:
+    assert _left_running(machine, owner) == []
+    with pytest.raises(AssertionError, match="on purpose"), browser(machine, owner) as driver:
+        assert _left_running(machine, owner) != []
+        # Its own namespaces and seccomp-bpf, without the setuid helper or --no-sandbox.
+        driver.get("chrome://sandbox")
+        said = driver.find_element(By.TAG_NAME, "body").text
+        assert "You are adequately sandboxed." in said, said
+        driver.get(f"{API}/api/openapi.json")
+        driver.execute_script("console.error('seen by the harness')")
+        raise AssertionError("on purpose")
+    failed = SCREENSHOTS / f"{current_test()}.failed.png"
+    assert failed.read_bytes().startswith(b"\x89PNG")
+    assert "seen by the harness" in failed.with_suffix(".console.txt").read_text()
+    assert _left_running(machine, owner) == []
