@@ -59,9 +59,10 @@ def _text(driver: WebDriver, css: str) -> str:
 
 
 def _one(driver: WebDriver, css: str) -> WebElement:
-    return until(
-        driver, lambda d: (d.find_elements(By.CSS_SELECTOR, css) or [False])[0], f"no {css}"
+    found: list[WebElement] = until(
+        driver, lambda d: d.find_elements(By.CSS_SELECTOR, css), f"no {css}"
     )
+    return found[0]
 
 
 def _button(scope: WebDriver | WebElement, words: str) -> WebElement:
@@ -208,7 +209,8 @@ def test_the_settings_and_a_phones_width(machine: Machine, screen: WebDriver) ->
     _one(screen, "input[name=device]").send_keys("anna-phone")
     _button(screen, "Make a pairing code").click()
     code = _one(screen, "[data-pairing-code]").text
-    assert code and _one(screen, ".pairing img").get_attribute("src").startswith("data:image/svg")
+    qr = _one(screen, ".pairing img").get_attribute("src") or ""
+    assert code and qr.startswith("data:image/svg"), qr
     screenshot(screen, "settings")
     screen.find_element(By.CSS_SELECTOR, 'a[href="#/workspaces"]').click()
     until(screen, lambda d: _text(d, "main h1") == "Workspaces")

@@ -114,14 +114,23 @@ function diffLines(text) {
   }));
 }
 
+// One entry of the review (GET /api/tasks/{id}/diff): a text diff, or why there is none.
 export function changeView(file, open = false) {
   const what = h("span", { class: `change ${file.change}` }, file.change);
-  if (file.binary) return h("li", {}, what, file.path, h("span", { class: "muted" }, " (binary file)"));
-  if (file.link !== undefined) return h("li", {}, what, file.path, h("span", { class: "muted" }, ` (link to ${file.link})`));
-  if (!file.diff) return h("li", {}, what, file.path);
-  return h("li", {}, h("details", { class: "diff", open },
-    h("summary", {}, what, file.path, file.truncated ? h("span", { class: "muted" }, " (diff cut short)") : null),
-    diffLines(file.diff)));
+  const note = (text) => h("span", { class: "muted" }, ` (${text})`);
+  const why = [];
+  if (file.kind === "dir") why.push("folder");
+  if (file.kind === "link") why.push(`link to ${file.target ?? file.oldTarget ?? "?"}`);
+  if (file.kind === "other") why.push("not a file, folder or link");
+  if (file.oldKind && file.oldKind !== file.kind) why.push(`was a ${file.oldKind}`);
+  if (file.binary) why.push("binary file");
+  if (file.tooLarge) why.push("too large to compare");
+  if (file.notShown) why.push(file.notShown);
+  if (file.skipped) why.push(`keep leaves it out: ${file.skipped}`);
+  if (file.truncated) why.push("diff cut short");
+  const name = [what, file.path, why.length ? note(why.join("; ")) : null];
+  if (!file.diff) return h("li", {}, name);
+  return h("li", {}, h("details", { class: "diff", open }, h("summary", {}, name), diffLines(file.diff)));
 }
 
 async function loadFiles(task, box) {
@@ -129,7 +138,9 @@ async function loadFiles(task, box) {
   try {
     const diff = await get(`/api/tasks/${encodeURIComponent(task.id)}/diff`);
     const files = diff.files || [];
-    replace(box, files.length ? h("ul", { class: "files" }, files.map((file) => changeView(file, files.length <= 10))) : h("p", { class: "empty" }, "No files changed."));
+    replace(box,
+      files.length ? h("ul", { class: "files" }, files.map((file) => changeView(file, files.length <= 10))) : h("p", { class: "empty" }, "No files changed."),
+      diff.truncated ? h("p", { class: "muted" }, "The list stops here: the task changed more than the review shows.") : null);
   } catch (error) {
     replace(box, h("p", { class: "empty" }, error.message));
   }
