@@ -13,6 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field
 MAX_DIFF_TEXT = 256 * 1024
 # A side (the task's copy, or what it replaces) larger than this is not read: `tooLarge`.
 MAX_DIFF_READ = 1024 * 1024
+# One file's diff, in seconds; beyond, it is not shown (`notShown` says why).
+MAX_DIFF_SECONDS = 5
+# A page of the review ends early, with `next`, once making it took this long.
+PAGE_SECONDS = 2
 # Entries in one review; beyond, the list stops and the review's `truncated` says so.
 MAX_DIFF_FILES = 1000
 
@@ -64,8 +68,12 @@ class FileChange(BaseModel):
     target: str | None = Field(None, description="A link's target text (the new one).")
     oldTarget: str | None = Field(None, description="A link's old target text.")
     nameNotUtf8: bool | None = None
-    unread: str | None = Field(
-        None, description="Why its contents could not be read (a running task changed it)."
+    notShown: str | None = Field(
+        None,
+        description=(
+            "Why its contents are not shown: it could not be read (a running task changed it), "
+            f"or its diff took over {MAX_DIFF_SECONDS} seconds to make."
+        ),
     )
     skipped: str | None = Field(
         None, description="Personal tasks: why keep would leave this entry out."

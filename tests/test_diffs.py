@@ -137,7 +137,7 @@ def test_a_fifo_put_where_a_file_was_listed_is_not_read(
         assert not reading.is_alive(), "reading a FIFO blocked"
     finally:
         os.close(root)
-    assert answers[0]["unread"] == "it is no longer a plain file"
+    assert answers[0]["notShown"] == "it is no longer a plain file"
     assert "diff" not in answers[0]
 
 
@@ -276,13 +276,43 @@ def test_a_long_diff_is_cut_at_a_line(layers: tuple[Path, Path, Path]) -> None:
     item = review(layers)["long.txt"]
     assert item["truncated"] is True
     assert len(item["diff"]) <= MAX_DIFF_TEXT and item["diff"].endswith("\n")
-    assert unified("x", "a\n", "b\n") == ("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n", False)
+    assert unified("x", b"a\n", b"b\n") == ("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n", False)
 
 
 def test_lines_split_only_at_newlines() -> None:
-    assert unified("x", None, "a\rb\x0cc\n")[0] == (
+    assert unified("x", None, b"a\rb\x0cc\n")[0] == (
         "--- /dev/null\n+++ b/x\n@@ -0,0 +1 @@\n+a\rb\x0cc\n"
     )
+
+
+def test_a_newline_in_a_name_cannot_forge_a_line_of_the_diff() -> None:
+    text, _ = unified("a\n+++ b/etc/passwd", None, b"x\n")
+    assert text.splitlines()[:2] == ["--- /dev/null", "+++ b/a\\n+++ b/etc/passwd"]
+
+
+def test_a_diff_that_takes_too_long_is_stopped_and_said(
+    layers: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layer, _, base = layers
+    write(base, "slow.txt", "".join(f"word {n % 300}\n" for n in range(90_000)))
+    write(layer, "slow.txt", "".join(f"word {n * 7 % 301}\n" for n in range(90_000)))
+    monkeypatch.setattr(diffs, "MAX_DIFF_SECONDS", 0.01)
+    item = review(layers)["slow.txt"]
+    assert item["notShown"] == "its diff took over 0.01 seconds to make"
+    assert "diff" not in item
+
+
+def test_a_page_that_takes_long_ends_early_and_the_next_goes_on(
+    layers: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layer, below, base = layers
+    for number in range(3):
+        write(layer, f"{number}.txt", "x\n")
+    monkeypatch.setattr(diffs, "PAGE_SECONDS", 0)
+    first = diff_page(layer, [below, base], "", False, MARKS)
+    assert [item["path"] for item in first.files] == ["0.txt"] and first.next == "0"
+    second = diff_page(layer, [below, base], first.next, False, MARKS)
+    assert [item["path"] for item in second.files] == ["1.txt"] and second.next == "1"
 
 
 def test_many_files_stop_at_the_cap_and_pages_put_together_are_the_whole(

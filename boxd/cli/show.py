@@ -190,7 +190,7 @@ def diff_entry(item: dict[str, Any]) -> str:
         notes.append(f"too large to show: {' -> '.join(f'{n:,}' for n in sizes)} bytes")
     if item.get("nameNotUtf8"):
         notes.append("its name is not UTF-8")
-    for field in ("unread", "skipped"):
+    for field in ("notShown", "skipped"):
         if item.get(field):
             notes.append(visible(item[field]))
     said = f"  ({'; '.join(notes)})" if notes else ""

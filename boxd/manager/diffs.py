@@ -14,9 +14,10 @@ thread (asyncio.to_thread): it reads files and diffs them.
 """
 
 import contextlib
-import difflib
 import os
 import stat
+import subprocess
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
@@ -31,13 +32,15 @@ from boxd.strict_json import size
 from boxd.task_diff import (
     MAX_DIFF_FILES,
     MAX_DIFF_READ,
+    MAX_DIFF_SECONDS,
     MAX_DIFF_TEXT,
+    PAGE_SECONDS,
     Change,
     FileChange,
     Kind,
 )
 
-_NO_NEWLINE = "\\ No newline at end of file\n"
+DIFF = "/usr/bin/diff"
 # Keep (keep.py's _plans) applies no devices, sockets or FIFOs a task made.
 KEEP_SKIPS = "keep leaves devices, sockets and FIFOs out"
 
@@ -254,41 +257,71 @@ def _read(root: int, path: str) -> bytes | None:
         os.close(fd)
 
 
-def _text(content: bytes) -> str | None:
+def _is_text(content: bytes) -> bool:
     if b"\0" in content:
-        return None
+        return False
     try:
-        return content.decode("utf-8")
+        content.decode("utf-8")
     except UnicodeDecodeError:
-        return None
+        return False
+    return True
 
 
-def _lines(text: str) -> list[str]:
-    """Lines split at \\n only (str.splitlines also splits at \\r, \\f, \\x1c...)."""
-    parts = text.split("\n")
-    lines = [part + "\n" for part in parts[:-1]]
-    return [*lines, parts[-1]] if parts[-1] else lines
+class _Slow(Exception):
+    """diff took longer than MAX_DIFF_SECONDS."""
 
 
-def unified(name: str, old: str | None, new: str | None) -> tuple[str, bool]:
-    """`diff -u` of two texts (None: no file), with a/ and b/ names; cut at MAX_DIFF_TEXT
-    characters at a line (then True)."""
-    lines = difflib.unified_diff(
-        _lines(old or ""),
-        _lines(new or ""),
-        f"a/{name}" if old is not None else "/dev/null",
-        f"b/{name}" if new is not None else "/dev/null",
-    )
-    out: list[str] = []
-    used = 0
-    for line in lines:
-        if not line.endswith("\n"):
-            line += "\n" + _NO_NEWLINE
-        if used + len(line) > MAX_DIFF_TEXT:
-            return "".join(out), True
-        out.append(line)
-        used += len(line)
-    return "".join(out), False
+def _memfd(content: bytes) -> int:
+    fd = os.memfd_create("boxd-diff", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(content)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def unified(name: str, old: bytes | None, new: bytes | None) -> tuple[str, bool]:
+    """`diff -u` of two contents (None: no file), with a/ and b/ names; cut at MAX_DIFF_TEXT
+    characters at a line (then True). GNU diff, not difflib: difflib takes half a minute on a
+    megabyte of a few hundred lines shuffled (bench/diff_review.py), and a child can be
+    stopped. It sees two memfds of bytes, never a path the task controls."""
+    # A newline in a name would start a line of its own in the diff: one that could pass
+    # for a header or a hunk.
+    label = name.replace("\n", "\\n")
+    fds = [_memfd(old or b""), _memfd(new or b"")]
+    try:
+        done = subprocess.run(
+            [
+                DIFF,
+                "--unified",
+                "--text",
+                "--label",
+                f"a/{label}" if old is not None else "/dev/null",
+                "--label",
+                f"b/{label}" if new is not None else "/dev/null",
+                *(f"/dev/fd/{fd}" for fd in fds),
+            ],
+            pass_fds=fds,
+            capture_output=True,
+            timeout=MAX_DIFF_SECONDS,
+            env={"LC_ALL": "C"},
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise _Slow from None
+    finally:
+        for fd in fds:
+            os.close(fd)
+    if done.returncode not in (0, 1):
+        raise OSError(f"diff failed: {done.stderr.decode(errors='replace').strip()}")
+    text = done.stdout.decode("utf-8", "replace")
+    if len(text) <= MAX_DIFF_TEXT:
+        return text, False
+    return text[: text.rfind("\n", 0, MAX_DIFF_TEXT) + 1], True
 
 
 def _link(root: int, path: str) -> str:
@@ -321,7 +354,7 @@ def describe(entry: _Entry, layer: int, personal: bool) -> dict[str, Any]:
         if old is not None and old_kind == Kind.LINK:
             fields["oldTarget" if new is not None else "target"] = _link(old.root, entry.path)
     except OSError as error:
-        fields["unread"] = f"its link could not be read ({error.strerror or error})"
+        fields["notShown"] = f"its link could not be read ({error.strerror or error})"
     new_file = new is not None and kind == Kind.FILE
     old_file = old is not None and old_kind == Kind.FILE
     if not (new_file or old_file):
@@ -336,16 +369,19 @@ def describe(entry: _Entry, layer: int, personal: bool) -> dict[str, Any]:
         after = _read(layer, entry.path) if new_file else b""
         before = _read(old.root, entry.path) if old_file and old is not None else b""
     except _Unread as why:
-        fields["unread"] = str(why)
+        fields["notShown"] = str(why)
         return FileChange(**fields).model_dump(mode="json", exclude_none=True)
     if after is None or before is None:
         fields["tooLarge"] = True
         return FileChange(**fields).model_dump(mode="json", exclude_none=True)
-    new_text, old_text = _text(after), _text(before)
-    if (new_file and new_text is None) or (old_file and old_text is None):
+    if not (_is_text(after) and _is_text(before)):
         fields["binary"] = True
         return FileChange(**fields).model_dump(mode="json", exclude_none=True)
-    text, cut = unified(name, old_text if old_file else None, new_text if new_file else None)
+    try:
+        text, cut = unified(name, before if old_file else None, after if new_file else None)
+    except _Slow:
+        fields["notShown"] = f"its diff took over {MAX_DIFF_SECONDS} seconds to make"
+        return FileChange(**fields).model_dump(mode="json", exclude_none=True)
     fields["diff"] = text
     if cut:
         fields["truncated"] = True
@@ -385,9 +421,13 @@ def diff_page(
         truncated = len(found) > MAX_DIFF_FILES
         files: list[dict[str, Any]] = []
         used = 0
+        began = time.monotonic()
         for number, entry in enumerate(found[:MAX_DIFF_FILES]):
             if after is not None and number <= after:
                 continue
+            if files and time.monotonic() - began > PAGE_SECONDS:
+                # The rest in the next page: no call holds a thread for long.
+                return DiffPage(files, truncated, str(number - 1))
             item = describe(entry, root, personal)
             shown = size(item)
             if files and used + shown > PAGE_CHARS:
