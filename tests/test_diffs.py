@@ -11,15 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
-from boxd.caller import Role
+from boxd.caller import OWNER_ONLY, Role
 from boxd.cli import show
 from boxd.dbus import interface as api
-from boxd.errors import BoxError
+from boxd.dbus.client import GatewayClient
+from boxd.errors import BoxError, Problem, die
 from boxd.manager import diffs
 from boxd.manager.diffs import KEEP_SKIPS, Marks, diff_page, shown_name, unified
 from boxd.strict_json import size
 from boxd.task_diff import MAX_DIFF_FILES, MAX_DIFF_READ, MAX_DIFF_TEXT, FileChange
+from boxd.web.app import make_app
 
 _OPAQUE = "user.test.opaque"
 
@@ -389,3 +392,44 @@ def test_only_the_owner_may_ask_for_a_review() -> None:
     for role in (Role.APP, Role.MEMBER, Role.BROKER, Role.PAIRING):
         assert not api.DIFF_TASK.admits(api.GATEWAY, role)
     assert api.DIFF_TASK.admits(api.MANAGER, Role.OWNER)
+
+
+class _TwoPages(GatewayClient):
+    """The manager's DiffTask as two pages, and its refusal for a caller not the owner."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, ...]] = []
+
+    async def call_as(self, token: str, member: str, *args: Any) -> Any:
+        self.asked.append((token, member, *args))
+        if token != "owner":
+            die(Problem.FORBIDDEN, OWNER_ONLY)
+        head = {"id": "t123456789", "workspace": "home", "state": "done", "against": "saw"}
+        if args[1] == "":
+            return {**head, "truncated": False, "files": [{"path": "a"}], "next": "0"}
+        return {**head, "truncated": False, "files": [{"path": "b"}]}
+
+
+async def test_the_gateway_streams_every_page_and_passes_refusals_on() -> None:
+    client = _TwoPages()
+    async with TestClient(TestServer(make_app(client))) as http:
+        answer = await http.get(
+            "/api/tasks/t123456789/diff", headers={"Authorization": "Bearer owner"}
+        )
+        assert answer.status == 200
+        assert await answer.json() == {
+            "id": "t123456789",
+            "workspace": "home",
+            "state": "done",
+            "against": "saw",
+            "truncated": False,
+            "files": [{"path": "a"}, {"path": "b"}],
+        }
+        refused = await http.get(
+            "/api/tasks/t123456789/diff", headers={"Authorization": "Bearer app"}
+        )
+        assert (refused.status, await refused.json()) == (403, {"error": OWNER_ONLY})
+    assert client.asked[:2] == [
+        ("owner", "DiffTask", "t123456789", ""),
+        ("owner", "DiffTask", "t123456789", "0"),
+    ]
