@@ -132,8 +132,9 @@ def test_a_fifo_put_where_a_file_was_listed_is_not_read(
     root = os.open(layer, os.O_RDONLY | os.O_DIRECTORY)
     answers: list[dict[str, Any]] = []
     try:
+        # A daemon: if the read ever blocks, the test fails instead of hanging.
         reading = threading.Thread(
-            target=lambda: answers.append(diffs.describe(entry, root, False))
+            target=lambda: answers.append(diffs.describe(entry, root, False)), daemon=True
         )
         reading.start()
         reading.join(10)
