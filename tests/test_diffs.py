@@ -434,3 +434,16 @@ async def test_the_gateway_streams_every_page_and_passes_refusals_on() -> None:
         ("owner", "DiffTask", "t123456789", ""),
         ("owner", "DiffTask", "t123456789", "0"),
     ]
+
+
+def test_an_opaque_folder_above_hides_what_is_further_down_in_it(
+    layers: tuple[Path, Path, Path],
+) -> None:
+    """The layer below replaced folder a (opaque) and kept a/b/kept.txt; the base's
+    a/b/old.txt was gone from the task's view, so deleting a/b shows only kept.txt."""
+    layer, below, base = layers
+    write(base, "a/b/old.txt", "old\n")
+    write(below, "a/b/kept.txt", "kept\n")
+    os.setxattr(below / "a", _OPAQUE, b"y")
+    delete(layer, "a/b")
+    assert list(review(layers)) == ["a/b", "a/b/kept.txt"]

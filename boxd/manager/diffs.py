@@ -86,8 +86,9 @@ class _Below:
         self.roots = roots
         self.marks = marks
 
-    def _in(self, root: int, parts: list[str]) -> os.stat_result | str:
-        """The path's lstat in one layer, or _ABSENT or _HIDDEN."""
+    def _in(self, root: int, parts: list[str]) -> tuple[os.stat_result | str, bool]:
+        """The path's lstat in one layer, or _ABSENT or _HIDDEN; and whether a folder on the
+        way is opaque there, which hides the path in the layers further down."""
         fd = os.dup(root)
         opaque_above = False
         try:
@@ -95,30 +96,30 @@ class _Below:
                 try:
                     info = lstat_at(fd, name)
                 except OSError:
-                    return _HIDDEN
+                    return _HIDDEN, opaque_above
                 if info is None:
-                    return _HIDDEN if opaque_above else _ABSENT
+                    return (_HIDDEN if opaque_above else _ABSENT), opaque_above
                 if self.marks.whiteout(info):
-                    return _HIDDEN
+                    return _HIDDEN, opaque_above
                 if number == len(parts) - 1:
-                    return info
+                    return info, opaque_above
                 if not stat.S_ISDIR(info.st_mode):
-                    return _HIDDEN
+                    return _HIDDEN, opaque_above
                 try:
                     inner = open_dir(fd, name)
                 except OSError:
-                    return _HIDDEN
+                    return _HIDDEN, opaque_above
                 os.close(fd)
                 fd = inner
                 opaque_above = opaque_above or self.marks.opaque(fd)
-            return _HIDDEN
+            return _HIDDEN, opaque_above
         finally:
             os.close(fd)
 
     def find(self, path: str) -> _Old | None:
         parts = path.split("/")
         for root in self.roots:
-            found = self._in(root, parts)
+            found, _ = self._in(root, parts)
             if isinstance(found, os.stat_result):
                 return _Old(root, found)
             if found == _HIDDEN:
@@ -129,7 +130,7 @@ class _Below:
         """What the folder `path` holds in the layers below, merged as overlayfs merges it."""
         seen: dict[str, _Old | None] = {}
         for root in self.roots:
-            found = self._in(root, path.split("/"))
+            found, opaque_above = self._in(root, path.split("/"))
             if found == _ABSENT:
                 continue
             if not isinstance(found, os.stat_result) or not stat.S_ISDIR(found.st_mode):
@@ -147,10 +148,11 @@ class _Below:
                     if child in seen:
                         continue
                     info = lstat_at(fd, child)
-                    # A whiteout hides the name in the layers further down too.
-                    gone = info is None or self.marks.whiteout(info)
-                    seen[child] = None if gone or info is None else _Old(root, info)
-                opaque = self.marks.opaque(fd)
+                    if info is None or self.marks.whiteout(info):
+                        seen[child] = None  # hidden in the layers further down too
+                    else:
+                        seen[child] = _Old(root, info)
+                opaque = opaque_above or self.marks.opaque(fd)
             finally:
                 os.close(fd)
             if opaque:
