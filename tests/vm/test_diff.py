@@ -55,6 +55,7 @@ def test_an_attackers_layer_is_reviewed_without_following_or_blocking(
             "sh mkfifo pipe",
             "sh truncate -s 100M big.bin",
             "sh printf '\\000\\001\\002' > blob.bin",
+            "sh printf 'x\\n' > \"$(printf 'caf\\351.txt')\"",
             "sh printf '\\033[31mred\\n' > \"$(printf 'esc\\033[2J\\033]0;owned\\007name')\"",
         ]
     )
@@ -83,6 +84,7 @@ def test_an_attackers_layer_is_reviewed_without_following_or_blocking(
         "big.bin",
         "blob.bin",
         ESCAPED,
+        "caf\\xe9.txt",
     }
     assert files["notes.txt"]["diff"] == (
         "--- /dev/null\n+++ b/notes.txt\n@@ -0,0 +1 @@\n+hello\n\\ No newline at end of file\n"
@@ -104,6 +106,9 @@ def test_an_attackers_layer_is_reviewed_without_following_or_blocking(
     assert files["big.bin"]["tooLarge"] is True and "diff" not in files["big.bin"]
     assert files["blob.bin"]["binary"] is True and "diff" not in files["blob.bin"]
     assert "+\x1b[31mred\n" in files[ESCAPED]["diff"]
+    # A name that is not UTF-8: its byte shown as \xe9, and said.
+    assert files["caf\\xe9.txt"]["nameNotUtf8"] is True
+    assert "+++ b/caf\\xe9.txt\n" in files["caf\\xe9.txt"]["diff"]
 
     # boxctl: the same answer as JSON, and as text with every escape made visible.
     as_json = json.loads(boxctl(machine, "diff", task["id"], "--json", user=owner).stdout)
