@@ -18,8 +18,9 @@ from boxd.cli import show
 from boxd.dbus import interface as api
 from boxd.dbus.client import GatewayClient
 from boxd.errors import BoxError, Problem, die
-from boxd.manager import diffs
-from boxd.manager.diffs import KEEP_SKIPS, Marks, diff_page, shown_name, unified
+from boxd.manager import diffs, text_diff
+from boxd.manager.diffs import KEEP_SKIPS, Marks, diff_page, shown_name
+from boxd.manager.text_diff import unified
 from boxd.strict_json import size
 from boxd.task_diff import MAX_DIFF_FILES, MAX_DIFF_READ, MAX_DIFF_TEXT, FileChange
 from boxd.web.app import make_app
@@ -300,7 +301,7 @@ def test_a_diff_that_takes_too_long_is_stopped_and_said(
     layer, _, base = layers
     write(base, "slow.txt", "".join(f"word {n % 300}\n" for n in range(90_000)))
     write(layer, "slow.txt", "".join(f"word {n * 7 % 301}\n" for n in range(90_000)))
-    monkeypatch.setattr(diffs, "MAX_DIFF_SECONDS", 0.01)
+    monkeypatch.setattr(text_diff, "MAX_DIFF_SECONDS", 0.01)
     item = review(layers)["slow.txt"]
     assert item["notShown"] == "its diff took over 0.01 seconds to make"
     assert "diff" not in item

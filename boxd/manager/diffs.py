@@ -16,7 +16,6 @@ thread (asyncio.to_thread): it reads files and diffs them.
 import contextlib
 import os
 import stat
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,19 +27,17 @@ from boxd.errors import Problem, die
 from boxd.manager.beneath import DIR_FLAGS, READ_FLAGS, lstat_at, open_dir, parent_of
 from boxd.manager.keep import OPAQUE, is_whiteout
 from boxd.manager.pages import PAGE_CHARS, cursor
+from boxd.manager.text_diff import Slow, is_text, unified
 from boxd.strict_json import size
 from boxd.task_diff import (
     MAX_DIFF_FILES,
     MAX_DIFF_READ,
-    MAX_DIFF_SECONDS,
-    MAX_DIFF_TEXT,
     PAGE_SECONDS,
     Change,
     FileChange,
     Kind,
 )
 
-DIFF = "/usr/bin/diff"
 # Keep (keep.py's _plans) applies no devices, sockets or FIFOs a task made.
 KEEP_SKIPS = "keep leaves devices, sockets and FIFOs out"
 
@@ -259,73 +256,6 @@ def _read(root: int, path: str) -> bytes | None:
         os.close(fd)
 
 
-def _is_text(content: bytes) -> bool:
-    if b"\0" in content:
-        return False
-    try:
-        content.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-class _Slow(Exception):
-    """diff took longer than MAX_DIFF_SECONDS."""
-
-
-def _memfd(content: bytes) -> int:
-    fd = os.memfd_create("boxd-diff", os.MFD_CLOEXEC)
-    try:
-        view = memoryview(content)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.lseek(fd, 0, os.SEEK_SET)
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
-
-
-def unified(name: str, old: bytes | None, new: bytes | None) -> tuple[str, bool]:
-    """`diff -u` of two contents (None: no file), with a/ and b/ names; cut at MAX_DIFF_TEXT
-    characters at a line (then True). GNU diff, not difflib: difflib takes half a minute on a
-    megabyte of a few hundred lines shuffled (bench/diff_review.py), and a child can be
-    stopped. It sees two memfds of bytes, never a path the task controls."""
-    # A newline in a name would start a line of its own in the diff: one that could pass
-    # for a header or a hunk.
-    label = name.replace("\n", "\\n")
-    fds = [_memfd(old or b""), _memfd(new or b"")]
-    try:
-        done = subprocess.run(
-            [
-                DIFF,
-                "--unified",
-                "--text",
-                "--label",
-                f"a/{label}" if old is not None else "/dev/null",
-                "--label",
-                f"b/{label}" if new is not None else "/dev/null",
-                *(f"/dev/fd/{fd}" for fd in fds),
-            ],
-            pass_fds=fds,
-            capture_output=True,
-            timeout=MAX_DIFF_SECONDS,
-            env={"LC_ALL": "C"},
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise _Slow from None
-    finally:
-        for fd in fds:
-            os.close(fd)
-    if done.returncode not in (0, 1):
-        raise OSError(f"diff failed: {done.stderr.decode(errors='replace').strip()}")
-    text = done.stdout.decode("utf-8", "replace")
-    if len(text) <= MAX_DIFF_TEXT:
-        return text, False
-    return text[: text.rfind("\n", 0, MAX_DIFF_TEXT) + 1], True
-
-
 def _link(root: int, path: str) -> str:
     parent, name = parent_of(root, path)
     try:
@@ -376,13 +306,13 @@ def describe(entry: _Entry, layer: int, personal: bool) -> dict[str, Any]:
     if after is None or before is None:
         fields["tooLarge"] = True
         return FileChange(**fields).model_dump(mode="json", exclude_none=True)
-    if not (_is_text(after) and _is_text(before)):
+    if not (is_text(after) and is_text(before)):
         fields["binary"] = True
         return FileChange(**fields).model_dump(mode="json", exclude_none=True)
     try:
         text, cut = unified(name, before if old_file else None, after if new_file else None)
-    except _Slow:
-        fields["notShown"] = f"its diff took over {MAX_DIFF_SECONDS} seconds to make"
+    except Slow as slow:
+        fields["notShown"] = str(slow)
         return FileChange(**fields).model_dump(mode="json", exclude_none=True)
     fields["diff"] = text
     if cut:
