@@ -7,13 +7,14 @@ import getpass
 import json
 import os
 import sys
+from functools import partial
 from typing import Any
 
 from boxd.caller import Role
 from boxd.cli import show
 from boxd.cli.follow import follow
 from boxd.cli.open_screen import open_screen
-from boxd.dbus.client import BoxClient, connect_system_bus, whole
+from boxd.dbus.client import BoxClient, connect_system_bus, pages, whole
 from boxd.dbus.interface import MANAGER
 from boxd.errors import BoxError, Problem, die
 
@@ -56,6 +57,10 @@ def _parser() -> argparse.ArgumentParser:
         command = commands.add_parser(name, help=text)
         command.add_argument("id", help="the task id, like t3k9x2a1b2")
         command.add_argument("--json", action="store_true")
+
+    review = commands.add_parser("diff", help="review what a task changed, file by file")
+    review.add_argument("id", help="the task id, like t3k9x2a1b2")
+    review.add_argument("--json", action="store_true")
 
     approvals = commands.add_parser("approvals", help="list what tasks wait for you to approve")
     approvals.add_argument("--json", action="store_true")
@@ -172,6 +177,25 @@ async def _follow(client: BoxClient, task_id: str, as_json: bool) -> int:
     return 0 if state == "done" else 1
 
 
+async def _diff(client: BoxClient, task_id: str, as_json: bool) -> None:
+    """Printed page by page as they come, so a long review is never held whole."""
+    ask = partial(client.call, "DiffTask", task_id)
+    if as_json:
+        print(show.as_json(await whole(ask, "files")))
+        return
+    count = 0
+    async for page in pages(ask):
+        if count == 0:
+            print(show.diff_head(page), flush=True)
+        for item in page["files"]:
+            print(show.diff_entry(item), flush=True)
+            count += 1
+        if page.get("truncated") and "next" not in page:
+            print(f"... and more: a review lists the first {count:,} changes.")
+    if count == 0:
+        print("No changes.")
+
+
 async def run(arguments: argparse.Namespace) -> int:
     client = BoxClient(await connect_system_bus(), MANAGER)
     as_json = getattr(arguments, "json", False)
@@ -203,6 +227,8 @@ async def run(arguments: argparse.Namespace) -> int:
         method = {"stop": "StopTask", "undo": "UndoTask", "keep": "KeepTask"}[command]
         task = await client.call(method, arguments.id)
         print(show.as_json(task) if as_json else show.task_line(task))
+    elif command == "diff":
+        await _diff(client, arguments.id, as_json)
     elif command == "approvals":
         pending = await whole(lambda page: client.call("ListApprovals", page), "approvals")
         pending = pending["approvals"]

@@ -158,3 +158,46 @@ def droid_line(droid: dict[str, Any]) -> str:
     if droid["installing"]:
         return f"Droid {version} is being installed; Droid tasks wait, queued, until it is."
     return visible(droid["error"] or f"Droid {version} is not installed.")
+
+
+def diff_head(review: dict[str, Any]) -> str:
+    """The first line of `boxctl diff`: whose changes, and against what."""
+    state = visible(review["state"])
+    pending = f", review {visible(review['review'])}" if review.get("review") else ""
+    return (
+        f"Task {visible(review['id'])} ({state}{pending}) on {visible(review['workspace'])}, "
+        "compared with the workspace as the task saw it when it started:"
+    )
+
+
+def diff_entry(item: dict[str, Any]) -> str:
+    """One changed path and its diff. Names, link targets and contents are the task's: every
+    control character shows as an escape, and only the diff's own newlines stay."""
+    kind = item["kind"]
+    notes = []
+    if kind == "link":
+        notes.append(f"link to {visible(item.get('target', '?'))}")
+        if "oldTarget" in item:
+            notes.append(f"was a link to {visible(item['oldTarget'])}")
+    elif kind != "file":
+        notes.append({"dir": "folder", "other": "not a file: a FIFO, socket or device"}[kind])
+    if "oldKind" in item:
+        notes.append(f"was a {'folder' if item['oldKind'] == 'dir' else visible(item['oldKind'])}")
+    if item.get("binary"):
+        notes.append("binary")
+    if item.get("tooLarge"):
+        sizes = [item[name] for name in ("oldSize", "size") if name in item]
+        notes.append(f"too large to show: {' -> '.join(f'{n:,}' for n in sizes)} bytes")
+    if item.get("nameNotUtf8"):
+        notes.append("its name is not UTF-8")
+    for field in ("notShown", "skipped"):
+        if item.get(field):
+            notes.append(visible(item[field]))
+    said = f"  ({'; '.join(notes)})" if notes else ""
+    lines = [f"{visible(item['change']):<8} {visible(item['path'])}{said}"]
+    if "diff" in item:
+        text = item["diff"] or "(the same content: only its mode or time changed)\n"
+        lines.append(visible(text, lines=True).rstrip("\n"))
+    if item.get("truncated"):
+        lines.append("... (the diff is cut here)")
+    return "\n".join(lines)

@@ -145,6 +145,9 @@ STOP_TASK = Method("StopTask", ("id",), "task", _OWNER_OR_APP)
 # Everything else is the owner's.
 UNDO_TASK = Method("UndoTask", ("id",), "task", _OWNER)
 KEEP_TASK = Method("KeepTask", ("id",), "task", _OWNER)
+# The review of what a task changed, in pages (boxd.manager.diffs): read by the owner only, since
+# a task's files may hold what the owner's folders hold.
+DIFF_TASK = Method("DiffTask", ("id", "page"), "diff", _OWNER)
 LIST_APPROVALS = Method("ListApprovals", ("page",), "approvals", _OWNER)
 ANSWER_APPROVAL = Method("AnswerApproval", ("id", "approved:b"), "approval", _OWNER)
 LIST_WORKSPACES = Method("ListWorkspaces", (), "workspaces", _OWNER)
@@ -195,6 +198,7 @@ METHODS: tuple[Method, ...] = (
     STOP_TASK,
     UNDO_TASK,
     KEEP_TASK,
+    DIFF_TASK,
     LIST_APPROVALS,
     ANSWER_APPROVAL,
     LIST_WORKSPACES,

@@ -27,6 +27,7 @@ from boxd.manager.admission import next_to_start
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.damaged import DAMAGED
+from boxd.manager.diffs import diff_page
 from boxd.manager.disk import MIB, disk_full, full_words, stopped_words, tree_bytes
 from boxd.manager.droid_install import DroidInstall, sort_queue
 from boxd.manager.exit_words import why_failed
@@ -190,6 +191,7 @@ class Box:
             api.STOP_TASK: self.stop_task,
             api.UNDO_TASK: self.undo_task,
             api.KEEP_TASK: self.keep_task,
+            api.DIFF_TASK: self.diff_task,
             api.LIST_APPROVALS: self.approvals.list_approvals,
             api.ANSWER_APPROVAL: self.approvals.answer_approval,
             api.LIST_WORKSPACES: self.list_workspaces,
@@ -439,6 +441,59 @@ class Box:
                 die(Problem.FAILED, task.error)
         await self._collect_layers(task.workspace)
         return task.public()
+
+    async def diff_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """One page of the review of what a task changed (boxd.manager.diffs): its layer against
+        the workspace as it saw it, which is what keep replaces when it applies anything (keep
+        applies nothing if a path the task changed is no longer as the task saw it). Read
+        without the task's lock: a running task may be reviewed as it works."""
+        task = await self.records.task(args[0])
+        head: dict[str, Any] = {
+            "id": task.id,
+            "workspace": task.workspace,
+            "state": task.state.value,
+            **({"review": task.review.value} if task.review is not None else {}),
+            "against": "saw",
+        }
+        layer = await self._layer_to_review(task)
+        if layer is None:
+            return {**head, "truncated": False, "files": []}
+        below = []
+        for done in task.saw:
+            found = await self.store.layer_of(done)
+            if found is not None:
+                below.append(self.layers.store(task.workspace) / layer_name(found[0]))
+        below.append(workspaces_dir(self.home) / task.workspace)
+        try:
+            page = await asyncio.to_thread(diff_page, layer, below, args[1], bool(task.folders))
+        except OSError as error:
+            die(
+                Problem.FAILED,
+                f"the changes of task {task.id} changed while they were read "
+                f"({error.strerror or error}); ask again",
+            )
+        answer = {**head, "truncated": page.truncated, "files": page.files}
+        return with_next(answer, page.next)
+
+    async def _layer_to_review(self, task: Task) -> Path | None:
+        """Where the task's changes are (None: a queued task has made none yet), or why there
+        is nothing to review."""
+        if task.state == TaskState.QUEUED:
+            return None
+        if task.state in (TaskState.RUNNING, TaskState.WAITING):
+            return self.layers.upper(task.id)
+        found = await self.store.layer_of(task.id)
+        if task.state == TaskState.DONE and found is not None and found[1]:
+            return self.layers.store(task.workspace) / layer_name(found[0])
+        if task.review == Review.KEPT:
+            why = "was kept: its changes are in your folders now"
+        elif task.state == TaskState.UNDONE:
+            why = "was undone: its changes are gone"
+        elif task.state == TaskState.FAILED:
+            why = "failed: its changes were thrown away"
+        else:
+            why = f"is {task.state}: its changes are no longer on this box"
+        die(Problem.INVALID, f"task {task.id} {why}, so there is nothing to review")
 
     async def _apply(self, task: Task, layer: Path) -> tuple[Task, dict[str, Any]]:
         assert task.folders is not None

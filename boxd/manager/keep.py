@@ -29,7 +29,8 @@ from boxd.manager.folders import Folder
 from boxd.manager.mirror import MirrorError, State, folder_owner, state_of
 from boxd.manager.owner_process import OwnerError, OwnerProcess
 
-_OPAQUE = "trusted.overlay.opaque"
+# How overlayfs marks a folder whose lower content is gone, and a deleted path (diffs.py too).
+OPAQUE = "trusted.overlay.opaque"
 
 
 def _walk(root: Path) -> Iterator[tuple[str, os.stat_result]]:
@@ -72,13 +73,13 @@ class Change:
     replaces: bool = False
 
 
-def _is_whiteout(info: os.stat_result) -> bool:
+def is_whiteout(info: os.stat_result) -> bool:
     return stat.S_ISCHR(info.st_mode) and info.st_rdev == 0
 
 
 def _is_opaque(path: Path) -> bool:
     try:
-        return os.getxattr(path, _OPAQUE, follow_symlinks=False) == b"y"
+        return os.getxattr(path, OPAQUE, follow_symlinks=False) == b"y"
     except OSError:
         return False
 
@@ -87,7 +88,7 @@ def layer_changes(layer: Path) -> list[Change]:
     """Parents before what is in them, in one order, so a keep that stops can say what is left."""
     changes = []
     for path, info in _walk(layer):
-        whiteout = _is_whiteout(info)
+        whiteout = is_whiteout(info)
         opaque = stat.S_ISDIR(info.st_mode) and _is_opaque(layer / path)
         changes.append(Change(path, info, deleted=whiteout, replaces=opaque))
     return sorted(changes, key=lambda change: change.path.split("/"))

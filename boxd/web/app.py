@@ -73,6 +73,11 @@ async def get_task(request: web.Request) -> web.StreamResponse:
     return await stream(request, task, "steps", _without("steps", "next"))
 
 
+async def diff_task(request: web.Request) -> web.StreamResponse:
+    diff = _pages(request, "DiffTask", request.match_info["id"])
+    return await stream(request, diff, "files", _without("files", "next"))
+
+
 async def stop_task(request: web.Request) -> web.Response:
     return _json(await _call(request, "StopTask", request.match_info["id"]))
 
@@ -158,7 +163,8 @@ def make_app(client: GatewayClient | None = None) -> web.Application:
     errors = json_errors(
         lambda failure: failure.problem.http_status,
         "the API serves GET and POST /api/tasks, GET /api/tasks/{id}, "
-        "POST /api/tasks/{id}/stop, /undo and /keep, GET /api/approvals, POST /api/approvals/{id}, "
+        "GET /api/tasks/{id}/diff, POST /api/tasks/{id}/stop, /undo and /keep, "
+        "GET /api/approvals, POST /api/approvals/{id}, "
         "GET and POST /api/workspaces, GET /api/tokens, DELETE /api/tokens/{id}, GET /api/droid, "
         "GET and POST /api/pause, POST /api/resume, POST /api/pair, "
         "GET /login?code=... (boxctl open makes the link), GET /api/openapi.json, "
@@ -175,6 +181,7 @@ def make_app(client: GatewayClient | None = None) -> web.Application:
     app.router.add_post("/api/tasks/{id}/stop", stop_task)
     app.router.add_post("/api/tasks/{id}/undo", undo_task)
     app.router.add_post("/api/tasks/{id}/keep", keep_task)
+    app.router.add_get("/api/tasks/{id}/diff", diff_task)
     app.router.add_get("/api/approvals", list_approvals)
     app.router.add_get("/api/workspaces", list_workspaces)
     app.router.add_post("/api/workspaces", create_workspace)

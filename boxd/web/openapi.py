@@ -17,6 +17,7 @@ from boxd.caller import LINK_USED, OWNER_ONLY
 from boxd.pairing_request import PairRequest
 from boxd.strict_json import TOO_LARGE
 from boxd.task import Task
+from boxd.task_diff import TaskDiff
 from boxd.task_request import TaskRequest
 from boxd.web.screen_session import (
     CSRF_COOKIE,
@@ -39,6 +40,7 @@ _MODELS: tuple[tuple[type[BaseModel], _Mode], ...] = (
     (PairRequest, "validation"),
     (Task, "serialization"),
     (Approval, "serialization"),
+    (TaskDiff, "serialization"),
 )
 
 
@@ -139,6 +141,15 @@ ROUTES: tuple[Route, ...] = (
         "Keep a personal-folder task's changes",
         200,
         _ref(Task),
+        None,
+        (400, 404),
+    ),
+    Route(
+        "GET",
+        "/api/tasks/{id}/diff",
+        "Review what a task changed: each file added, changed or deleted, with a text diff",
+        200,
+        _ref(TaskDiff),
         None,
         (400, 404),
     ),
