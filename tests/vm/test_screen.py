@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
@@ -53,9 +54,11 @@ def until(driver: WebDriver, condition: Callable[[WebDriver], Any], what: str = 
     return WebDriverWait(driver, WAIT, poll_frequency=0.1).until(condition, what)
 
 
+# Read in the page itself: the page redraws as events come, and an element found a moment ago
+# may be gone by the time Selenium asks for its text.
 def _text(driver: WebDriver, css: str) -> str:
-    found = driver.find_elements(By.CSS_SELECTOR, css)
-    return found[0].text.strip() if found else ""
+    script = "const e = document.querySelector(arguments[0]); return e ? e.innerText.trim() : ''"
+    return str(driver.execute_script(script, css))
 
 
 def _one(driver: WebDriver, css: str) -> WebElement:
@@ -65,11 +68,29 @@ def _one(driver: WebDriver, css: str) -> WebElement:
     return found[0]
 
 
-def _button(scope: WebDriver | WebElement, words: str) -> WebElement:
-    for button in scope.find_elements(By.CSS_SELECTOR, "button"):
-        if button.text.strip() == words and button.is_displayed():
-            return button
-    raise AssertionError(f"no button {words!r}")
+def _click(driver: WebDriver, css: str, words: str | None = None) -> None:
+    """Clicks the first visible element `css` finds (that says `words`), once it is there."""
+
+    def click(d: WebDriver) -> bool:
+        try:
+            for element in d.find_elements(By.CSS_SELECTOR, css):
+                if (words is None or element.text.strip() == words) and element.is_displayed():
+                    element.click()
+                    return True
+        except StaleElementReferenceException:
+            pass
+        return False
+
+    until(driver, click, f"nothing to click at {css} {words or ''}")
+
+
+def _press(driver: WebDriver, words: str, within: str = "body") -> None:
+    _click(driver, f"{within} button", words)
+
+
+def _visible(driver: WebDriver, css: str) -> bool:
+    script = "const e = document.querySelector(arguments[0]); return !!e && e.checkVisibility()"
+    return bool(driver.execute_script(script, css))
 
 
 def _state(driver: WebDriver) -> str:
@@ -77,7 +98,8 @@ def _state(driver: WebDriver) -> str:
 
 
 def _story(driver: WebDriver) -> list[str]:
-    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".story li .text")]
+    script = "return [...document.querySelectorAll('.story li .text')].map((e) => e.innerText)"
+    return list(driver.execute_script(script))
 
 
 def _not_reloaded(driver: WebDriver) -> None:
@@ -110,17 +132,18 @@ def test_a_spend_is_approved_on_the_screen_and_the_task_goes_on_live(
         tools=["wallet.pay"],
         budgetCents=100,
     )
-    row = _one(screen, f'[data-task="{task["id"]}"]')
-    card = _one(screen, f'[data-approval^="{task["id"]}."]')
-    assert "city-power" in card.text or "wallet.pay" in card.text, card.text
-    assert "$5.00" in card.text and "over its $1.00 budget" in card.text, card.text
+    _one(screen, f'[data-task="{task["id"]}"]')
+    _one(screen, f'[data-approval^="{task["id"]}."]')
+    card = _text(screen, f'[data-approval^="{task["id"]}."]')
+    assert "wallet.pay" in card, card
+    assert "$5.00" in card and "over its $1.00 budget" in card, card
     until(screen, lambda d: "waiting" in _text(d, f'[data-task="{task["id"]}"] .state'))
     screenshot(screen, "approval")
-    row.click()
+    _click(screen, f'[data-task="{task["id"]}"]')
     until(screen, lambda d: "looking at the May bill" in _story(d))
     until(screen, lambda d: _state(d) == "waiting")
     screenshot(screen, "task-waiting")
-    _button(_one(screen, ".approval"), "Approve").click()
+    _press(screen, "Approve", ".approval")
     until(screen, lambda d: "paid the bill" in _story(d), "the last step never arrived")
     until(screen, lambda d: _state(d) == "done")
     assert screen.find_elements(By.CSS_SELECTOR, ".approval") == []
@@ -137,7 +160,7 @@ def test_undo_on_the_screen(machine: Machine, screen: WebDriver, token: str) -> 
     until(screen, lambda d: _state(d) == "done")
     until(screen, lambda d: "undo-me.txt" in _text(d, ".files"), "the task's files")
     screenshot(screen, "task-files")
-    _button(screen, "Undo").click()
+    _press(screen, "Undo")
     until(screen, lambda d: _state(d) == "undone")
     assert http(machine, "GET", f"/api/tasks/{task['id']}", token)[1]["state"] == "undone"
 
@@ -158,39 +181,40 @@ def test_review_then_keep_a_personal_folder_task(
     )
     assert finish(machine, task["id"])["review"] == "pending"
     screen.get(f"http://127.0.0.1:7700/#/task/{task['id']}")
-    until(screen, lambda d: "Review its changes" in d.find_element(By.TAG_NAME, "main").text)
-    files = until(screen, lambda d: d.find_elements(By.CSS_SELECTOR, ".files li"))
-    shown = screen.find_element(By.CSS_SELECTOR, ".files").text
+    until(screen, lambda d: "Review its changes" in _text(d, "main"))
+    until(screen, lambda d: _text(d, ".files"))
+    files = screen.find_elements(By.CSS_SELECTOR, ".files > li")
+    shown = _text(screen, ".files")
     for line in ("added.txt", "b.txt", "a.txt", "-old line", "+new line"):
         assert line in shown, shown
     assert len(files) == 3
     screenshot(screen, "review")
     # Nothing is applied until the owner keeps it.
     assert tree(machine, real) == {"a.txt": "old line", "b.txt": "bye"}
-    _button(screen, "Keep changes").click()
-    until(screen, lambda d: "kept" in d.find_element(By.CSS_SELECTOR, "aside").text)
+    _press(screen, "Keep changes")
+    until(screen, lambda d: "kept" in _text(d, "aside"))
     assert tree(machine, real) == {"a.txt": "new line", "added.txt": "hi"}
     screenshot(screen, "kept")
 
 
 def test_pause_start_from_the_form_queued_then_resume(machine: Machine, screen: WebDriver) -> None:
-    _button(screen, "Pause agents").click()
-    until(screen, lambda d: d.find_element(By.ID, "paused-banner").is_displayed())
+    _press(screen, "Pause agents")
+    until(screen, lambda d: _visible(d, "#paused-banner"))
     try:
-        screen.find_element(By.CSS_SELECTOR, 'a[href="#/new"]').click()
+        _click(screen, 'a[href="#/new"]')
         _one(screen, "input[name=title]").send_keys("Started from the screen")
         screen.find_element(By.CSS_SELECTOR, "textarea[name=prompt]").send_keys(
             "step started from the screen"
         )
         screen.find_element(By.CSS_SELECTOR, "select[name=worker] option[value=fake]").click()
         screenshot(screen, "new-task")
-        _button(screen, "Start task").click()
+        _press(screen, "Start task")
         until(screen, lambda d: "#/task/" in d.current_url)
         until(screen, lambda d: _state(d) == "queued")
         screenshot(screen, "queued")
     finally:
-        _button(screen, "Resume agents").click()
-    until(screen, lambda d: not d.find_element(By.ID, "paused-banner").is_displayed())
+        _press(screen, "Resume agents")
+    until(screen, lambda d: not _visible(d, "#paused-banner"))
     until(screen, lambda d: _state(d) == "done", "the queued task never ran")
     assert "started from the screen" in _story(screen)
     _not_reloaded(screen)
@@ -204,19 +228,19 @@ def test_a_change_without_the_csrf_token_is_refused(machine: Machine, screen: We
 
 
 def test_the_settings_and_a_phones_width(machine: Machine, screen: WebDriver) -> None:
-    screen.find_element(By.CSS_SELECTOR, 'a[href="#/settings"]').click()
+    _click(screen, 'a[href="#/settings"]')
     until(screen, lambda d: _text(d, "main h1") == "Settings")
     _one(screen, "input[name=device]").send_keys("anna-phone")
-    _button(screen, "Make a pairing code").click()
+    _press(screen, "Make a pairing code")
     code = _one(screen, "[data-pairing-code]").text
     qr = _one(screen, ".pairing img").get_attribute("src") or ""
     assert code and qr.startswith("data:image/svg"), qr
     screenshot(screen, "settings")
-    screen.find_element(By.CSS_SELECTOR, 'a[href="#/workspaces"]').click()
+    _click(screen, 'a[href="#/workspaces"]')
     until(screen, lambda d: _text(d, "main h1") == "Workspaces")
     screenshot(screen, "workspaces")
     resize(screen, PHONE)
-    screen.find_element(By.CSS_SELECTOR, 'a[href="#/tasks"]').click()
+    _click(screen, 'a[href="#/tasks"]')
     until(screen, lambda d: _text(d, "main h1") == "Tasks")
     # Nothing wider than the phone: no sideways scrolling of the page itself.
     width = screen.execute_script("return document.documentElement.scrollWidth")
