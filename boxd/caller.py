@@ -22,6 +22,8 @@ class Role(StrEnum):
     SCREEN = "screen"
     # A one-time link from `boxctl open`, good only for exchanging itself for a screen session.
     LOGIN_LINK = "login link"
+    # The owner's paired device (`boxctl pair NAME`): it may do what the screen may.
+    DEVICE = "device"
 
 
 @dataclass(frozen=True)
@@ -39,4 +41,4 @@ class Caller:
 
     @property
     def acts_as_owner(self) -> bool:
-        return self.role in (Role.OWNER, Role.SCREEN)
+        return self.role in (Role.OWNER, Role.SCREEN, Role.DEVICE)

@@ -2,7 +2,7 @@ from typing import Any
 
 from dbus_fast.introspection import Node
 
-from boxd.caller import Role
+from boxd.caller import Caller, Role
 from boxd.dbus.interface import (
     BROKER,
     GATEWAY,
@@ -50,6 +50,7 @@ def test_interfaces_follow_the_callers() -> None:
             Door.PAIRING_CODE,
             Door.SCREEN,
             Door.LOGIN_LINK,
+            Door.DEVICE,
         }
         assert (GATEWAY in on) == bool(method.callers & tokens)
         assert (BROKER in on) == (Door.BROKER in method.callers)
@@ -80,13 +81,35 @@ def test_a_pairing_code_opens_only_the_exchange_and_only_the_owner_makes_codes()
     for method in METHODS:
         assert method.admits(GATEWAY, Role.PAIRING) == (method.name == "Pair")
     make = find_method_strict(MANAGER, "CreatePairing").method
-    assert make.callers == {Door.POLKIT} and find_method(GATEWAY, "CreatePairing") is None
+    assert make.callers == {Door.POLKIT, Door.SCREEN, Door.DEVICE}
 
 
-def test_settings_vault_and_new_tokens_are_the_owners_own_account_s() -> None:
+IN_PERSON = {
+    "GetSettings",
+    "SetSettings",
+    "SetSecret",
+    "RemoveSecret",
+    "ListSecrets",
+    "CreatePairing",
+    "RemoveWorkspace",
+}
+
+
+def test_the_owner_in_person_may_change_settings_vault_pairing_and_workspaces() -> None:
+    """The attacker's view: an owner's token (a script's), an app's or a member's is refused
+    each of these; only polkit, this computer's screen and the owner's paired device are let in."""
+    for name in IN_PERSON:
+        method = find_method_strict(GATEWAY, name).method
+        assert method.callers == {Door.POLKIT, Door.SCREEN, Door.DEVICE}, name
+        for role in (Role.OWNER, Role.APP, Role.MEMBER, Role.PAIRING, Role.LOGIN_LINK):
+            assert not method.admits(GATEWAY, role), (name, role)
+        assert method.admits(GATEWAY, Role.SCREEN) and method.admits(GATEWAY, Role.DEVICE)
+
+
+def test_new_tokens_are_the_owners_own_account_s() -> None:
     own = {m.name for m in METHODS if m.callers == {Door.POLKIT}}
-    assert {"SetSecret", "RemoveSecret", "ListSecrets", "SetSettings", "CreateToken"} <= own
-    assert find_method(GATEWAY, "SetSecret") is None
+    assert {"CreateToken", "CreateScreenLink"} <= own
+    assert find_method(GATEWAY, "CreateToken") is None
     # A role that came in by another door is not admitted, whatever the method.
     assert not find_method_strict(MANAGER, "ListTasks").method.admits(MANAGER, Role.APP)
     assert not find_method_strict(BROKER, "LogStep").method.admits(BROKER, Role.OWNER)
@@ -111,10 +134,20 @@ def test_every_method_has_a_handler_and_no_handler_is_undeclared() -> None:
     assert set(routes) == set(METHODS)
 
 
-def test_the_screen_may_do_what_the_owners_token_may() -> None:
+def test_the_screen_may_do_what_the_owners_token_may_and_more() -> None:
     for method in METHODS:
-        assert (Door.SCREEN in method.callers) == (Door.OWNER_TOKEN in method.callers), method
-        assert method.admits(GATEWAY, Role.SCREEN) == method.admits(GATEWAY, Role.OWNER)
+        if Door.OWNER_TOKEN in method.callers:
+            assert Door.SCREEN in method.callers, method
+        expected = Door.OWNER_TOKEN in method.callers or method.name in IN_PERSON
+        assert (Door.SCREEN in method.callers) == expected, method
+        assert method.admits(GATEWAY, Role.SCREEN) == expected, method
+
+
+def test_a_paired_device_may_do_what_the_screen_may() -> None:
+    for method in METHODS:
+        assert (Door.DEVICE in method.callers) == (Door.SCREEN in method.callers), method
+        assert method.admits(GATEWAY, Role.DEVICE) == method.admits(GATEWAY, Role.SCREEN)
+    assert Caller(Role.DEVICE, "phone", device="phone").acts_as_owner
 
 
 def test_only_the_owner_by_polkit_makes_a_login_link_and_a_link_only_opens_a_session() -> None:

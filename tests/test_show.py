@@ -3,6 +3,7 @@
 from typing import Any
 
 from boxd.cli import show
+from boxd.pairing_qr import qr_text
 
 EVIL = "a\x1b[2Jb\rc\x07d\x9be\u202ef\u2028g\x00h\t"
 
@@ -49,3 +50,14 @@ def test_a_step_cannot_forge_a_line_of_boxd() -> None:
     assert second.startswith(show.CONTINUED)
     # boxd's own lines start with the clock; a continued line never does.
     assert not second.lstrip().startswith("00:00:00")
+
+
+def test_boxctl_pair_draws_the_code_as_a_qr_code_under_it_on_a_terminal() -> None:
+    pairing = {"device": "phone", "code": "ABCDE-FGHIJ", "expiresInSeconds": 600}
+    plain = show.pairing_text(pairing)
+    drawn = show.pairing_text(pairing, qr=True)
+    assert qr_text("ABCDE-FGHIJ") not in plain and "█" not in plain
+    first, rest = drawn.split("\n", 1)
+    assert first == "Pairing code for phone: ABCDE-FGHIJ"
+    assert rest.startswith(qr_text("ABCDE-FGHIJ") + "\n")
+    assert drawn.replace(qr_text("ABCDE-FGHIJ") + "\n", "") == plain

@@ -279,7 +279,8 @@ async def run(arguments: argparse.Namespace) -> int:
         print(show.as_json(droid) if as_json else show.droid_line(droid))
     elif command == "pair":
         pairing = await client.call("CreatePairing", arguments.name)
-        print(show.as_json(pairing) if as_json else show.pairing_text(pairing))
+        shown = show.pairing_text(pairing, qr=sys.stdout.isatty())
+        print(show.as_json(pairing) if as_json else shown)
     elif command in ("pause", "resume"):
         agents = await client.call("PauseAgents" if command == "pause" else "ResumeAgents")
         print(show.as_json(agents) if as_json else show.agents_line(agents))

@@ -11,6 +11,8 @@ import time
 import unicodedata
 from typing import Any
 
+from boxd.pairing_qr import qr_text
+
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 # Unicode's control, format, separator, private, surrogate and unassigned characters.
 _HIDDEN = ("Cc", "Cf", "Zl", "Zp", "Co", "Cs", "Cn")
@@ -133,12 +135,17 @@ def token_table(tokens: list[dict[str, Any]]) -> str:
     )
 
 
-def pairing_text(pairing: dict[str, Any]) -> str:
+def pairing_text(pairing: dict[str, Any], qr: bool = False) -> str:
+    """The code, and under it (`qr`, for a terminal) the code as a QR code for the device's
+    camera; a pipe gets the text alone, which a script reads more easily."""
     minutes = pairing["expiresInSeconds"] // 60
+    code = visible(pairing["code"])
+    drawn = f"{qr_text(code)}\n" if qr else ""
     return (
-        f"Pairing code for {visible(pairing['device'])}: {visible(pairing['code'])}\n"
+        f"Pairing code for {visible(pairing['device'])}: {code}\n"
+        f"{drawn}"
         f"It works once, for {minutes} minutes. On the device: POST /api/pair with "
-        f'{{"code": "{visible(pairing["code"])}"}}; the answer holds its token.'
+        f'{{"code": "{code}"}}; the answer holds its token.'
     )
 
 

@@ -44,6 +44,7 @@ class Door(StrEnum):
     BROKER = "a task's broker"
     SCREEN = "this computer's own screen"
     LOGIN_LINK = "a one-time login link"
+    DEVICE = "the owner's paired device"
 
 
 def door(interface: str, role: Role) -> Door | None:
@@ -62,6 +63,8 @@ def door(interface: str, role: Role) -> Door | None:
         return Door.SCREEN
     if interface == GATEWAY and role == Role.LOGIN_LINK:
         return Door.LOGIN_LINK
+    if interface == GATEWAY and role == Role.DEVICE:
+        return Door.DEVICE
     if interface == BROKER and role == Role.BROKER:
         return Door.BROKER
     return None
@@ -87,6 +90,7 @@ class Method:
             Door.PAIRING_CODE,
             Door.SCREEN,
             Door.LOGIN_LINK,
+            Door.DEVICE,
         }:
             found.append(GATEWAY)
         if Door.BROKER in self.callers:
@@ -126,12 +130,16 @@ class Bound:
         return "".join(self.types)
 
 
-# The owner's own account only: the vault, settings and new tokens are never a token's to
-# change, so a stolen token cannot widen what it or another token may do.
+# The owner's own account only: new tokens are never a token's to make, so a stolen token
+# cannot widen what it or another token may do.
 _POLKIT = frozenset({Door.POLKIT})
-_OWNER = frozenset({Door.POLKIT, Door.OWNER_TOKEN, Door.SCREEN})
+# The owner in person: at this computer (polkit, or its own screen, whose session only a
+# polkit-checked `boxctl open` makes) or on the device they paired. The vault, settings,
+# pairing and removing workspaces are theirs; an owner's token (made for scripts) is not let in.
+_IN_PERSON = frozenset({Door.POLKIT, Door.SCREEN, Door.DEVICE})
+_OWNER = frozenset({Door.POLKIT, Door.OWNER_TOKEN, Door.SCREEN, Door.DEVICE})
 _OWNER_OR_APP = frozenset(
-    {Door.POLKIT, Door.OWNER_TOKEN, Door.SCREEN, Door.APP_TOKEN, Door.MEMBER_TOKEN}
+    {Door.POLKIT, Door.OWNER_TOKEN, Door.SCREEN, Door.DEVICE, Door.APP_TOKEN, Door.MEMBER_TOKEN}
 )
 _BROKER = frozenset({Door.BROKER})
 
@@ -152,16 +160,16 @@ LIST_APPROVALS = Method("ListApprovals", ("page",), "approvals", _OWNER)
 ANSWER_APPROVAL = Method("AnswerApproval", ("id", "approved:b"), "approval", _OWNER)
 LIST_WORKSPACES = Method("ListWorkspaces", (), "workspaces", _OWNER)
 CREATE_WORKSPACE = Method("CreateWorkspace", ("name",), "workspace", _OWNER)
-REMOVE_WORKSPACE = Method("RemoveWorkspace", ("name",), "removed", _POLKIT)
-GET_SETTINGS = Method("GetSettings", (), "settings", _POLKIT)
-SET_SETTINGS = Method("SetSettings", ("changes",), "settings", _POLKIT)
+REMOVE_WORKSPACE = Method("RemoveWorkspace", ("name",), "removed", _IN_PERSON)
+GET_SETTINGS = Method("GetSettings", (), "settings", _IN_PERSON)
+SET_SETTINGS = Method("SetSettings", ("changes",), "settings", _IN_PERSON)
 # The role is owner, app or member; a member's token is named by the member's id.
 CREATE_TOKEN = Method("CreateToken", ("name", "role"), "token", _POLKIT)
 LIST_TOKENS = Method("ListTokens", (), "tokens", _OWNER)
 REVOKE_TOKEN = Method("RevokeToken", ("id",), "token", _OWNER)
 # Pairing: the owner makes a code for a device's name; a device exchanges it, once, within ten
 # minutes, for a token of its own (boxd.manager.pairing). On the gateway, the token is "".
-CREATE_PAIRING = Method("CreatePairing", ("name",), "pairing", _POLKIT)
+CREATE_PAIRING = Method("CreatePairing", ("name",), "pairing", _IN_PERSON)
 PAIR = Method("Pair", ("code",), "paired", frozenset({Door.PAIRING_CODE}))
 # Which Droid release the box runs and whether its install is under way or failed.
 GET_DROID = Method("GetDroid", (), "droid", _OWNER)
@@ -170,9 +178,9 @@ GET_AGENTS = Method("GetAgents", (), "agents", _OWNER)
 PAUSE_AGENTS = Method("PauseAgents", (), "agents", _OWNER)
 RESUME_AGENTS = Method("ResumeAgents", (), "agents", _OWNER)
 # The vault: values go in, never out.
-SET_SECRET = Method("SetSecret", ("name", "value"), "secret", _POLKIT)
-REMOVE_SECRET = Method("RemoveSecret", ("name",), "secret", _POLKIT)
-LIST_SECRETS = Method("ListSecrets", (), "names", _POLKIT)
+SET_SECRET = Method("SetSecret", ("name", "value"), "secret", _IN_PERSON)
+REMOVE_SECRET = Method("RemoveSecret", ("name",), "secret", _IN_PERSON)
+LIST_SECRETS = Method("ListSecrets", (), "names", _IN_PERSON)
 # This computer's own screen: `boxctl open` asks for a one-time link (the owner by polkit
 # only, so no token can make one); the gateway exchanges the link, passed as its token, for a
 # session once (boxd.manager.screen_sessions).

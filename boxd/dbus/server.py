@@ -25,6 +25,16 @@ Handler = Callable[[Caller, list[Any]], Awaitable[Any]]
 Authorizer = Callable[[Message, Bound], Awaitable[Caller]]
 
 
+def check_admitted(method: Bound, role: Role) -> None:
+    """Refuses a caller the method's declaration does not admit, in the seed's words where the
+    caller is a token's: an owner's token (a script's) is refused what needs the owner in
+    person, and an app's or a member's what is the owner's."""
+    if not method.method.admits(method.interface, role):
+        if role in (Role.APP, Role.MEMBER, Role.OWNER):
+            die(Problem.FORBIDDEN, OWNER_ONLY)
+        die(Problem.FORBIDDEN, f"{method.name} is not open to {role} callers here")
+
+
 class Server:
     def __init__(self, bus: MessageBus, authorize: Authorizer) -> None:
         self._bus = bus
@@ -61,10 +71,7 @@ class Server:
     async def _serve(self, message: Message, method: Bound) -> None:
         try:
             caller = await self._authorize(message, method)
-            if not method.method.admits(method.interface, caller.role):
-                if caller.role in (Role.APP, Role.MEMBER):
-                    die(Problem.FORBIDDEN, OWNER_ONLY)
-                die(Problem.FORBIDDEN, f"{method.name} is not open to {caller.role} callers here")
+            check_admitted(method, caller.role)
             args = message.body[1:] if method.interface == GATEWAY else message.body
             result = await self._handlers[method.method](caller, args)
             reply = Message.new_method_return(message, "s", [json.dumps(result)])

@@ -48,7 +48,7 @@ class Authorizer:
                 die(Problem.UNAUTHORIZED, "a valid bearer token is required (boxctl token create)")
             name, role, maker = found
             if role == DEVICE:
-                return Caller(Role.OWNER, name, user=maker, device=name)
+                return Caller(Role.DEVICE, name, user=maker, device=name)
             return Caller(Role(role), name, user=maker)
         task_id = message.body[0]
         if await self._broker_unit(sender) != broker_service_unit(task_id):

@@ -11,8 +11,12 @@ from boxd.dbus.client import GatewayClient, connect_system_bus, pages
 from boxd.errors import Problem, die
 from boxd.json_errors import MAX_BODY, json_errors
 from boxd.json_pages import stream
+from boxd.owner_requests import NewPairing, SecretValue, SettingsChanges
+from boxd.pairing_qr import qr_svg
 from boxd.pairing_request import PairRequest
 from boxd.plain_errors import parse
+from boxd.web.event_stream import EVENTS_PATH, Timing, serve_events
+from boxd.web.live_events import LiveEvents
 from boxd.web.openapi import OPENAPI_PATH, document
 from boxd.web.screen_page import ScreenPage
 from boxd.web.screen_session import (
@@ -25,6 +29,8 @@ from boxd.web.screen_session import (
 from boxd.workspace_request import NewWorkspace
 
 CLIENT = web.AppKey("client", GatewayClient)
+EVENTS = web.AppKey("events", LiveEvents)
+EVENT_TIMING = web.AppKey("event timing", Timing)
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
@@ -143,6 +149,47 @@ async def resume_agents(request: web.Request) -> web.Response:
     return _json(await _call(request, "ResumeAgents"))
 
 
+async def live_events(request: web.Request) -> web.StreamResponse:
+    app = request.app
+    return await serve_events(request, app[CLIENT], app[EVENTS], _token(request), app[EVENT_TIMING])
+
+
+async def get_settings(request: web.Request) -> web.Response:
+    return _json(await _call(request, "GetSettings"))
+
+
+async def change_settings(request: web.Request) -> web.Response:
+    token = _token(request)
+    changes = parse(SettingsChanges, await request.read())
+    return _json(await request.app[CLIENT].call_as(token, "SetSettings", changes.model_dump_json()))
+
+
+async def list_secrets(request: web.Request) -> web.Response:
+    return _json(await _call(request, "ListSecrets"))
+
+
+async def set_secret(request: web.Request) -> web.Response:
+    token = _token(request)
+    body = parse(SecretValue, await request.read())
+    name = request.match_info["name"]
+    return _json(await request.app[CLIENT].call_as(token, "SetSecret", name, body.value))
+
+
+async def remove_secret(request: web.Request) -> web.Response:
+    return _json(await _call(request, "RemoveSecret", request.match_info["name"]))
+
+
+async def create_pairing(request: web.Request) -> web.Response:
+    token = _token(request)
+    body = parse(NewPairing, await request.read())
+    pairing = await request.app[CLIENT].call_as(token, "CreatePairing", body.name)
+    return _json({**pairing, "qrSvg": qr_svg(pairing["code"])}, 201)
+
+
+async def remove_workspace(request: web.Request) -> web.Response:
+    return _json(await _call(request, "RemoveWorkspace", request.match_info["name"]))
+
+
 async def login(request: web.Request) -> web.Response:
     return await open_session(request.app[CLIENT], request)
 
@@ -154,12 +201,18 @@ async def openapi(request: web.Request) -> web.Response:
 async def _bus(app: web.Application) -> AsyncIterator[None]:
     bus = await connect_system_bus()
     app[CLIENT] = GatewayClient(bus)
+    await app[EVENTS].start(bus)
     yield
     bus.disconnect()
 
 
-def make_app(client: GatewayClient | None = None) -> web.Application:
-    """The gateway; `client` stands for the system bus's manager where a test brings its own."""
+def make_app(
+    client: GatewayClient | None = None,
+    events: LiveEvents | None = None,
+    event_timing: Timing | None = None,
+) -> web.Application:
+    """The gateway; `client` stands for the system bus's manager where a test brings its own,
+    and `events` for the signals it hears (started by the test)."""
     errors = json_errors(
         lambda failure: failure.problem.http_status,
         "the API serves GET and POST /api/tasks, GET /api/tasks/{id}, "
@@ -168,6 +221,8 @@ def make_app(client: GatewayClient | None = None) -> web.Application:
         "GET and POST /api/workspaces, GET /api/tokens, DELETE /api/tokens/{id}, GET /api/droid, "
         "GET and POST /api/pause, POST /api/resume, POST /api/pair, "
         "GET /login?code=... (boxctl open makes the link), GET /api/openapi.json, "
+        "GET /api/events, GET and PATCH /api/settings, GET /api/vault, "
+        "PUT and DELETE /api/vault/{name}, POST /api/pairings, DELETE /api/workspaces/{name}, "
         "and the owner's screen at /",
     )
     app = web.Application(middlewares=[errors, screen_session], client_max_size=MAX_BODY)
@@ -175,6 +230,8 @@ def make_app(client: GatewayClient | None = None) -> web.Application:
         app.cleanup_ctx.append(_bus)
     else:
         app[CLIENT] = client
+    app[EVENTS] = events or LiveEvents()
+    app[EVENT_TIMING] = event_timing or Timing()
     app.router.add_post("/api/tasks", create_task)
     app.router.add_get("/api/tasks", list_tasks)
     app.router.add_get("/api/tasks/{id}", get_task)
@@ -195,5 +252,13 @@ def make_app(client: GatewayClient | None = None) -> web.Application:
     app.router.add_post("/api/pair", pair)
     app.router.add_get(LOGIN_PATH, login)
     app.router.add_get(OPENAPI_PATH, openapi)
+    app.router.add_get(EVENTS_PATH, live_events)
+    app.router.add_get("/api/settings", get_settings)
+    app.router.add_patch("/api/settings", change_settings)
+    app.router.add_get("/api/vault", list_secrets)
+    app.router.add_put("/api/vault/{name}", set_secret)
+    app.router.add_delete("/api/vault/{name}", remove_secret)
+    app.router.add_post("/api/pairings", create_pairing)
+    app.router.add_delete("/api/workspaces/{name}", remove_workspace)
     ScreenPage().add_routes(app.router)
     return app

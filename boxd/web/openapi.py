@@ -14,11 +14,15 @@ from pydantic.json_schema import models_json_schema
 
 from boxd.approval import Answer, Approval
 from boxd.caller import LINK_USED, OWNER_ONLY
+from boxd.owner_requests import NewPairing, SecretValue, SettingsChanges
 from boxd.pairing_request import PairRequest
+from boxd.settings import Settings
 from boxd.strict_json import TOO_LARGE
 from boxd.task import Task
 from boxd.task_diff import TaskDiff
 from boxd.task_request import TaskRequest
+from boxd.web.event_stream import EVENTS_PATH, HEARTBEAT_SECONDS
+from boxd.web.live_events import TOO_MANY
 from boxd.web.screen_session import (
     CSRF_COOKIE,
     CSRF_HEADER,
@@ -38,6 +42,10 @@ _MODELS: tuple[tuple[type[BaseModel], _Mode], ...] = (
     (Answer, "validation"),
     (NewWorkspace, "validation"),
     (PairRequest, "validation"),
+    (SettingsChanges, "validation"),
+    (SecretValue, "validation"),
+    (NewPairing, "validation"),
+    (Settings, "serialization"),
     (Task, "serialization"),
     (Approval, "serialization"),
     (TaskDiff, "serialization"),
@@ -96,6 +104,32 @@ _DEVICE_TOKEN: dict[str, Any] = {
 }
 
 
+_SECRET: dict[str, Any] = {
+    "type": "object",
+    "required": ["name"],
+    "properties": {"name": {"type": "string"}},
+}
+_PAIRING: dict[str, Any] = {
+    "type": "object",
+    "required": ["device", "code", "expiresInSeconds", "qrSvg"],
+    "properties": {
+        "device": {"type": "string"},
+        "code": {"type": "string", "description": "what the device sends to POST /api/pair"},
+        "expiresInSeconds": {"type": "integer", "description": "how long the code is good"},
+        "qrSvg": {"type": "string", "description": "an SVG element: the code as a QR code"},
+    },
+}
+_LIVE_EVENTS = (
+    "Server-Sent Events, each's data JSON: `step` {task, event: {kind, seq, at, data}}, a task's "
+    "new step; `task` {task, changed: {D-Bus property: value}}, a task's properties changed, "
+    "with `new: true` (and all its properties) when a task appears; `approval`, an approval "
+    "asked for, as GET /api/approvals shows it; `end` {error}, the last one when the session or "
+    f"token stopped being good. A comment line every {HEARTBEAT_SECONDS:.0f} seconds keeps the "
+    "connection open."
+)
+_IN_PERSON = "this computer's own screen or the owner's paired device (not an owner's token)"
+
+
 @dataclass(frozen=True)
 class Route:
     method: str
@@ -109,6 +143,8 @@ class Route:
     who: str = "the owner: an owner's token or this computer's screen"
     open_to_all: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    # The answer's media type; an event stream's answer is described in words, not a schema.
+    media: str = "application/json"
 
 
 _APP_TOO = "the owner, or an app's or a member's token for the tasks it started"
@@ -214,6 +250,79 @@ ROUTES: tuple[Route, ...] = (
     ),
     Route(
         "GET",
+        EVENTS_PATH,
+        "The box's live events, for the owner's screen",
+        200,
+        {"type": "string", "description": _LIVE_EVENTS},
+        None,
+        (503,),
+        media="text/event-stream",
+    ),
+    Route("GET", "/api/settings", "The owner's settings", 200, _ref(Settings), who=_IN_PERSON),
+    Route(
+        "PATCH",
+        "/api/settings",
+        "Change some settings; the others stay",
+        200,
+        _ref(Settings),
+        SettingsChanges,
+        (400, 413),
+        who=_IN_PERSON,
+    ),
+    Route(
+        "GET",
+        "/api/vault",
+        "The names of the vault's secrets (never a value)",
+        200,
+        {"type": "array", "items": {"type": "string"}},
+        who=_IN_PERSON,
+    ),
+    Route(
+        "PUT",
+        "/api/vault/{name}",
+        "Put a secret in the vault, or replace it",
+        200,
+        _SECRET,
+        SecretValue,
+        (400, 413),
+        who=_IN_PERSON,
+    ),
+    Route(
+        "DELETE",
+        "/api/vault/{name}",
+        "Remove a secret",
+        200,
+        _SECRET,
+        None,
+        (400, 404),
+        who=_IN_PERSON,
+    ),
+    Route(
+        "POST",
+        "/api/pairings",
+        "Make a pairing code for a device, with its QR code",
+        201,
+        _PAIRING,
+        NewPairing,
+        (400, 413),
+        who=_IN_PERSON,
+    ),
+    Route(
+        "DELETE",
+        "/api/workspaces/{name}",
+        "Remove a workspace (to the box's trash)",
+        200,
+        {
+            "type": "object",
+            "required": ["name", "trash"],
+            "properties": {"name": {"type": "string"}, "trash": {"type": "string"}},
+        },
+        None,
+        (400, 404),
+        who=_IN_PERSON,
+    ),
+    Route(
+        "GET",
         OPENAPI_PATH,
         "This document",
         200,
@@ -244,8 +353,8 @@ _REFUSALS: dict[int, tuple[str, dict[str, Any]]] = {
     404: ("No such task, approval, workspace or token", _error("no task t3k9x2a1b2")),
     413: ("The body is over 10 MB", _error(TOO_LARGE)),
     503: (
-        "boxd is not running",
-        _error("boxd is not running (no one owns org.boxd.Box1 on the system bus)"),
+        "boxd is not running, or (for the live events) too many streams are open",
+        _error("boxd is not running (no one owns org.boxd.Box1 on the system bus)", TOO_MANY),
     ),
 }
 
@@ -267,7 +376,7 @@ def _operation(route: Route) -> dict[str, Any]:
             "headers": {"Set-Cookie": {"schema": {"type": "string"}}},
         }
     else:
-        ok = {"description": "OK", "content": {"application/json": {"schema": route.answer}}}
+        ok = {"description": "OK", "content": {route.media: {"schema": route.answer}}}
     responses: dict[str, Any] = {str(route.status): ok}
     statuses = [*route.refusals, 503] if route.open_to_all else [*route.refusals, 401, 403, 503]
     for status in sorted(set(statuses)):

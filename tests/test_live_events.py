@@ -1,0 +1,317 @@
+"""`GET /api/events`, as an attacker and a slow browser would try it: only the owner listens
+(an app's or a member's token is 403, no token 401), a revoked one stops hearing the box, a
+stranger's forged signal never reaches a stream, streams and their queues are bounded."""
+
+import asyncio
+import contextlib
+import json
+import socket
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from aiohttp import ClientResponse
+from aiohttp.test_utils import TestClient, TestServer
+from dbus_fast import Message, Variant
+
+from boxd.caller import OWNER_ONLY, Role
+from boxd.dbus.client import GatewayClient
+from boxd.dbus.interface import (
+    APPROVAL_ASKED,
+    BUS_NAME,
+    GATEWAY,
+    MANAGER,
+    ROOT_PATH,
+    TASK,
+    find_method,
+)
+from boxd.dbus.server import check_admitted
+from boxd.errors import Problem, die
+from boxd.web.app import make_app
+from boxd.web.event_stream import CHECK_METHOD, Timing
+from boxd.web.live_events import TOO_MANY, LiveEvent, LiveEvents, Subscription, translate
+from boxd.web.screen_session import NO_TOKEN, SESSION_COOKIE, SESSION_ENDED
+from tests.fake_bus import FakeBus, owner_changed, signal
+from tests.test_signal_senders import BOXD, NEW_BOXD, STRANGER, TASK_ID, event
+
+PATH = f"{ROOT_PATH}/task/{TASK_ID}"
+
+
+def changed(sender: str, **values: Any) -> Message:
+    body = {name: Variant("s" if isinstance(v, str) else "d", v) for name, v in values.items()}
+    return signal(
+        sender, PATH, "org.freedesktop.DBus.Properties", "PropertiesChanged", "sa{sv}as",
+        [TASK, body, []],
+    )  # fmt: skip
+
+
+def added(sender: str) -> Message:
+    properties = {"Id": Variant("s", TASK_ID), "State": Variant("s", "queued")}
+    return signal(
+        sender, PATH, "org.freedesktop.DBus.ObjectManager", "InterfacesAdded", "oa{sa{sv}}",
+        [PATH, {TASK: properties}],
+    )  # fmt: skip
+
+
+APPROVAL = '{"id":"t000000001.k","state":"pending","question":"pay?"}'
+
+
+def asked(sender: str) -> Message:
+    return signal(sender, ROOT_PATH, MANAGER, APPROVAL_ASKED, "s", [APPROVAL])
+
+
+def test_boxd_s_signals_become_live_events() -> None:
+    step = translate(event(BOXD, 3, "task.step", {"text": "hello"}))
+    assert step is not None and step.name == "step"
+    assert json.loads(step.data) == {
+        "task": TASK_ID,
+        "event": {
+            "seq": 3, "task": TASK_ID, "kind": "task.step", "at": 1.0, "data": {"text": "hello"}
+        },
+    }  # fmt: skip
+    state = translate(changed(BOXD, State="running", CostCents=12.5))
+    assert state == LiveEvent(
+        "task", json.dumps({"task": TASK_ID, "changed": {"State": "running", "CostCents": 12.5}})
+    )
+    new = translate(added(BOXD))
+    assert new is not None and json.loads(new.data) == {
+        "task": TASK_ID,
+        "new": True,
+        "changed": {"Id": TASK_ID, "State": "queued"},
+    }
+    # The approval's JSON goes on as boxd wrote it.
+    assert translate(asked(BOXD)) == LiveEvent("approval", APPROVAL)
+    # Anything else is no event: another interface's properties, another path, a method call.
+    other = signal(BOXD, PATH, "org.freedesktop.DBus.Properties", "PropertiesChanged",
+                   "sa{sv}as", ["org.example.Other", {}, []])  # fmt: skip
+    assert translate(other) is None
+    deeper = signal(BOXD, f"{PATH}/x", TASK, "Event", "tss", [1, "k", "{}"])
+    assert translate(deeper) is None
+    assert translate(signal(BOXD, ROOT_PATH, MANAGER, "Other", "s", ["{}"])) is None
+
+
+async def _hub(fake: FakeBus, **limits: int) -> LiveEvents:
+    hub = LiveEvents(**limits)
+    await hub.start(fake.bus)
+    return hub
+
+
+async def test_only_the_owner_of_the_name_is_heard() -> None:
+    fake = FakeBus({BUS_NAME: BOXD})
+    hub = await _hub(fake)
+    assert any(f"sender='{BUS_NAME}'" in rule for rule in fake.rules)
+    stream = hub.subscribe(lambda: None)
+    fake.deliver(event(STRANGER, 1, "task.step", {"text": "forged"}))
+    fake.deliver(asked(STRANGER))
+    assert stream.queue.empty()
+    fake.deliver(event(BOXD, 1, "task.step", {"text": "real"}))
+    assert "real" in stream.queue.get_nowait().data
+    # boxd restarted: its old unique name is no one now.
+    fake.deliver(owner_changed(BUS_NAME, BOXD, NEW_BOXD))
+    fake.deliver(event(BOXD, 2, "task.step", {"text": "old"}))
+    fake.deliver(owner_changed(BUS_NAME, BOXD, NEW_BOXD, sender=STRANGER))
+    assert stream.queue.empty()
+    fake.deliver(event(NEW_BOXD, 3, "task.step", {"text": "new"}))
+    assert "new" in stream.queue.get_nowait().data
+
+
+async def test_streams_and_their_queues_are_bounded() -> None:
+    fake = FakeBus({BUS_NAME: BOXD})
+    hub = await _hub(fake, max_streams=2, queue_length=3)
+    dropped: list[str] = []
+    slow = hub.subscribe(lambda: dropped.append("slow"))
+    quick = hub.subscribe(lambda: dropped.append("quick"))
+    with pytest.raises(Exception) as third:
+        hub.subscribe(lambda: None)
+    assert getattr(third.value, "problem", None) == Problem.UNAVAILABLE
+    for seq in range(1, 5):
+        fake.deliver(event(BOXD, seq, "task.step", {}))
+        quick.queue.get_nowait()
+    # The one that did not read is dropped once, and holds no more than its queue.
+    assert dropped == ["slow"] and slow.dropped and slow.queue.qsize() == 3
+    fake.deliver(event(BOXD, 5, "task.step", {}))
+    assert dropped == ["slow"] and slow.queue.qsize() == 3 and not quick.dropped
+    hub.unsubscribe(slow)
+    assert hub.open_streams == 1
+    hub.subscribe(lambda: None)
+
+
+def test_a_subscription_overflowing_calls_its_drop_once() -> None:
+    calls: list[int] = []
+    subscription = Subscription(lambda: calls.append(1), 1)
+    for _ in range(3):
+        subscription.offer(LiveEvent("step", "{}"))
+    assert calls == [1] and subscription.queue.qsize() == 1
+
+
+class FakeManager(GatewayClient):
+    """Admits as the manager does; `revoked` tokens are no one from then on."""
+
+    def __init__(self) -> None:
+        self.tokens = {
+            "box_owner": Role.OWNER,
+            "box_app": Role.APP,
+            "box_member": Role.MEMBER,
+            "box_device": Role.DEVICE,
+            "boxscreen_s": Role.SCREEN,
+        }
+        self.checks: list[str] = []
+        self.checked = asyncio.Event()
+
+    async def call_as(self, token: str, member: str, *args: Any) -> Any:
+        assert member == CHECK_METHOD
+        self.checks.append(token)
+        self.checked.set()
+        role = self.tokens.get(token)
+        if role is None:
+            die(Problem.UNAUTHORIZED, "a valid bearer token is required (boxctl token create)")
+        method = find_method(GATEWAY, member)
+        assert method is not None
+        check_admitted(method, role)
+        return {"paused": False}
+
+
+Gateway = tuple[TestClient[Any, Any], FakeManager, FakeBus, LiveEvents]
+
+
+@contextlib.asynccontextmanager
+async def _gateway(timing: Timing, **limits: int) -> AsyncIterator[Gateway]:
+    manager = FakeManager()
+    fake = FakeBus({BUS_NAME: BOXD})
+    hub = await _hub(fake, **limits)
+    async with TestClient(TestServer(make_app(manager, hub, timing))) as client:
+        yield client, manager, fake, hub
+
+
+@pytest.fixture
+async def gateway() -> AsyncIterator[Gateway]:
+    # Heartbeats far apart and a check before every event: what each test sees is its own doing.
+    async with _gateway(Timing(heartbeat=3600, check_every=0), max_streams=2) as made:
+        yield made
+
+
+async def _frame(response: ClientResponse) -> str:
+    """The next event or comment, its lines without the blank line that ends it."""
+    lines: list[str] = []
+    while True:
+        line = (await asyncio.wait_for(response.content.readline(), 10)).decode()
+        if line in ("\n", ""):
+            return "".join(lines)
+        lines.append(line)
+
+
+async def _open(client: TestClient[Any, Any], headers: dict[str, str]) -> ClientResponse:
+    response = await client.get("/api/events", headers=headers)
+    if response.status == 200:
+        assert await _frame(response) == ": live\n"
+    return response
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [_bearer("box_owner"), _bearer("box_device"), {"Cookie": f"{SESSION_COOKIE}=boxscreen_s"}],
+)
+async def test_the_owner_hears_steps_tasks_and_approvals(
+    gateway: Gateway, headers: dict[str, str]
+) -> None:
+    client, _, fake, _ = gateway
+    response = await _open(client, headers)
+    assert response.status == 200
+    assert response.headers["Content-Type"] == "text/event-stream"
+    assert response.headers["Cache-Control"] == "no-store"
+    assert response.headers["X-Accel-Buffering"] == "no"
+    fake.deliver(added(BOXD))
+    fake.deliver(event(STRANGER, 1, "task.step", {"text": "forged"}))
+    fake.deliver(event(BOXD, 1, "task.step", {"text": "hello"}))
+    fake.deliver(changed(BOXD, State="waiting"))
+    fake.deliver(asked(BOXD))
+    new = await _frame(response)
+    assert new.startswith("event: task\ndata: ") and '"new": true' in new
+    step = await _frame(response)
+    assert step.startswith("event: step\ndata: ") and "hello" in step and "forged" not in step
+    assert await _frame(response) == (
+        f'event: task\ndata: {{"task": "{TASK_ID}", "changed": {{"State": "waiting"}}}}\n'
+    )
+    assert await _frame(response) == f"event: approval\ndata: {APPROVAL}\n"
+    response.close()
+
+
+async def test_apps_members_and_strangers_are_refused(gateway: Gateway) -> None:
+    client, _, _, hub = gateway
+    for token in ("box_app", "box_member"):
+        response = await client.get("/api/events", headers=_bearer(token))
+        assert (response.status, await response.json()) == (403, {"error": OWNER_ONLY})
+    response = await client.get("/api/events")
+    assert (response.status, await response.json()) == (401, {"error": NO_TOKEN})
+    response = await client.get("/api/events", headers={"Cookie": f"{SESSION_COOKIE}=forged"})
+    assert (response.status, await response.json()) == (401, {"error": SESSION_ENDED})
+    assert hub.open_streams == 0
+
+
+async def test_a_revoked_token_s_stream_ends_before_the_next_event(gateway: Gateway) -> None:
+    client, manager, fake, hub = gateway
+    response = await _open(client, _bearer("box_owner"))
+    del manager.tokens["box_owner"]
+    fake.deliver(event(BOXD, 1, "task.step", {"text": "secret"}))
+    ended = await _frame(response)
+    assert ended.startswith("event: end\ndata: ") and "valid bearer token" in ended
+    assert await response.content.read() == b""
+    assert hub.open_streams == 0
+
+
+async def test_a_revoked_session_s_stream_ends_on_a_heartbeat() -> None:
+    async with _gateway(Timing(heartbeat=0.05, check_every=3600)) as (client, manager, _, hub):
+        response = await _open(client, {"Cookie": f"{SESSION_COOKIE}=boxscreen_s"})
+        assert await _frame(response) == ": heartbeat\n"
+        del manager.tokens["boxscreen_s"]
+        ended = await _frame(response)
+        assert ended == f"event: end\ndata: {json.dumps({'error': SESSION_ENDED})}\n"
+        assert hub.open_streams == 0
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Nothing tells when a client's going is noticed; callers bound this with wait_for."""
+    while not condition():  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+
+
+async def test_the_stream_after_the_last_is_refused_in_plain_words(gateway: Gateway) -> None:
+    client, _, _, hub = gateway
+    first = await _open(client, _bearer("box_owner"))
+    await _open(client, _bearer("box_device"))
+    third = await client.get("/api/events", headers=_bearer("box_owner"))
+    assert (third.status, await third.json()) == (503, {"error": TOO_MANY})
+    first.close()
+    # The gateway is not told the client went; it looks, and the place comes free.
+    await asyncio.wait_for(_until(lambda: hub.open_streams == 1), 10)
+    again = await _open(client, _bearer("box_owner"))
+    assert again.status == 200
+
+
+async def test_a_client_that_does_not_read_is_dropped_not_buffered() -> None:
+    async with _gateway(Timing(heartbeat=3600), queue_length=2) as (client, _, fake, hub):
+        # A raw socket that asks and then never reads: the gateway's writes come to wait.
+        raw = socket.socket()
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        raw.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(raw, (client.host, client.port))
+        asking = "GET /api/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer box_owner\r\n\r\n"
+        await asyncio.get_running_loop().sock_sendall(raw, asking.encode())
+        await asyncio.wait_for(_until(lambda: hub.open_streams == 1), 10)
+        (stream,) = hub._streams
+        big = {"text": "x" * 1_000_000}
+        for seq in range(1, 200):
+            fake.deliver(event(BOXD, seq, "task.step", big))
+            # Each is taken while the socket's buffers have room; then the gateway's write
+            # waits, and the queue fills behind it.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(_until(stream.queue.empty), 0.5)
+            if stream.dropped:
+                break
+        assert stream.dropped
+        await asyncio.wait_for(_until(lambda: hub.open_streams == 0), 10)
+        raw.close()

@@ -1,0 +1,224 @@
+"""The owner's doors on the gateway (settings, vault, pairing, removing a workspace), as an
+attacker would try them: an owner's, an app's or a member's token is refused each in the seed's
+words; the screen's session needs the CSRF token for every change; a paired device is let in.
+
+The fake manager admits as the real one does: by the interface table and the server's check."""
+
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import segno
+from aiohttp.test_utils import TestClient, TestServer
+
+from boxd.caller import OWNER_ONLY, Role
+from boxd.dbus.client import GatewayClient
+from boxd.dbus.interface import GATEWAY, find_method
+from boxd.dbus.server import check_admitted
+from boxd.errors import Problem, die
+from boxd.pairing_qr import qr_svg, qr_text
+from boxd.web.app import make_app
+from boxd.web.screen_session import CSRF_HEADER, NO_CSRF, NO_TOKEN, SESSION_COOKIE, csrf_token
+
+SESSION = "boxscreen_s"
+TOKENS = {
+    "box_owner": Role.OWNER,
+    "box_app": Role.APP,
+    "box_member": Role.MEMBER,
+    "box_device": Role.DEVICE,
+    SESSION: Role.SCREEN,
+}
+CODE = "ABCDE-FGHIJ"
+ANSWERS: dict[str, Any] = {
+    "GetSettings": {"defaultBudgetCents": 100},
+    "SetSettings": {"defaultBudgetCents": 250},
+    "ListSecrets": ["ANTHROPIC_API_KEY"],
+    "SetSecret": {"name": "GITHUB_TOKEN"},
+    "RemoveSecret": {"name": "GITHUB_TOKEN"},
+    "CreatePairing": {"device": "phone", "code": CODE, "expiresInSeconds": 600},
+    "RemoveWorkspace": {"name": "notes", "trash": "/var/lib/box/trash/notes-1/base"},
+}
+# (method, path, body, what the manager is asked, whether it changes something)
+ROUTES: list[tuple[str, str, Any, tuple[Any, ...], bool]] = [
+    ("GET", "/api/settings", None, ("GetSettings",), False),
+    (
+        "PATCH",
+        "/api/settings",
+        {"defaultBudgetCents": 250},
+        ("SetSettings", '{"defaultBudgetCents":250}'),
+        True,
+    ),
+    ("GET", "/api/vault", None, ("ListSecrets",), False),
+    (
+        "PUT",
+        "/api/vault/GITHUB_TOKEN",
+        {"value": "ghp_x"},
+        ("SetSecret", "GITHUB_TOKEN", "ghp_x"),
+        True,
+    ),
+    ("DELETE", "/api/vault/GITHUB_TOKEN", None, ("RemoveSecret", "GITHUB_TOKEN"), True),
+    ("POST", "/api/pairings", {"name": "phone"}, ("CreatePairing", "phone"), True),
+    ("DELETE", "/api/workspaces/notes", None, ("RemoveWorkspace", "notes"), True),
+]
+
+
+class FakeManager(GatewayClient):
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    async def call_as(self, token: str, member: str, *args: Any) -> Any:
+        role = TOKENS.get(token)
+        if role is None:
+            die(Problem.UNAUTHORIZED, "a valid bearer token is required (boxctl token create)")
+        method = find_method(GATEWAY, member)
+        if method is None:
+            die(Problem.FORBIDDEN, f"the system bus has no {GATEWAY}.{member}")
+        check_admitted(method, role)
+        self.calls.append((token, member, *args))
+        return ANSWERS[member]
+
+
+@pytest.fixture
+async def gateway() -> AsyncIterator[tuple[TestClient[Any, Any], FakeManager]]:
+    manager = FakeManager()
+    async with TestClient(TestServer(make_app(manager))) as client:
+        yield client, manager
+
+
+async def _ask(
+    client: TestClient[Any, Any], method: str, path: str, body: Any, headers: dict[str, str]
+) -> tuple[int, Any]:
+    response = await client.request(method, path, json=body, headers=headers)
+    return response.status, await response.json()
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.mark.parametrize(("method", "path", "body", "asked", "changes"), ROUTES)
+async def test_owner_app_and_member_tokens_are_refused(
+    gateway: tuple[TestClient[Any, Any], FakeManager],
+    method: str,
+    path: str,
+    body: Any,
+    asked: tuple[Any, ...],
+    changes: bool,
+) -> None:
+    client, manager = gateway
+    for token in ("box_owner", "box_app", "box_member"):
+        status, answer = await _ask(client, method, path, body, _bearer(token))
+        assert (status, answer) == (403, {"error": OWNER_ONLY}), (token, path)
+    assert await _ask(client, method, path, body, {}) == (401, {"error": NO_TOKEN})
+    assert manager.calls == []
+
+
+@pytest.mark.parametrize(("method", "path", "body", "asked", "changes"), ROUTES)
+async def test_the_screen_needs_the_csrf_token_for_changes(
+    gateway: tuple[TestClient[Any, Any], FakeManager],
+    method: str,
+    path: str,
+    body: Any,
+    asked: tuple[Any, ...],
+    changes: bool,
+) -> None:
+    client, manager = gateway
+    cookie = {"Cookie": f"{SESSION_COOKIE}={SESSION}"}
+    status, answer = await _ask(client, method, path, body, cookie)
+    if changes:
+        assert (status, answer) == (403, {"error": NO_CSRF})
+        assert manager.calls == []
+    else:
+        assert status == 200 and manager.calls == [(SESSION, *asked)]
+    with_csrf = {**cookie, CSRF_HEADER: csrf_token(SESSION)}
+    status, answer = await _ask(client, method, path, body, with_csrf)
+    assert status in (200, 201), answer
+    assert manager.calls[-1] == (SESSION, *asked)
+
+
+@pytest.mark.parametrize(("method", "path", "body", "asked", "changes"), ROUTES)
+async def test_a_paired_device_is_let_in(
+    gateway: tuple[TestClient[Any, Any], FakeManager],
+    method: str,
+    path: str,
+    body: Any,
+    asked: tuple[Any, ...],
+    changes: bool,
+) -> None:
+    client, manager = gateway
+    status, answer = await _ask(client, method, path, body, _bearer("box_device"))
+    assert status == (201 if method == "POST" else 200), answer
+    assert manager.calls == [("box_device", *asked)]
+    if path != "/api/pairings":
+        assert answer == ANSWERS[asked[0]]
+
+
+async def test_a_pairing_answer_holds_the_code_as_a_qr_code(
+    gateway: tuple[TestClient[Any, Any], FakeManager],
+) -> None:
+    client, _ = gateway
+    status, answer = await _ask(
+        client, "POST", "/api/pairings", {"name": "phone"}, _bearer("box_device")
+    )
+    assert status == 201
+    assert {k: v for k, v in answer.items() if k != "qrSvg"} == ANSWERS["CreatePairing"]
+    assert answer["qrSvg"] == qr_svg(CODE)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "words"),
+    [
+        ("PATCH", "/api/settings", [1], "the body must be a JSON object"),
+        ("PUT", "/api/vault/A", {"value": 5}, "value: input should be a valid string"),
+        ("PUT", "/api/vault/A", {}, "value is missing"),
+        ("PUT", "/api/vault/A", {"value": "x", "also": 1}, "unknown field also"),
+        ("POST", "/api/pairings", {}, "name is missing"),
+        ("POST", "/api/pairings", {"name": ["phone"]}, "name: input should be a valid string"),
+    ],
+)
+async def test_bodies_are_refused_in_words_naming_the_field(
+    gateway: tuple[TestClient[Any, Any], FakeManager],
+    method: str,
+    path: str,
+    body: Any,
+    words: str,
+) -> None:
+    client, manager = gateway
+    assert await _ask(client, method, path, body, _bearer("box_device")) == (400, {"error": words})
+    assert manager.calls == []
+
+
+def _modules(svg: str) -> set[tuple[int, int]]:
+    """The dark modules an SVG of segno's draws: `M x y` and `m dx dy` move, `h n` draws n
+    modules to the right (on a line half a module below the row's top)."""
+    path = svg.split('class="qrline"')[1].split(' d="')[1].split('"')[0]
+    dark: set[tuple[int, int]] = set()
+    x = y = 0.0
+    for kind, first, second in re.findall(r"([Mmh])(-?[\d.]+)(?: (-?[\d.]+))?", path):
+        if kind == "M":
+            x, y = float(first), float(second)
+        elif kind == "m":
+            x, y = x + float(first), y + float(second)
+        else:
+            dark.update((int(x) + i, int(y)) for i in range(int(float(first))))
+            x += float(first)
+    return dark
+
+
+def test_the_qr_code_is_the_code_s_text_and_nothing_else() -> None:
+    expected = segno.make_qr(CODE, error="m")
+    # A regular QR code, not a Micro one most phone cameras do not read.
+    assert not expected.is_micro
+    border = 4
+    dark = {
+        (x + border, y + border)
+        for y, row in enumerate(expected.matrix)
+        for x, bit in enumerate(row)
+        if bit
+    }
+    assert _modules(qr_svg(CODE)) == dark
+    assert _modules(qr_svg("ABCDE-FGHIK")) != dark
+    lines = qr_text(CODE).splitlines()
+    # Two rows of modules a line, with the quiet zone around them.
+    assert len(lines) == (len(expected.matrix) + 2 * border + 1) // 2
