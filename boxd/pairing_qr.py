@@ -21,9 +21,22 @@ def _qr(code: str) -> segno.QRCode:
 
 
 def qr_svg(code: str) -> str:
-    """An SVG element with a viewBox and no fixed size, dark on a light ground whatever the
-    page's colours, so it scales to where the screen puts it and stays scannable."""
-    return str(_qr(code).svg_inline(dark="#000", light="#fff", omitsize=True, border=4))
+    """An SVG document with a viewBox and no fixed size, dark on a light ground whatever the
+    page's colours, so it scales to where the screen puts it and stays scannable. It carries
+    its namespace: the screen shows it as an image, where an SVG without one draws nothing."""
+    out = io.BytesIO()
+    _qr(code).save(
+        out,
+        kind="svg",
+        xmldecl=False,
+        svgns=True,
+        nl=False,
+        omitsize=True,
+        border=4,
+        dark="#000",
+        light="#fff",
+    )
+    return out.getvalue().decode()
 
 
 def qr_text(code: str) -> str:

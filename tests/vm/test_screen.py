@@ -235,6 +235,9 @@ def test_the_settings_and_a_phones_width(machine: Machine, screen: WebDriver) ->
     code = _one(screen, "[data-pairing-code]").text
     qr = _one(screen, ".pairing img").get_attribute("src") or ""
     assert code and qr.startswith("data:image/svg"), qr
+    # Drawn, not a broken image: an SVG without its namespace would show as its alt text.
+    drawn = "const i = document.querySelector('.pairing img'); return i.complete && i.naturalWidth"
+    until(screen, lambda d: d.execute_script(drawn), "the QR code was not drawn")
     screenshot(screen, "settings")
     _click(screen, 'a[href="#/workspaces"]')
     until(screen, lambda d: _text(d, "main h1") == "Workspaces")

@@ -139,7 +139,7 @@ function tokensPanel() {
         replace(pairing, h("div", { class: "pairing" }, qr, h("div", {},
           h("p", {}, "On the device, enter this code (or scan it) within ten minutes:"),
           h("p", { class: "code mono", "data-pairing-code": made.code }, made.code),
-          made.expiresAt ? h("p", { class: "muted" }, `Good until ${when(made.expiresAt)}, once.`) : null)));
+          made.expiresInSeconds ? h("p", { class: "muted" }, `For ${made.device}; good once, until ${when(Date.now() / 1000 + made.expiresInSeconds)}.`) : null)));
         deviceName.value = "";
       } }, field("Device name", deviceName), h("div", { class: "actions" }, pair)), pairing),
     h("section", { class: "panel" }, h("h2", {}, "Tokens"), tokens),
