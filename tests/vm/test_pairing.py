@@ -6,6 +6,7 @@ tests/test_pairing.py: a test machine cannot wait them out.)"""
 import json
 from typing import Any
 
+from boxd.caller import OWNER_ONLY
 from tests.vm.box_api import boxctl, finish, http, start_fake
 from tests.vm.machine import Machine
 
@@ -59,7 +60,8 @@ def test_pairing_codes_are_refused_in_plain_words_and_guessing_holds_up_no_one(
     assert status == 400 and "code" in said["error"]
     status, said = http(machine, "POST", "/api/pair", None, json.dumps({"code": "x", "name": "y"}))
     assert status == 400 and "name" in said["error"]
-    # Only the owner's own account makes codes: not a token, not a stranger.
+    # Only the owner in person makes codes (polkit, the screen, a paired device): not a
+    # token, not a stranger.
     on_gateway = machine.run(
         "busctl",
         "call",
@@ -73,7 +75,7 @@ def test_pairing_codes_are_refused_in_plain_words_and_guessing_holds_up_no_one(
         user="nobody",
         check=False,
     )
-    assert on_gateway.returncode != 0 and "could not be found" in on_gateway.stderr
+    assert on_gateway.returncode != 0 and OWNER_ONLY in on_gateway.stderr, on_gateway.stderr
     stranger = machine.run(
         "busctl",
         "call",

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from boxd.caller import OWNER_ONLY
 from tests.vm.box_api import (
     BOXCTL,
     boxctl,
@@ -161,16 +162,21 @@ def test_only_the_owner_may_use_the_vault(machine: Machine, owner: str) -> None:
     assert peek.returncode != 0 and "Permission denied" in peek.stderr
 
 
-def test_the_vault_is_on_the_manager_interface_only(machine: Machine) -> None:
+def test_no_door_reads_a_secret_and_no_token_writes_one(machine: Machine, token: str) -> None:
     shown = machine.run(
         "busctl", "introspect", "--list", "org.boxd.Box1", "/org/boxd/Box1"
     ).stdout.splitlines()
     methods = {line.split()[0] for line in shown if " method " in f" {line} "}
     assert {".SetSecret", ".RemoveSecret", ".ListSecrets"} <= methods
-    manager = machine.run(
-        "busctl", "introspect", "--list", "org.boxd.Box1", "/org/boxd/Box1", "org.boxd.Box1.Gateway"
-    ).stdout
-    assert "Secret" not in manager
+    # Values go in, never out, on any interface.
+    assert {m for m in methods if "Secret" in m} == {".SetSecret", ".RemoveSecret", ".ListSecrets"}
+    # On the gateway's, for the screen and a paired device; an owner's token is refused.
+    refused = machine.run(
+        "busctl", "call", "org.boxd.Box1", "/org/boxd/Box1", "org.boxd.Box1.Gateway",
+        "SetSecret", "sss", token, "test.stolen", "v", user="nobody", check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0 and OWNER_ONLY in refused.stderr, refused.stderr
+    assert "test.stolen" not in vault_names(machine)
 
 
 def test_a_broker_starts_with_an_empty_vault(machine: Machine, token: str) -> None:
