@@ -72,3 +72,23 @@ export function field(label, control, hint) {
 export function lines(text) {
   return text.split(/[\n,]/).map((line) => line.trim()).filter(Boolean);
 }
+
+// Characters that make task text read other than it is: controls, bidi overrides and isolates
+// (a file "invoice\u202Etxt.exe" shows as "invoiceexe.txt"), and marks that draw nothing. Tab stays.
+const HIDDEN = /[\0-\x08\x0a-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]/g;
+
+// The text with each such character as a visible escape, \n as \n.
+export function shown(text) {
+  return String(text).replace(HIDDEN, (c) => (c === "\n" ? "\\n" : `\\u{${c.codePointAt(0).toString(16).toUpperCase()}}`));
+}
+
+// What each line of a unified diff is. Headers (--- and +++) only come before the first hunk:
+// inside one, "---x" is the line "--x" removed, not a header.
+export function diffKinds(lines) {
+  let inHunk = false;
+  return lines.map((line) => {
+    if (line.startsWith("@@")) { inHunk = true; return "hunk"; }
+    if (!inHunk) return "";
+    return line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "";
+  });
+}

@@ -2,7 +2,7 @@
 // files and review.
 
 import { get, post } from "./api.js";
-import { act, dollars, h, replace, when } from "./dom.js";
+import { act, diffKinds, dollars, h, replace, shown, when } from "./dom.js";
 import * as live from "./live.js";
 import { loadApprovals, putTask, state, watch } from "./store.js";
 
@@ -39,7 +39,8 @@ function taskRow(task) {
 function approvalCard(approval) {
   const task = state.tasks.get(approval.task);
   const facts = h("dl", { class: "facts" });
-  const fact = (name, value) => { if (value !== undefined && value !== null && value !== "") facts.append(h("dt", {}, name), h("dd", {}, value)); };
+  // Payee and purpose are the task's words: a bidi override there could turn what is paid around.
+  const fact = (name, value) => { if (value !== undefined && value !== null && value !== "") facts.append(h("dt", {}, name), h("dd", {}, shown(value))); };
   fact("Task", task ? task.title : approval.task);
   fact("Tool", approval.tool);
   fact("Model", approval.model);
@@ -108,10 +109,9 @@ function storyLine(event) {
 }
 
 function diffLines(text) {
-  return h("pre", {}, text.split("\n").map((line) => {
-    const kind = line.startsWith("@@") ? "hunk" : line.startsWith("+") && !line.startsWith("+++") ? "add" : line.startsWith("-") && !line.startsWith("---") ? "del" : "";
-    return h("span", { class: `line ${kind}` }, line);
-  }));
+  const lines = text.split("\n");
+  const kinds = diffKinds(lines);
+  return h("pre", {}, lines.map((line, at) => h("span", { class: `line ${kinds[at]}` }, shown(line))));
 }
 
 // One entry of the review (GET /api/tasks/{id}/diff): a text diff, or why there is none.
@@ -120,7 +120,7 @@ export function changeView(file, open = false) {
   const note = (text) => h("span", { class: "muted" }, ` (${text})`);
   const why = [];
   if (file.kind === "dir") why.push("folder");
-  if (file.kind === "link") why.push(`link to ${file.target ?? file.oldTarget ?? "?"}`);
+  if (file.kind === "link") why.push(`link to ${shown(file.target ?? file.oldTarget ?? "?")}`);
   if (file.kind === "other") why.push("not a file, folder or link");
   if (file.oldKind && file.oldKind !== file.kind) why.push(`was a ${file.oldKind}`);
   if (file.binary) why.push("binary file");
@@ -128,7 +128,7 @@ export function changeView(file, open = false) {
   if (file.notShown) why.push(file.notShown);
   if (file.skipped) why.push(`keep leaves it out: ${file.skipped}`);
   if (file.truncated) why.push("diff cut short");
-  const name = [what, file.path, why.length ? note(why.join("; ")) : null];
+  const name = [what, shown(file.path), why.length ? note(why.join("; ")) : null];
   if (!file.diff) return h("li", {}, name);
   return h("li", {}, h("details", { class: "diff", open }, h("summary", {}, name), diffLines(file.diff)));
 }
