@@ -29,7 +29,12 @@ def test_a_removed_line_that_starts_with_two_dashes_is_marked_removed() -> None:
     assert kinds == ["", "", "hunk", "del", "add", "", ""]
 
 
+def _shown(text: str, lines: bool = False) -> object:
+    return _run(f"dom.shown({json.dumps(text)}, {json.dumps(lines)})")
+
+
 def test_bidi_overrides_and_controls_in_task_text_show_as_escapes() -> None:
-    name = "invoice\u202etxt.exe\u200b\u0007\n"
-    assert _run(f"dom.shown({json.dumps(name)})") == "invoice\\u{202E}txt.exe\\u{200B}\\u{7}\\n"
-    assert _run(f"dom.shown({json.dumps('plain héllo 名前')})") == "plain héllo 名前"
+    name = "invoice\u202etxt.exe\u200b\x07\r\n\t"
+    assert _shown(name) == "invoice\\u202etxt.exe\\u200b\\x07\\r\\n\t"
+    assert _shown("a\nb\u2028", lines=True) == "a\nb\\u2028"
+    assert _shown("plain héllo 名前 🙂") == "plain héllo 名前 🙂"

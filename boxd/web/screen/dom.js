@@ -73,13 +73,23 @@ export function lines(text) {
   return text.split(/[\n,]/).map((line) => line.trim()).filter(Boolean);
 }
 
-// Characters that make task text read other than it is: controls, bidi overrides and isolates
-// (a file "invoice\u202Etxt.exe" shows as "invoiceexe.txt"), and marks that draw nothing. Tab stays.
-const HIDDEN = /[\0-\x08\x0a-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]/g;
+// Characters that make task text read other than it is, as boxctl's `visible` picks them
+// (Unicode's control, format, separator, private, surrogate and unassigned characters): a bidi
+// override turns "invoice\u202etxt.exe" into "invoiceexe.txt" on the screen. A tab stays.
+const HIDDEN = /[^\t\P{Cc}]|[\p{Cf}\p{Zl}\p{Zp}\p{Co}\p{Cs}\p{Cn}]/gu;
+const HIDDEN_KEEPING_NEWLINES = /[^\t\n\P{Cc}]|[\p{Cf}\p{Zl}\p{Zp}\p{Co}\p{Cs}\p{Cn}]/gu;
 
-// The text with each such character as a visible escape, \n as \n.
-export function shown(text) {
-  return String(text).replace(HIDDEN, (c) => (c === "\n" ? "\\n" : `\\u{${c.codePointAt(0).toString(16).toUpperCase()}}`));
+function escaped(char) {
+  if (char === "\n") return "\\n";
+  if (char === "\r") return "\\r";
+  const code = char.codePointAt(0);
+  const hex = code.toString(16);
+  return code < 0x100 ? `\\x${hex.padStart(2, "0")}` : code <= 0xffff ? `\\u${hex.padStart(4, "0")}` : `\\U${hex.padStart(8, "0")}`;
+}
+
+// The text with each such character as a visible escape; a newline stays one where `lines` says.
+export function shown(text, lines = false) {
+  return String(text).replace(lines ? HIDDEN_KEEPING_NEWLINES : HIDDEN, escaped);
 }
 
 // What each line of a unified diff is. Headers (--- and +++) only come before the first hunk:

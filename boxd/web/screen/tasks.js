@@ -28,10 +28,10 @@ function budget(task) {
 function taskRow(task) {
   return h("li", {},
     h("a", { class: `task ${task.state}`, href: `#/task/${encodeURIComponent(task.id)}`, "data-task": task.id },
-      h("span", { class: "title" }, task.title),
+      h("span", { class: "title" }, shown(task.title)),
       stateBadge(task.state),
-      task.step ? h("span", { class: "step" }, task.step) : null,
-      task.error ? h("span", { class: "step" }, task.error) : null,
+      task.step ? h("span", { class: "step" }, shown(task.step, true)) : null,
+      task.error ? h("span", { class: "step" }, shown(task.error, true)) : null,
       budget(task)));
 }
 
@@ -60,7 +60,7 @@ function approvalCard(approval) {
     await loadApprovals().catch(() => {});
   };
   return h("section", { class: "approval", "data-approval": approval.id, "aria-label": "Waiting for your OK" },
-    h("div", { class: "question" }, approval.question),
+    h("div", { class: "question" }, shown(approval.question ?? "", true)),
     facts,
     h("div", { class: "actions" },
       h("button", { type: "button", class: "primary", onclick: answer(true) }, "Approve"),
@@ -105,7 +105,7 @@ function storyLine(event) {
     case "net.refused": text = `Refused: ${data.target ?? "a connection"} (${data.reason ?? ""})${data.count > 1 ? ` ×${data.count}` : ""}`; break;
     default: text = event.kind;
   }
-  return h("li", { class: kind, "data-seq": event.seq }, h("time", {}, when(event.at)), h("span", { class: "text" }, text ?? ""));
+  return h("li", { class: kind, "data-seq": event.seq }, h("time", {}, when(event.at)), h("span", { class: "text" }, shown(text ?? "", true)));
 }
 
 function diffLines(text) {
@@ -190,11 +190,11 @@ export function taskView(main, id) {
     if (!task) return;
     replace(header,
       h("p", {}, h("a", { href: "#/tasks" }, "← All tasks")),
-      h("h1", {}, task.title, " ", stateBadge(task.state)),
-      task.error ? h("p", { class: "error", role: "alert" }, task.error) : null,
+      h("h1", {}, shown(task.title), " ", stateBadge(task.state)),
+      task.error ? h("p", { class: "error", role: "alert" }, shown(task.error, true)) : null,
       budget(task),
       detailActions(task, reload));
-    replace(side, h("h2", {}, "About"), facts(task), h("h2", {}, "Prompt"), h("p", { class: "prose" }, task.prompt));
+    replace(side, h("h2", {}, "About"), facts(task), h("h2", {}, "Prompt"), h("p", { class: "prose" }, shown(task.prompt ?? "", true)));
     filesHeading.textContent = task.review === "pending" ? "Review its changes, then keep or undo" : "Files it changed";
     const filesKey = `${task.state}:${task.review ?? ""}`;
     if (filesKey !== filesShownFor) { filesShownFor = filesKey; loadFiles(task, files); }
