@@ -249,3 +249,12 @@ def test_the_settings_and_a_phones_width(machine: Machine, screen: WebDriver) ->
     width = screen.execute_script("return document.documentElement.scrollWidth")
     assert width <= PHONE[0], width
     screenshot(screen, "phone")
+
+
+def test_a_link_with_a_broken_task_address_says_so(machine: Machine, screen: WebDriver) -> None:
+    # Any page may link the owner here; a bad %-escape must not leave the screen blank (or
+    # throw: the fixture fails on an uncaught error).
+    screen.get("http://127.0.0.1:7700/#/task/%E0%A4")
+    until(screen, lambda d: _text(d, "main .error"), "no error shown for a broken address")
+    _click(screen, 'a[href="#/tasks"]')
+    until(screen, lambda d: _text(d, "main h1") == "Tasks")
