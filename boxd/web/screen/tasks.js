@@ -130,7 +130,13 @@ export function changeView(file, open = false) {
   if (file.truncated) why.push("diff cut short");
   const name = [what, shown(file.path), why.length ? note(why.join("; ")) : null];
   if (!file.diff) return h("li", {}, name);
-  return h("li", {}, h("details", { class: "diff", open }, h("summary", {}, name), diffLines(file.diff)));
+  // Drawn when first opened: a task can change a thousand files of a quarter megabyte each.
+  const details = h("details", { class: "diff" }, h("summary", {}, name));
+  const draw = () => { if (details.open && details.childElementCount === 1) details.append(diffLines(file.diff)); };
+  details.addEventListener("toggle", draw);
+  details.open = open;
+  draw();
+  return h("li", {}, details);
 }
 
 async function loadFiles(task, box) {
