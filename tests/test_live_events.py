@@ -157,11 +157,15 @@ class FakeManager(GatewayClient):
         }
         self.checks: list[str] = []
         self.checked = asyncio.Event()
+        # boxd not answering (restarting, or too busy to reply in time).
+        self.silent = False
 
     async def call_as(self, token: str, member: str, *args: Any) -> Any:
         assert member == CHECK_METHOD
         self.checks.append(token)
         self.checked.set()
+        if self.silent:
+            die(Problem.UNAVAILABLE, "boxd is not running (no one owns org.boxd.Box1)")
         role = self.tokens.get(token)
         if role is None:
             die(Problem.UNAUTHORIZED, "a valid bearer token is required (boxctl token create)")
@@ -260,6 +264,21 @@ async def test_a_revoked_token_s_stream_ends_before_the_next_event(gateway: Gate
     ended = await _frame(response)
     assert ended.startswith("event: end\ndata: ") and "valid bearer token" in ended
     assert await response.content.read() == b""
+    assert hub.open_streams == 0
+
+
+async def test_no_event_passes_while_no_one_can_say_the_caller_may_hear_it(
+    gateway: Gateway,
+) -> None:
+    client, manager, fake, hub = gateway
+    response = await _open(client, _bearer("box_owner"))
+    # Revoked while boxd's answer does not come in time: its signal may still reach the gateway.
+    del manager.tokens["box_owner"]
+    manager.silent = True
+    fake.deliver(event(BOXD, 1, "task.step", {"text": "secret"}))
+    # Closed with no end event: the browser reconnects by itself, and is asked again then.
+    rest = await asyncio.wait_for(response.content.read(), 10)
+    assert b"secret" not in rest and b"event: end" not in rest
     assert hub.open_streams == 0
 
 

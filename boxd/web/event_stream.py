@@ -3,7 +3,8 @@
 Who may listen is the manager's decision, as for every route: the stream asks it with the
 caller's token (an owner-only method that changes nothing) when it opens, and again while it is
 open, so a revoked session or token stops hearing the box soon: before passing on an event when
-the last check is a second old, and at every heartbeat when nothing happens.
+the last check is a second old, and at every heartbeat when nothing happens. When boxd does
+not answer that check, the stream closes (the browser's EventSource reconnects on its own).
 """
 
 import asyncio
@@ -100,10 +101,12 @@ async def serve_events(
                 try:
                     await check(client, token)
                 except BoxError as failure:
-                    # While boxd restarts no one can say; the stream waits for it.
+                    # While boxd does not answer no one can say the caller may still hear it
+                    # (its signals may still come): nothing passes. Closed without an end
+                    # event, the browser reconnects by itself and is asked again then.
                     if failure.problem != Problem.UNAVAILABLE:
                         await response.write(sse(_ended(request, failure)))
-                        break
+                    break
                 checked = now
             if event is None:
                 await response.write(b": heartbeat\n\n")

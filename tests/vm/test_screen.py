@@ -249,3 +249,47 @@ def test_the_settings_and_a_phones_width(machine: Machine, screen: WebDriver) ->
     width = screen.execute_script("return document.documentElement.scrollWidth")
     assert width <= PHONE[0], width
     screenshot(screen, "phone")
+
+
+def test_a_link_with_a_broken_task_address_says_so(machine: Machine, screen: WebDriver) -> None:
+    # Any page may link the owner here; a bad %-escape must not leave the screen blank (or
+    # throw: the fixture fails on an uncaught error).
+    screen.get("http://127.0.0.1:7700/#/task/%E0%A4")
+    until(screen, lambda d: _text(d, "main .error"), "no error shown for a broken address")
+    _click(screen, 'a[href="#/tasks"]')
+    until(screen, lambda d: _text(d, "main h1") == "Tasks")
+
+
+def test_a_review_shows_task_text_as_it_is(
+    machine: Machine,
+    screen: WebDriver,
+    owner: str,
+    owner_token: str,  # noqa: F811
+) -> None:
+    real = folder(machine, owner, "screen-review", {"flags.txt": "--force\nkeep\n"})
+    many = "\n".join(f"write n{number}.txt line {number}" for number in range(10))
+    task = start_fake(
+        machine,
+        owner_token,
+        f"write flags.txt keep\nwrite invoice\u202etxt.exe hi\n{many}",
+        title="Many files",
+        folder=real,
+    )
+    assert finish(machine, task["id"])["review"] == "pending"
+    screen.get(f"http://127.0.0.1:7700/#/task/{task['id']}")
+    until(screen, lambda d: "invoice" in _text(d, ".files"), "the task's files")
+    # A bidi override would show this as "invoiceexe.txt".
+    assert "invoice\\u202etxt.exe" in _text(screen, ".files")
+    # Twelve entries: each diff is drawn when opened, not all at once (a task can make a
+    # thousand of a quarter megabyte each).
+    assert screen.execute_script("return document.querySelectorAll('.files pre').length") == 0
+    screen.execute_script(
+        "[...document.querySelectorAll('.files summary')]"
+        ".find((e) => e.textContent.includes('flags.txt')).click()"
+    )
+    until(screen, lambda d: _text(d, ".files pre"), "the opened diff")
+    kinds = screen.execute_script(
+        "return [...document.querySelectorAll('.files pre .line')]"
+        ".map((e) => [e.className, e.textContent])"
+    )
+    assert ["line del", "---force"] in kinds, kinds

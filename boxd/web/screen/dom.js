@@ -72,3 +72,33 @@ export function field(label, control, hint) {
 export function lines(text) {
   return text.split(/[\n,]/).map((line) => line.trim()).filter(Boolean);
 }
+
+// Characters that make task text read other than it is, as boxctl's `visible` picks them
+// (Unicode's control, format, separator, private, surrogate and unassigned characters): a bidi
+// override turns "invoice\u202etxt.exe" into "invoiceexe.txt" on the screen. A tab stays.
+const HIDDEN = /[^\t\P{Cc}]|[\p{Cf}\p{Zl}\p{Zp}\p{Co}\p{Cs}\p{Cn}]/gu;
+const HIDDEN_KEEPING_NEWLINES = /[^\t\n\P{Cc}]|[\p{Cf}\p{Zl}\p{Zp}\p{Co}\p{Cs}\p{Cn}]/gu;
+
+function escaped(char) {
+  if (char === "\n") return "\\n";
+  if (char === "\r") return "\\r";
+  const code = char.codePointAt(0);
+  const hex = code.toString(16);
+  return code < 0x100 ? `\\x${hex.padStart(2, "0")}` : code <= 0xffff ? `\\u${hex.padStart(4, "0")}` : `\\U${hex.padStart(8, "0")}`;
+}
+
+// The text with each such character as a visible escape; a newline stays one where `lines` says.
+export function shown(text, lines = false) {
+  return String(text).replace(lines ? HIDDEN_KEEPING_NEWLINES : HIDDEN, escaped);
+}
+
+// What each line of a unified diff is. Headers (--- and +++) only come before the first hunk:
+// inside one, "---x" is the line "--x" removed, not a header.
+export function diffKinds(lines) {
+  let inHunk = false;
+  return lines.map((line) => {
+    if (line.startsWith("@@")) { inHunk = true; return "hunk"; }
+    if (!inHunk) return "";
+    return line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "";
+  });
+}

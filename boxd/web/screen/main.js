@@ -12,6 +12,11 @@ const main = document.getElementById("main");
 let leave = () => {};
 let signedOut = false;
 
+// Any page may link here: a broken %-escape is a task id no task has, not an exception.
+function decoded(id) {
+  try { return decodeURIComponent(id); } catch { return id; }
+}
+
 function route() {
   if (signedOut) return;
   leave();
@@ -21,7 +26,7 @@ function route() {
     else link.removeAttribute("aria-current");
   });
   const views = { tasks: tasksView, new: startView, workspaces: workspacesView, settings: settingsView };
-  if (view === "task" && id) leave = taskView(main, decodeURIComponent(id));
+  if (view === "task" && id) leave = taskView(main, decoded(id));
   else leave = (views[view] || tasksView)(main);
   document.title = `boxd · ${view === "task" ? "task" : view}`;
 }

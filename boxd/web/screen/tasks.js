@@ -2,7 +2,7 @@
 // files and review.
 
 import { get, post } from "./api.js";
-import { act, dollars, h, replace, when } from "./dom.js";
+import { act, diffKinds, dollars, h, replace, shown, when } from "./dom.js";
 import * as live from "./live.js";
 import { loadApprovals, putTask, state, watch } from "./store.js";
 
@@ -28,10 +28,10 @@ function budget(task) {
 function taskRow(task) {
   return h("li", {},
     h("a", { class: `task ${task.state}`, href: `#/task/${encodeURIComponent(task.id)}`, "data-task": task.id },
-      h("span", { class: "title" }, task.title),
+      h("span", { class: "title" }, shown(task.title)),
       stateBadge(task.state),
-      task.step ? h("span", { class: "step" }, task.step) : null,
-      task.error ? h("span", { class: "step" }, task.error) : null,
+      task.step ? h("span", { class: "step" }, shown(task.step, true)) : null,
+      task.error ? h("span", { class: "step" }, shown(task.error, true)) : null,
       budget(task)));
 }
 
@@ -39,7 +39,8 @@ function taskRow(task) {
 function approvalCard(approval) {
   const task = state.tasks.get(approval.task);
   const facts = h("dl", { class: "facts" });
-  const fact = (name, value) => { if (value !== undefined && value !== null && value !== "") facts.append(h("dt", {}, name), h("dd", {}, value)); };
+  // Payee and purpose are the task's words: a bidi override there could turn what is paid around.
+  const fact = (name, value) => { if (value !== undefined && value !== null && value !== "") facts.append(h("dt", {}, name), h("dd", {}, shown(value))); };
   fact("Task", task ? task.title : approval.task);
   fact("Tool", approval.tool);
   fact("Model", approval.model);
@@ -59,7 +60,7 @@ function approvalCard(approval) {
     await loadApprovals().catch(() => {});
   };
   return h("section", { class: "approval", "data-approval": approval.id, "aria-label": "Waiting for your OK" },
-    h("div", { class: "question" }, approval.question),
+    h("div", { class: "question" }, shown(approval.question ?? "", true)),
     facts,
     h("div", { class: "actions" },
       h("button", { type: "button", class: "primary", onclick: answer(true) }, "Approve"),
@@ -104,14 +105,13 @@ function storyLine(event) {
     case "net.refused": text = `Refused: ${data.target ?? "a connection"} (${data.reason ?? ""})${data.count > 1 ? ` ×${data.count}` : ""}`; break;
     default: text = event.kind;
   }
-  return h("li", { class: kind, "data-seq": event.seq }, h("time", {}, when(event.at)), h("span", { class: "text" }, text ?? ""));
+  return h("li", { class: kind, "data-seq": event.seq }, h("time", {}, when(event.at)), h("span", { class: "text" }, shown(text ?? "", true)));
 }
 
 function diffLines(text) {
-  return h("pre", {}, text.split("\n").map((line) => {
-    const kind = line.startsWith("@@") ? "hunk" : line.startsWith("+") && !line.startsWith("+++") ? "add" : line.startsWith("-") && !line.startsWith("---") ? "del" : "";
-    return h("span", { class: `line ${kind}` }, line);
-  }));
+  const lines = text.split("\n");
+  const kinds = diffKinds(lines);
+  return h("pre", {}, lines.map((line, at) => h("span", { class: `line ${kinds[at]}` }, shown(line))));
 }
 
 // One entry of the review (GET /api/tasks/{id}/diff): a text diff, or why there is none.
@@ -120,7 +120,7 @@ export function changeView(file, open = false) {
   const note = (text) => h("span", { class: "muted" }, ` (${text})`);
   const why = [];
   if (file.kind === "dir") why.push("folder");
-  if (file.kind === "link") why.push(`link to ${file.target ?? file.oldTarget ?? "?"}`);
+  if (file.kind === "link") why.push(`link to ${shown(file.target ?? file.oldTarget ?? "?")}`);
   if (file.kind === "other") why.push("not a file, folder or link");
   if (file.oldKind && file.oldKind !== file.kind) why.push(`was a ${file.oldKind}`);
   if (file.binary) why.push("binary file");
@@ -128,9 +128,15 @@ export function changeView(file, open = false) {
   if (file.notShown) why.push(file.notShown);
   if (file.skipped) why.push(`keep leaves it out: ${file.skipped}`);
   if (file.truncated) why.push("diff cut short");
-  const name = [what, file.path, why.length ? note(why.join("; ")) : null];
+  const name = [what, shown(file.path), why.length ? note(why.join("; ")) : null];
   if (!file.diff) return h("li", {}, name);
-  return h("li", {}, h("details", { class: "diff", open }, h("summary", {}, name), diffLines(file.diff)));
+  // Drawn when first opened: a task can change a thousand files of a quarter megabyte each.
+  const details = h("details", { class: "diff" }, h("summary", {}, name));
+  const draw = () => { if (details.open && details.childElementCount === 1) details.append(diffLines(file.diff)); };
+  details.addEventListener("toggle", draw);
+  details.open = open;
+  draw();
+  return h("li", {}, details);
 }
 
 async function loadFiles(task, box) {
@@ -190,11 +196,11 @@ export function taskView(main, id) {
     if (!task) return;
     replace(header,
       h("p", {}, h("a", { href: "#/tasks" }, "← All tasks")),
-      h("h1", {}, task.title, " ", stateBadge(task.state)),
-      task.error ? h("p", { class: "error", role: "alert" }, task.error) : null,
+      h("h1", {}, shown(task.title), " ", stateBadge(task.state)),
+      task.error ? h("p", { class: "error", role: "alert" }, shown(task.error, true)) : null,
       budget(task),
       detailActions(task, reload));
-    replace(side, h("h2", {}, "About"), facts(task), h("h2", {}, "Prompt"), h("p", { class: "prose" }, task.prompt));
+    replace(side, h("h2", {}, "About"), facts(task), h("h2", {}, "Prompt"), h("p", { class: "prose" }, shown(task.prompt ?? "", true)));
     filesHeading.textContent = task.review === "pending" ? "Review its changes, then keep or undo" : "Files it changed";
     const filesKey = `${task.state}:${task.review ?? ""}`;
     if (filesKey !== filesShownFor) { filesShownFor = filesKey; loadFiles(task, files); }
