@@ -81,12 +81,10 @@ def test_a_step_committed_as_its_broker_died_is_logged_once(machine: Machine, to
     machine.run("kill", "-STOP", manager)
     try:
         _release_sleep(machine, task)
-        # The broker read the step (its socket's queue is empty again) and asked the manager,
-        # whose bus connection now holds a message it has not read.
-        _wait_in_machine(
-            machine,
-            f"ss -xHp | grep 'pid={manager},' | awk '$3 > 0' | grep -q .",
-        )
+        # The broker read the step and asked the manager, whose bus connection now holds a
+        # message it has not read (boxd has a network namespace of its own: ss looks there).
+        ss = f"nsenter -t {manager} -n ss -xHp | grep 'pid={manager},'"
+        _wait_in_machine(machine, f"{ss} | awk '$3 > 0' | grep -q .")
         machine.run("systemctl", "kill", "--signal=KILL", _unit_of(task["id"]))
     finally:
         machine.run("kill", "-CONT", manager)
