@@ -55,7 +55,7 @@ def _steps(machine: Machine, task_id: str) -> list[str]:
 def test_a_step_lost_with_its_broker_is_sent_again(machine: Machine, token: str) -> None:
     """The broker is frozen, the worker's step reaches its socket, and the broker is killed
     before reading it: the worker's connection drops, and it sends the step again to the broker
-    systemd starts anew. (On main the worker failed: "Server disconnected".)"""
+    systemd starts anew. (On main the worker failed: "Connection reset by peer".)"""
     script = "step one\nsh sleep 600 || true\nstep two"
     task = start_fake(machine, token, script)
     wait_for_step(machine, task["id"])
