@@ -14,6 +14,8 @@ from aiohttp import web
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from boxd.workers.broker_patience import PATIENCE_VARIABLE
+
 RELAY = [sys.executable, "-I", "-m", "boxd.workers.mcp"]
 
 WALLET_PAY = {
@@ -102,13 +104,16 @@ class RawRelay:
 
     @classmethod
     @asynccontextmanager
-    async def start(cls, socket_path: Path) -> AsyncIterator["RawRelay"]:
+    async def start(
+        cls, socket_path: Path, patience_ms: int | None = None
+    ) -> AsyncIterator["RawRelay"]:
+        patience = {} if patience_ms is None else {PATIENCE_VARIABLE: str(patience_ms)}
         process = await asyncio.create_subprocess_exec(
             *RELAY,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            env={"BOX_SOCKET": str(socket_path)},
+            env={"BOX_SOCKET": str(socket_path), **patience},
             limit=64 * 1024 * 1024,
         )
         relay = cls(process)

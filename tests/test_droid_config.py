@@ -95,9 +95,8 @@ class FakeBroker:
     def __init__(self) -> None:
         self.posted: list[dict[str, Any]] = []
 
-    async def post(self, path: str, body: dict[str, Any]) -> None:
-        assert path == "/step"
-        self.posted.append(body)
+    async def step(self, text: str, data: Any = None) -> None:
+        self.posted.append({"text": text, "data": data})
 
 
 def _step(text: str, kind: str) -> dict[str, Any]:

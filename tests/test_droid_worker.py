@@ -28,10 +28,11 @@ class FakeBroker:
         self.asked: list[dict[str, Any]] = []
         self._asks = list(asks)
 
+    async def step(self, text: str, data: Any = None) -> Any:
+        self.steps.append({"text": text, "data": data})
+        return {}
+
     async def post(self, path: str, body: Any) -> Any:
-        if path == "/step":
-            self.steps.append(body)
-            return {}
         assert path == "/ask"
         self.asked.append(body)
         return self._asks.pop(0)

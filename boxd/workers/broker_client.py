@@ -1,21 +1,61 @@
-"""A worker's client for its broker: HTTP with JSON bodies over the Unix socket $BOX_SOCKET."""
+"""A worker's client for its broker: HTTP with JSON bodies over the Unix socket $BOX_SOCKET.
 
+A broker that went away mid-request (killed, restarted by its socket) or whose manager is away
+(503) is asked again, for up to broker_patience.PATIENCE_SECONDS. Asking again is safe:
+- /call and /ask carry a key: the same key gets the logged answer, never a second run;
+- GET /task and GET /tools change nothing;
+- /step has no key, so a step whose answer was lost is looked for in GET /task first and sent
+  again only if it is not there (`step`): the worker is its task's only writer of steps;
+- /cost and /usage are sent again: a cost recorded twice stops the task early, one lost lets it
+  spend past its budget unseen.
+"""
+
+import json
 from types import TracebackType
 from typing import Any
 
 import aiohttp
+
+from boxd.workers.broker_patience import Patience
+
+# The broker's "the manager is away" status: nothing was logged, ask again.
+MANAGER_AWAY = 503
+# A connection refused or cut off, or an answer cut short.
+_LOST = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 
 
 class BrokerRefused(Exception):
     """The broker answered with an error; its text says why."""
 
 
+class BrokerGone(Exception):
+    """The broker did not answer, or its manager was away, for longer than the worker waits."""
+
+
+class _Lost(Exception):
+    """One try that got no answer; `words` says what happened."""
+
+    def __init__(self, words: str) -> None:
+        super().__init__(words)
+        self.words = words
+
+
+def _as_logged(text: str, data: Any) -> dict[str, Any]:
+    """A step as GET /task lists it: JSON both ways, so equal steps compare equal."""
+    loaded: dict[str, Any] = json.loads(json.dumps({"text": text, "data": data}))
+    return loaded
+
+
 class BrokerClient:
-    def __init__(self, socket_path: str) -> None:
+    def __init__(self, socket_path: str, patience_seconds: float | None = None) -> None:
+        self._socket_path = socket_path
+        self._patience_seconds = patience_seconds
         self._session = aiohttp.ClientSession(
             connector=aiohttp.UnixConnector(path=socket_path),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
         )
+        # How many steps the log holds that this worker knows of (from GET /task, then its own).
+        self._steps_known = 0
 
     async def __aenter__(self) -> "BrokerClient":
         return self
@@ -28,16 +68,79 @@ class BrokerClient:
     ) -> None:
         await self._session.close()
 
+    def _patience(self) -> Patience:
+        return Patience(self._patience_seconds)
+
+    def _gone(self, doing: str, patience: Patience, words: str) -> BrokerGone:
+        return BrokerGone(
+            f"{doing}: the task's broker at {self._socket_path} gave no answer for "
+            f"{patience.seconds:g} s, over {patience.tries} tries (last: {words})"
+        )
+
+    async def _once(self, method: str, path: str, body: Any) -> Any:
+        try:
+            async with self._session.request(method, f"http://box{path}", json=body) as response:
+                answer = await response.json(content_type=None)
+        except _LOST as error:
+            raise _Lost(str(error) or type(error).__name__) from None
+        if response.status == MANAGER_AWAY:
+            raise _Lost(_error_words(answer, response.status))
+        if response.status >= 400:
+            raise BrokerRefused(_error_words(answer, response.status))
+        return answer
+
     async def request(self, method: str, path: str, body: Any = None) -> Any:
-        async with self._session.request(method, f"http://box{path}", json=body) as response:
-            answer = await response.json(content_type=None)
-            if response.status >= 400:
-                text = answer.get("error") if isinstance(answer, dict) else None
-                raise BrokerRefused(text or f"the broker answered {response.status}")
-            return answer
+        """The broker's answer, asking again while it is away (see the module's note)."""
+        return await self._patiently(method, path, body, self._patience(), f"{method} {path}")
+
+    async def _patiently(
+        self, method: str, path: str, body: Any, patience: Patience, doing: str
+    ) -> Any:
+        while True:
+            try:
+                return await self._once(method, path, body)
+            except _Lost as lost:
+                if not await patience.pause():
+                    raise self._gone(doing, patience, lost.words) from None
 
     async def get(self, path: str) -> Any:
         return await self.request("GET", path)
 
     async def post(self, path: str, body: Any) -> Any:
         return await self.request("POST", path, body)
+
+    async def task(self) -> dict[str, Any]:
+        """GET /task: the task and the steps it logged, which `step` counts from."""
+        state: dict[str, Any] = await self.get("/task")
+        self._steps_known = len(state["steps"])
+        return state
+
+    async def step(self, text: str, data: Any = None) -> Any:
+        """POST /step, once: a step whose answer was lost is sent again only if GET /task does
+        not show it after the ones this worker knew of. Returns the task.step event, or None
+        when the step was found logged (its answer is what was lost)."""
+        body: dict[str, Any] = {"text": text}
+        if data is not None:
+            body["data"] = data
+        wanted = _as_logged(text, data)
+        patience = self._patience()
+        while True:
+            try:
+                event = await self._once("POST", "/step", body)
+            except _Lost as lost:
+                if not await patience.pause():
+                    raise self._gone("POST /step", patience, lost.words) from None
+                # Within the same patience: this is still sending the step.
+                state = await self._patiently("GET", "/task", None, patience, "POST /step")
+                steps = state["steps"]
+                if wanted in steps[self._steps_known :]:
+                    self._steps_known = len(steps)
+                    return None
+                continue
+            self._steps_known += 1
+            return event
+
+
+def _error_words(answer: Any, status: int) -> str:
+    words = answer.get("error") if isinstance(answer, dict) else None
+    return words if isinstance(words, str) else f"the broker answered {status}"

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 
 from boxd.droid_release import droid_binary
-from boxd.workers.broker_client import BrokerClient, BrokerRefused
+from boxd.workers.broker_client import BrokerClient, BrokerGone, BrokerRefused
 from boxd.workers.droid_answers import Answers
 from boxd.workers.droid_config import (
     AIRGAP_ENVIRONMENT,
@@ -92,15 +92,15 @@ class Steps:
         if held is not None and not (
             step["data"]["kind"] == Kind.SUMMARY and step["text"] == held["text"]
         ):
-            await self._broker.post("/step", held)
+            await self._broker.step(held["text"], held["data"])
         if step["data"]["kind"] == Kind.MESSAGE:
             self._held = step
         else:
-            await self._broker.post("/step", step)
+            await self._broker.step(step["text"], step["data"])
 
     async def flush(self) -> None:
         if self._held is not None:
-            await self._broker.post("/step", self._held)
+            await self._broker.step(self._held["text"], self._held["data"])
             self._held = None
 
 
@@ -152,7 +152,7 @@ async def converse(
 
 async def run(socket_path: str, own_home: Path, work_dir: Path, gateway_url: str) -> None:
     async with BrokerClient(socket_path) as broker:
-        state = await broker.get("/task")
+        state = await broker.task()
         task = state["task"]
         resume = last_session(state["steps"])
         await asyncio.to_thread(prepare_home, own_home, task, gateway_url, socket_path)
@@ -204,7 +204,7 @@ def main() -> None:
         )
     try:
         asyncio.run(run(socket_path, Path(home), Path.cwd(), gateway_url))
-    except (DroidFailed, BrokerRefused, OSError, aiohttp.ClientError) as failure:
+    except (DroidFailed, BrokerRefused, BrokerGone, OSError, aiohttp.ClientError) as failure:
         print(failure, file=sys.stderr, flush=True)
         sys.exit(1)
 

@@ -14,16 +14,12 @@ from typing import Any
 
 import aiohttp
 
-from boxd.workers.broker_client import BrokerClient, BrokerRefused
+from boxd.workers.broker_client import BrokerClient, BrokerGone, BrokerRefused
 
 MAX_OUTPUT = 4000
 # How much of a fetched body its step shows.
 FETCH_SHOWN = 200
 FETCH_SECONDS = 60
-# How long a call keeps trying to reach a broker that went away: systemd starts it again on the
-# next connection, in well under a second.
-RECONNECTS = 50
-RECONNECT_SECONDS = 0.2
 
 
 class ScriptFailed(Exception):
@@ -116,18 +112,10 @@ Broker = tuple[BrokerClient, str]
 
 async def _until_answered(broker: BrokerClient, path: str, body: dict[str, Any]) -> Any:
     """A pending answer means the owner has not decided yet: ask again, as long as it takes.
-    A broker that went away mid-call (killed, restarted) is asked again with the same key,
-    which is what makes the call happen once."""
-    lost = 0
+    (A broker that went away mid-call is asked again by the client, with the same key, which is
+    what makes the call happen once.)"""
     while True:
-        try:
-            answer = await broker.post(path, body)
-        except aiohttp.ClientConnectionError:
-            lost += 1
-            if lost > RECONNECTS:
-                raise
-            await asyncio.sleep(RECONNECT_SECONDS)
-            continue
+        answer = await broker.post(path, body)
         if not (isinstance(answer, dict) and answer.get("pending")):
             return answer
 
@@ -199,7 +187,7 @@ def last_line_done(steps: list[dict[str, Any]]) -> int:
 
 async def run(socket_path: str) -> None:
     async with BrokerClient(socket_path) as broker:
-        state = await broker.get("/task")
+        state = await broker.task()
         done = last_line_done(state["steps"])
         for number, line in enumerate(state["task"]["prompt"].splitlines(), start=1):
             command, _, argument = line.strip().partition(" ")
@@ -215,7 +203,7 @@ async def run(socket_path: str) -> None:
                     text = await COMMANDS[command](argument.strip())
             except (ScriptFailed, BrokerRefused) as failure:
                 raise ScriptFailed(f"line {number}: {failure}") from None
-            await broker.post("/step", {"text": text, "data": {"line": number}})
+            await broker.step(text, {"line": number})
 
 
 def main() -> None:
@@ -224,7 +212,7 @@ def main() -> None:
         sys.exit("fake worker: BOX_SOCKET is not set; boxd starts this worker for a task")
     try:
         asyncio.run(run(socket_path))
-    except (ScriptFailed, BrokerRefused, OSError, aiohttp.ClientError) as failure:
+    except (ScriptFailed, BrokerRefused, BrokerGone, OSError, aiohttp.ClientError) as failure:
         print(failure, file=sys.stderr, flush=True)
         sys.exit(1)
 

@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from boxd.strict_json import MAX_BODY
+from boxd.workers.broker_patience import Patience
 
 log = logging.getLogger(__name__)
 
@@ -22,10 +23,8 @@ MAX_ANSWER = MAX_BODY
 # A status line or header; the broker's are a few dozen characters.
 MAX_HEAD_LINE = 8 * 1024
 MAX_HEADERS = 100
-# How long a request keeps trying to reach a broker that went away: systemd starts it again on
-# the next connection, in well under a second (as the fake worker does).
-RECONNECTS = 50
-RECONNECT_SECONDS = 0.2
+# The broker's "the manager is away" status: nothing was done, ask again.
+MANAGER_AWAY = 503
 
 
 class BrokerRefused(Exception):
@@ -33,7 +32,12 @@ class BrokerRefused(Exception):
 
 
 class BrokerGone(Exception):
-    """The broker could not be reached, or cut the answer off, even after trying again."""
+    """The broker could not be reached, cut the answer off, or had its manager away, for longer
+    than broker_patience says to wait."""
+
+
+class _ManagerAway(Exception):
+    """A 503: the broker is up, its manager is not; the words are the broker's."""
 
 
 class BrokerGarbled(Exception):
@@ -102,31 +106,33 @@ async def _once(socket_path: str, method: str, path: str, payload: bytes | None)
         raise BrokerGarbled(f"the broker answered {status} without JSON: {body[:200]!r}") from None
     if status >= 400:
         words = answer.get("error") if isinstance(answer, dict) else None
+        if status == MANAGER_AWAY:
+            raise _ManagerAway(words if isinstance(words, str) else "the box's manager is away")
         raise BrokerRefused(words if isinstance(words, str) else f"the broker answered {status}")
     return answer
 
 
 async def request(socket_path: str, method: str, path: str, body: Any = None) -> Any:
-    """The broker's JSON answer. A broker that went away is asked again, with the same body:
-    the keys in /call and /ask bodies are what make asking again safe."""
+    """The broker's JSON answer. A broker that went away, or whose manager is away, is asked
+    again with the same body for up to broker_patience.PATIENCE_SECONDS: the keys in /call and
+    /ask bodies are what make asking again safe (the relay sends nothing else)."""
     payload = None if body is None else json.dumps(body, ensure_ascii=False).encode("utf-8")
-    lost = 0
+    patience = Patience()
     while True:
         try:
             return await _once(socket_path, method, path, payload)
-        except _LOST as error:
-            lost += 1
-            if lost > RECONNECTS:
-                raise BrokerGone(
-                    f"the box's broker did not answer at {socket_path} for "
-                    f"{RECONNECTS * RECONNECT_SECONDS:g} s ({error or type(error).__name__})"
-                ) from None
-            if lost == 1:
+        except (*_LOST, _ManagerAway) as error:
+            words = str(error) or type(error).__name__
+            if patience.tries == 0:
                 log.warning(
                     "the broker did not answer %s %s (%s); trying again for up to %g s",
                     method,
                     path,
-                    error or type(error).__name__,
-                    RECONNECTS * RECONNECT_SECONDS,
+                    words,
+                    patience.seconds,
                 )
-            await asyncio.sleep(RECONNECT_SECONDS)
+            if not await patience.pause():
+                raise BrokerGone(
+                    f"the box's broker did not answer at {socket_path} for "
+                    f"{patience.seconds:g} s, over {patience.tries} tries ({words})"
+                ) from None
