@@ -34,6 +34,15 @@ export function connect() {
     badge.textContent = "offline";
     setTimeout(connect, 5000);
   });
+  // The box's last word on a stream whose caller may no longer hear it (a revoked session):
+  // try again later, which a new login answers, and the API's 401 says how to log in.
+  source.addEventListener("end", () => {
+    source.close();
+    badge.textContent = "offline";
+    badge.className = "live off";
+    lost = true;
+    setTimeout(connect, 5000);
+  });
   for (const kind of ["step", "task", "approval"]) {
     source.addEventListener(kind, (message) => {
       let data;
