@@ -26,6 +26,7 @@ from boxd.manager.beneath import (
     READ_FLAGS,
     lstat_at,
     open_dir,
+    open_folder,
     open_path,
     parent_of,
     remove_at,
@@ -145,14 +146,7 @@ def _state_at(root: int, relative: str) -> list[Any] | None:
 
 def _files_under(root: int, relative: str) -> dict[str, list[Any]]:
     try:
-        if relative == "":
-            folder = os.dup(root)
-        else:
-            parent, name = parent_of(root, relative)
-            try:
-                folder = open_dir(parent, name)
-            finally:
-                os.close(parent)
+        folder = open_folder(root, relative)
     except OSError:
         return {}
     try:

@@ -69,6 +69,17 @@ def parent_of(root: int, relative: str) -> tuple[int, str]:
     return fd, name
 
 
+def open_folder(root: int, relative: str) -> int:
+    """Opens the folder `relative` below `root` ("" is root itself), following no link."""
+    if relative == "":
+        return os.dup(root)
+    parent, name = parent_of(root, relative)
+    try:
+        return open_dir(parent, name)
+    finally:
+        os.close(parent)
+
+
 def lstat_at(parent: int, name: str) -> os.stat_result | None:
     try:
         return os.stat(name, dir_fd=parent, follow_symlinks=False)

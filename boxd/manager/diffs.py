@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from boxd.errors import Problem, die
-from boxd.manager.beneath import DIR_FLAGS, READ_FLAGS, lstat_at, open_dir, parent_of
+from boxd.manager.beneath import DIR_FLAGS, READ_FLAGS, lstat_at, open_dir, open_folder, parent_of
 from boxd.manager.keep import OPAQUE, is_whiteout
 from boxd.manager.pages import PAGE_CHARS, cursor
 from boxd.manager.text_diff import Slow, is_text, unified
@@ -133,11 +133,7 @@ class _Below:
             if not isinstance(found, os.stat_result) or not stat.S_ISDIR(found.st_mode):
                 break
             try:
-                parent, name = parent_of(root, path)
-                try:
-                    fd = open_dir(parent, name)
-                finally:
-                    os.close(parent)
+                fd = open_folder(root, path)
             except OSError:
                 break
             try:
