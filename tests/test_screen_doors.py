@@ -222,3 +222,28 @@ def test_the_qr_code_is_the_code_s_text_and_nothing_else() -> None:
     lines = qr_text(CODE).splitlines()
     # Two rows of modules a line, with the quiet zone around them.
     assert len(lines) == (len(expected.matrix) + 2 * border + 1) // 2
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "raw"),
+    [
+        ("PATCH", "/api/settings", b'{"defaultBudgetCents": 1e999}'),
+        ("PATCH", "/api/settings", b'{"defaultBudgetCents": NaN}'),
+        ("PATCH", "/api/settings", b"[1, 2]"),
+        ("PUT", "/api/vault/GITHUB_TOKEN", b'{"value": Infinity}'),
+        ("PUT", "/api/vault/GITHUB_TOKEN", b'{"value": "x", "also": 1}'),
+        ("PUT", "/api/vault/GITHUB_TOKEN", b'{"value": "\xff"}'),
+        ("POST", "/api/pairings", b'{"name": 12}'),
+    ],
+)
+async def test_a_broken_body_is_a_400_in_words_and_reaches_no_one(
+    gateway: tuple[TestClient[Any, Any], FakeManager], method: str, path: str, raw: bytes
+) -> None:
+    """Non-finite numbers, wrong shapes, unknown fields and broken UTF-8 from the
+    screen itself: refused before the manager hears anything."""
+    client, manager = gateway
+    response = await client.request(method, path, data=raw, headers=_bearer("box_device"))
+    answer = await response.json()
+    assert response.status == 400, answer
+    assert isinstance(answer["error"], str) and answer["error"].strip()
+    assert manager.calls == []
