@@ -16,6 +16,7 @@ from boxd.pairing_qr import qr_svg
 from boxd.pairing_request import PairRequest
 from boxd.plain_errors import parse
 from boxd.web.event_stream import EVENTS_PATH, Timing, serve_events
+from boxd.web.host_check import only_own_names
 from boxd.web.live_events import LiveEvents
 from boxd.web.openapi import OPENAPI_PATH, document
 from boxd.web.screen_page import ScreenPage
@@ -225,7 +226,9 @@ def make_app(
         "PUT and DELETE /api/vault/{name}, POST /api/pairings, DELETE /api/workspaces/{name}, "
         "and the owner's screen at /",
     )
-    app = web.Application(middlewares=[errors, screen_session], client_max_size=MAX_BODY)
+    app = web.Application(
+        middlewares=[errors, only_own_names, screen_session], client_max_size=MAX_BODY
+    )
     if client is None:
         app.cleanup_ctx.append(_bus)
     else:
