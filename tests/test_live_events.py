@@ -319,8 +319,7 @@ async def test_a_client_that_does_not_read_is_dropped_not_buffered() -> None:
         raw.setblocking(False)
         await asyncio.get_running_loop().sock_connect(raw, (client.host, client.port))
         asking = (
-            "GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            "Authorization: Bearer box_owner\r\n\r\n"
+            "GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer box_owner\r\n\r\n"
         )
         await asyncio.get_running_loop().sock_sendall(raw, asking.encode())
         await asyncio.wait_for(_until(lambda: hub.open_streams == 1), 10)
