@@ -2,13 +2,14 @@
 forged or revoked session cookie, a change without the CSRF token or from another origin."""
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from boxd.caller import LINK_USED, Caller, Role
+from boxd.caller import LINK_USED, SCREEN_SESSION_SECONDS, Caller, Role
 from boxd.cli import open_screen
 from boxd.dbus.client import GatewayClient
 from boxd.errors import BoxError, Problem, die
@@ -57,13 +58,36 @@ async def test_a_link_opens_one_session_once(store: Store, tmp_path: Path) -> No
     link = await screen.create_link(OWNER, [])
     assert link["expiresInSeconds"] == LINK_SECONDS
     session = (await _open(screen, link["code"]))["session"]
-    assert await store.token_role(token_hash(session)) == ("screen", "screen", "alice")
+    found = await store.token(token_hash(session))
+    assert found is not None
+    assert (found.name, found.role, found.user) == ("screen", "screen", "alice")
     with pytest.raises(BoxError) as used:
         await _open(screen, link["code"])
     assert used.value.problem == Problem.UNAUTHORIZED
     # Kept as tokens are: by its hash only.
     assert session not in (tmp_path / "box.db").read_bytes().decode("latin-1")
     assert link["code"] not in (tmp_path / "box.db").read_bytes().decode("latin-1")
+
+
+async def test_a_session_is_over_after_its_hours_and_removed(store: Store) -> None:
+    wall = Clock()
+    screen = ScreenSessions(store, Clock(), wall)
+    code = (await screen.create_link(OWNER, []))["code"]
+    caller = screen.link_caller(code)
+    assert caller is not None
+    wall.now = 5000.0
+    session = (await screen.open_session(caller, []))["session"]
+    found = await store.token(token_hash(session))
+    assert found is not None
+    found = replace(found, created=5000.0)
+    wall.now = 5000.0 + SCREEN_SESSION_SECONDS - 1
+    await screen.refuse_if_over(found)
+    wall.now = 5000.0 + SCREEN_SESSION_SECONDS
+    with pytest.raises(BoxError) as over:
+        await screen.refuse_if_over(found)
+    assert over.value.problem == Problem.UNAUTHORIZED
+    assert "boxctl open" in over.value.message
+    assert await store.tokens() == []
 
 
 async def test_two_callers_racing_with_one_link_get_one_session(store: Store) -> None:
@@ -145,7 +169,9 @@ async def test_the_login_sets_a_strict_http_only_cookie(
     session, cookies = await _login(client)
     (cookie,) = [c for c in cookies if c.startswith(f"{SESSION_COOKIE}=")]
     flags = {part.strip().lower() for part in cookie.split(";")[1:]}
-    assert {"httponly", "samesite=strict", "path=/"} <= flags
+    assert {"httponly", "samesite=strict", "path=/", f"max-age={SCREEN_SESSION_SECONDS}"} <= flags
+    (csrf,) = [c for c in cookies if c.startswith(f"{CSRF_COOKIE}=")]
+    assert f"Max-Age={SCREEN_SESSION_SECONDS}" in csrf
     (csrf,) = [c for c in cookies if c.startswith(f"{CSRF_COOKIE}=")]
     assert csrf.split(";")[0] == f"{CSRF_COOKIE}={csrf_token(session)}"
     assert "samesite=strict" in csrf.lower()

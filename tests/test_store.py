@@ -71,9 +71,11 @@ async def test_task_and_events(tmp_path: Path) -> None:
 async def test_tokens_and_settings(tmp_path: Path) -> None:
     store = Store(tmp_path / "box.db")
     await store.open()
-    assert await store.token_role("abc") is None
+    assert await store.token("abc") is None
     await store.add_token("abc", "laptop", "owner", "alice")
-    assert await store.token_role("abc") == ("laptop", "owner", "alice")
+    found = await store.token("abc")
+    assert found is not None
+    assert (found.name, found.role, found.user) == ("laptop", "owner", "alice")
     assert await store.settings() == Settings()
     changed = Settings(defaultBudgetCents=7)
     await store.save_settings(changed)

@@ -43,13 +43,14 @@ class Authorizer:
             link = self._screen.link_caller(token) if token else None
             if link is not None:
                 return link
-            found = await self._store.token_role(token_hash(token)) if token else None
+            found = await self._store.token(token_hash(token)) if token else None
             if found is None:
                 die(Problem.UNAUTHORIZED, "a valid bearer token is required (boxctl token create)")
-            name, role, maker = found
-            if role == DEVICE:
-                return Caller(Role.DEVICE, name, user=maker, device=name)
-            return Caller(Role(role), name, user=maker)
+            if found.role == Role.SCREEN:
+                await self._screen.refuse_if_over(found)
+            if found.role == DEVICE:
+                return Caller(Role.DEVICE, found.name, user=found.user, device=found.name)
+            return Caller(Role(found.role), found.name, user=found.user)
         task_id = message.body[0]
         if await self._broker_unit(sender) != broker_service_unit(task_id):
             die(Problem.FORBIDDEN, f"only the broker of task {task_id} may do this")

@@ -4,6 +4,7 @@ follows it within a minute gets a session.
 A link lives in memory only: it is good for a minute, so a restart that forgets it costs the
 owner one more `boxctl open`. A session is kept as tokens are, its hash only, with the role
 `screen`: it is listed and revoked with the tokens, and its next request after a revoke is 401.
+It ends SCREEN_SESSION_SECONDS after it was opened: its next request is 401 and it is removed.
 """
 
 import secrets
@@ -12,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from boxd.caller import LINK_USED, Caller, Role
+from boxd.caller import LINK_USED, SCREEN_SESSION_SECONDS, Caller, Role
 from boxd.errors import Problem, die
 from boxd.manager.store import Store
-from boxd.manager.tokens import token_hash
+from boxd.manager.tokens import TokenRecord, token_hash
 
 LINK_SECONDS = 60
 LINK_PREFIX = "boxlink_"
@@ -34,9 +35,16 @@ def _secret(prefix: str) -> str:
 
 
 class ScreenSessions:
-    def __init__(self, store: Store, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self._store = store
         self._clock = clock
+        # Sessions outlive restarts, so their age is told by the wall clock they were made by.
+        self._wall = wall
         # By the hash of the link's code: a link is never kept as it was handed out.
         self._links: dict[str, _Link] = {}
 
@@ -62,6 +70,13 @@ class ScreenSessions:
         session = _secret(SESSION_PREFIX)
         await self._store.add_token(token_hash(session), "screen", Role.SCREEN.value, link.user)
         return {"session": session}
+
+    async def refuse_if_over(self, session: TokenRecord) -> None:
+        """A session past its time is removed, and its caller told as a revoked one is."""
+        if self._wall() - session.created < SCREEN_SESSION_SECONDS:
+            return
+        await self._store.remove_token(session.hash)
+        die(Problem.UNAUTHORIZED, "this screen's session is over: run boxctl open for a new one")
 
     def _forget_expired(self) -> None:
         now = self._clock()

@@ -495,14 +495,12 @@ class Store:
 
         await self._run(write)
 
-    async def token_role(self, token_hash: str) -> tuple[str, str, str | None] | None:
-        """The token's name, role and the account that made it."""
-
-        def read(db: sqlite3.Connection) -> tuple[str, str, str | None] | None:
+    async def token(self, token_hash: str) -> TokenRecord | None:
+        def read(db: sqlite3.Connection) -> TokenRecord | None:
             row = db.execute(
-                "SELECT name, role, user FROM tokens WHERE hash = ?", (token_hash,)
+                "SELECT hash, name, role, created, user FROM tokens WHERE hash = ?", (token_hash,)
             ).fetchone()
-            return None if row is None else (row[0], row[1], row[2])
+            return None if row is None else TokenRecord(*row)
 
         return await self._run(read)
 

@@ -11,7 +11,7 @@ import hmac
 
 from aiohttp import web
 
-from boxd.caller import LINK_USED
+from boxd.caller import LINK_USED, SCREEN_SESSION_SECONDS
 from boxd.dbus.client import GatewayClient
 from boxd.errors import BoxError, Problem, die
 from boxd.json_errors import Handler
@@ -31,7 +31,8 @@ NO_CSRF = (
 )
 OTHER_ORIGIN = "the screen's session only acts for pages of this box's own address ({origin})"
 SESSION_ENDED = (
-    "this screen's session has ended (revoked, or the box forgot it): "
+    f"this screen's session has ended (revoked, over {SCREEN_SESSION_SECONDS // 3600} hours "
+    "after it began, or the box forgot it): "
     "run boxctl open for a new link"
 )
 
@@ -97,6 +98,11 @@ async def open_session(client: GatewayClient, request: web.Request) -> web.Respo
     # The code is spent, but nothing of the link should travel on.
     response.headers["Referrer-Policy"] = "no-referrer"
     response.headers["Cache-Control"] = "no-store"
-    response.set_cookie(SESSION_COOKIE, session, path="/", httponly=True, samesite="Strict")
-    response.set_cookie(CSRF_COOKIE, csrf_token(session), path="/", samesite="Strict")
+    lasts = SCREEN_SESSION_SECONDS
+    response.set_cookie(
+        SESSION_COOKIE, session, path="/", httponly=True, samesite="Strict", max_age=lasts
+    )
+    response.set_cookie(
+        CSRF_COOKIE, csrf_token(session), path="/", samesite="Strict", max_age=lasts
+    )
     return response

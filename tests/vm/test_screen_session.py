@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any
 
-from boxd.caller import LINK_USED
+from boxd.caller import LINK_USED, SCREEN_SESSION_SECONDS
 from boxd.web.screen_session import (
     CSRF_COOKIE,
     CSRF_HEADER,
@@ -65,7 +65,7 @@ def test_the_link_opens_one_session_with_a_strict_cookie(machine: Machine, owner
     assert status == 303 and "\nlocation: /" in head.lower()
     cookies = _cookies(head)
     flags = {part.strip().lower() for part in cookies[SESSION_COOKIE].split(";")[1:]}
-    assert {"httponly", "samesite=strict", "path=/"} <= flags
+    assert {"httponly", "samesite=strict", "path=/", f"max-age={SCREEN_SESSION_SECONDS}"} <= flags
     session = cookies[SESSION_COOKIE].split(";")[0].split("=", 1)[1]
     assert cookies[CSRF_COOKIE].split(";")[0] == f"{CSRF_COOKIE}={csrf_token(session)}"
     # Used twice: refused, and no second session.
@@ -127,6 +127,23 @@ def test_a_forged_or_revoked_session_is_refused(machine: Machine, owner: str) ->
     for screen in screens:
         boxctl(machine, "token", "revoke", screen["id"], user=owner)
     assert _with_cookie(machine, "GET", "/api/tasks", session) == (401, {"error": SESSION_ENDED})
+
+
+def test_a_session_past_its_hours_is_over_and_removed(machine: Machine, owner: str) -> None:
+    _, head, _ = _follow(machine, _link(machine, owner))
+    session = _cookies(head)[SESSION_COOKIE].split(";")[0].split("=", 1)[1]
+    assert _with_cookie(machine, "GET", "/api/tasks", session)[0] == 200
+    # The box's record, as if the session had been opened SCREEN_SESSION_SECONDS ago (the
+    # clock of the machine is the host's, so it cannot be moved for one test).
+    aged = (
+        "import sqlite3, sys; db = sqlite3.connect('/var/lib/box/box.db'); "
+        "db.execute(\"UPDATE tokens SET created = created - ? WHERE role = 'screen'\", "
+        "(int(sys.argv[1]),)); db.commit()"
+    )
+    machine.run("python3", "-c", aged, str(SCREEN_SESSION_SECONDS))
+    assert _with_cookie(machine, "GET", "/api/tasks", session) == (401, {"error": SESSION_ENDED})
+    tokens = json.loads(boxctl(machine, "token", "ls", "--json", user=owner).stdout)
+    assert [t for t in tokens if t["role"] == "screen"] == []
 
 
 def test_no_token_makes_a_link_and_a_link_is_no_token(
