@@ -293,3 +293,17 @@ def test_a_review_shows_task_text_as_it_is(
         ".map((e) => [e.className, e.textContent])"
     )
     assert ["line del", "---force"] in kinds, kinds
+
+
+def test_a_long_story_shows_its_last_lines_and_says_how_many_more(
+    machine: Machine, screen: WebDriver, token: str
+) -> None:
+    script = "".join(f"step line {n}\n" for n in range(1, 521))
+    task = start_fake(machine, token, script, title="A long story")
+    assert len(finish(machine, task["id"])["steps"]) == 520
+    screen.get(f"http://127.0.0.1:7700/#/task/{task['id']}")
+    until(screen, lambda d: "line 520" in _story(d))
+    story = _story(screen)
+    assert len(story) == 500 and story[0] == "line 21", story[:2]
+    note = _text(screen, ".story li.empty")
+    assert f"20 earlier steps are not shown here (boxctl show {task['id']}" in note, note

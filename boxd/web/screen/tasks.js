@@ -181,6 +181,10 @@ function facts(task) {
   return list;
 }
 
+// An open tab shows the last lines of a story, so a task that logs for days cannot fill the
+// browser's memory; the whole story is in `boxctl show ID`.
+const STORY_LINES = 500;
+
 export function taskView(main, id) {
   const header = h("div", {});
   const story = h("ol", { class: "story", "aria-label": "The task's story", "aria-live": "polite" });
@@ -191,6 +195,8 @@ export function taskView(main, id) {
   let task = null;
   let lastSeq = 0;
   let filesShownFor = "";
+  let hidden = 0;
+  const earlier = h("li", { class: "empty" });
 
   const renderHeader = () => {
     if (!task) return;
@@ -208,8 +214,14 @@ export function taskView(main, id) {
   const addEvent = (event) => {
     if (event.seq <= lastSeq) return;
     lastSeq = event.seq;
-    if (story.firstChild && story.firstChild.classList.contains("empty")) story.replaceChildren();
+    if (story.firstChild && story.firstChild.classList.contains("empty") && story.firstChild !== earlier) story.replaceChildren();
     story.append(storyLine(event));
+    if (story.childElementCount - (hidden ? 1 : 0) > STORY_LINES) {
+      if (!hidden) story.prepend(earlier);
+      earlier.nextSibling.remove();
+      hidden += 1;
+      earlier.textContent = `${hidden} earlier steps are not shown here (boxctl show ${id} has them all).`;
+    }
   };
   async function reload() {
     try {
@@ -219,6 +231,7 @@ export function taskView(main, id) {
       putTask(rest);
       story.replaceChildren();
       lastSeq = 0;
+      hidden = 0;
       for (const step of steps) addEvent({ kind: "task.step", seq: step.seq, at: step.at, data: step });
       if (!steps.length) story.append(h("li", { class: "empty" }, "No steps yet."));
       renderHeader();
