@@ -98,6 +98,8 @@ Handler = Callable[[Caller, list[Any]], Awaitable[Any]]
 STOPPED = "Stopped by its owner."
 VANISHED = "The worker's unit was gone before boxd could read how it ended."
 UNDONE_WHILE_RUNNING = "Stopped by its owner, to undo it."
+# How often an end that could not be recorded on the full disk is tried again.
+END_WAITS_FOR_ROOM_SECONDS = 1.0
 
 
 def _full(workspace: str) -> str:
@@ -930,8 +932,23 @@ class Box:
         data: dict[str, Any] = {"state": state.value}
         if error:
             data["error"] = error
-        await self.records.record(task, EventKind.TASK_STATE, data, layer=layer)
-        return task
+        told = False
+        while True:
+            try:
+                await self.records.record(task, EventKind.TASK_STATE, data, layer=layer)
+                return task
+            except BoxError as failure:
+                if failure.problem != Problem.FULL:
+                    raise
+            # The task's worker is stopped and its units let go: an end left unrecorded would
+            # show it running for good, so it waits for room, however it comes (a task's
+            # changes thrown away, the owner's files removed by hand).
+            if not told:
+                told = True
+                log.warning(
+                    "the end of task %s waits for room on the full disk to be recorded", task.id
+                )
+            await asyncio.sleep(END_WAITS_FOR_ROOM_SECONDS)
 
     async def _let_go(self, unit: str) -> None:
         try:

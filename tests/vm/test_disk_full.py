@@ -221,17 +221,15 @@ def _main_pid(machine: Machine) -> str:
     return machine.run("systemctl", "show", "-P", "MainPID", "boxd.service").stdout.strip()
 
 
-def _waits_for_room(machine: Machine, task_id: str, timeout: float = 30) -> None:
+def _journal_says(machine: Machine, unit: str, words: str, timeout: float = 30) -> str:
+    """The first line of the unit's journal with `words` in it, once there is one."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        said = machine.run(
-            "journalctl", "-q", "-u", f"box-task-{task_id}.service", "--grep", "Waiting for room",
-            check=False,
-        ).stdout  # fmt: skip
-        if "The box's disk is full" in said:
-            return
+        said = machine.run("journalctl", "-q", "-u", unit, "--grep", words, check=False).stdout
+        if said:
+            return said.splitlines()[0]
         time.sleep(0.2)
-    raise AssertionError(f"task {task_id}'s worker did not say it waits for room")
+    raise AssertionError(f"{unit} did not say {words!r} in {timeout:g} s")
 
 
 def _made_things(machine: Machine) -> tuple[str, str, str]:
@@ -261,8 +259,12 @@ def test_a_disk_filled_from_outside_refuses_in_words_loses_nothing_and_recovers(
         "step after the call",
         tools=["wallet.pay"],
     )
-    wait_for_step(machine, poster["id"])
-    wait_for_step(machine, worker["id"])
+    # And this one gives up by itself on the full disk, when its end cannot be recorded.
+    quitter = start_fake(
+        machine, token, "step ready\nsh until [ -e /etc/disk-is-full ]; do sleep 0.1; done; exit 3"
+    )
+    for task in (poster, worker, quitter):
+        wait_for_step(machine, task["id"])
 
     # Full, but boxd has its reserve: the record takes it rather than refuse, and no task is
     # stopped for it, since none of their changes took the space.
@@ -277,7 +279,10 @@ def test_a_disk_filled_from_outside_refuses_in_words_loses_nothing_and_recovers(
     acked = ["ready", *first["acked"], *full["acked"]]
     pay = {"tool": "wallet.pay", "input": {"to": "Bo", "cents": 3}, "key": "direct-1"}
     assert _broker_call(machine, poster, pay) == (507, {"error": RECORD_FULL})
-    _waits_for_room(machine, worker["id"])
+    waits = _journal_says(machine, f"box-task-{worker['id']}.service", "Waiting for room")
+    assert "POST /step: The box's disk is full: boxd cannot add to its record" in waits, waits
+    # The task that gave up meanwhile is ended, and its end waits for room to be recorded.
+    _journal_says(machine, "boxd.service", f"the end of task {quitter['id']} waits for room")
 
     # No new task on a full disk, and nothing of one left behind.
     before = _made_things(machine)
@@ -286,13 +291,17 @@ def test_a_disk_filled_from_outside_refuses_in_words_loses_nothing_and_recovers(
     assert (status, refused) == (507, {"error": NO_ROOM_TO_START})
     assert _made_things(machine) == before
     status, listed = http(machine, "GET", "/api/tasks", token)
-    assert status == 200 and len(listed) == 2, listed
+    assert status == 200 and len(listed) == 3, listed
 
     # boxd killed on the full disk: it comes back, and every step it acknowledged is there.
     pid = _main_pid(machine)
     machine.run("systemctl", "kill", "--signal=KILL", "boxd.service")
     _wait_active_again(machine, pid)
     assert _logged(machine, poster["id"]) == acked
+    waits = _journal_says(machine, f"box-task-{worker['id']}.service", "Waiting for room")
+    assert "POST /step: The box's disk is full: boxd cannot add to its record" in waits, waits
+    # The task that gave up meanwhile is ended, and its end waits for room to be recorded.
+    _journal_says(machine, "boxd.service", f"the end of task {quitter['id']} waits for room")
     for task in (poster, worker):
         assert json.loads(boxctl(machine, "show", task["id"], "--json").stdout)["state"] in (
             "running",
@@ -315,6 +324,9 @@ def test_a_disk_filled_from_outside_refuses_in_words_loses_nothing_and_recovers(
     after = _post_steps(machine, poster, "after", "one")
     assert after == {"acked": ["after-0"], "refused": None}, after
     acked += after["acked"]
+    ended = finish(machine, quitter["id"])
+    assert ended["state"] == "failed", ended
+    assert ended["error"].startswith("The box's disk is full: the task could not write"), ended
     fresh = start_fake(machine, token, "write ok.txt fine")
     assert finish(machine, fresh["id"])["state"] == "done"
 
