@@ -148,3 +148,20 @@ async def test_the_fake_worker_waits_for_room_and_goes_on(
     assert [step["text"] for step in log.steps][::2] == ["one", "three"]
     assert log.steps[1]["text"].startswith('wallet.pay: {"booking": "line-2"')
     assert [result["key"] for result in log.results] == ["line-2"]
+
+
+async def test_a_call_whose_result_cannot_be_logged_books_once_when_sent_again(
+    broker: tuple[str, FullLog],
+) -> None:
+    """The wallet booked, then the record could not take the result: the 507 tells the worker
+    to send it again, and the same key (the same ctx.key) finds the booking it made."""
+    path, log = broker
+    log.full = {"FinishCall"}
+    call = {"tool": "wallet.pay", "input": PAY, "key": "k1"}
+    assert await post(path, "/call", call) == (507, {"error": RECORD_FULL})
+    assert log.results == []
+    log.full = set()
+    status, paid = await post(path, "/call", call)
+    assert status == 200 and paid["ok"] is True and paid["output"]["booking"] == "k1"
+    status, balance = await post(path, "/call", {"tool": "wallet.balance", "key": "b"})
+    assert balance["output"]["payments"] == 1
