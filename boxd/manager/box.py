@@ -21,7 +21,7 @@ from boxd.claude_models import DEFAULT_MODEL, resolve_model
 from boxd.dbus import interface as api
 from boxd.errors import BoxError, Problem, die
 from boxd.event import EventKind
-from boxd.full_disk import is_full
+from boxd.full_disk import NO_ROOM_TO_START, is_full
 from boxd.ids import new_task_id, task_user
 from boxd.manager import at_rest, netns, task_home
 from boxd.manager.admission import next_to_start
@@ -31,7 +31,6 @@ from boxd.manager.damaged import DAMAGED
 from boxd.manager.diffs import diff_page
 from boxd.manager.disk import (
     MIB,
-    NO_ROOM_TO_START,
     RESERVE_BYTES,
     disk_full,
     full_words,

@@ -23,12 +23,6 @@ DISK_FULL = (
     "remove workspaces you no longer need) before starting it again."
 )
 
-NO_ROOM_TO_START = (
-    "The box's disk is full: a new task needs room for its changes and its record, so none "
-    "was started. Free space on the box (undo tasks or remove workspaces you no longer need), "
-    "then start it again."
-)
-
 
 def disk_full(path: Path) -> bool:
     found = os.statvfs(path)

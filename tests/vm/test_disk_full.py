@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from boxd.manager.disk import NO_ROOM_TO_START
+from boxd.full_disk import NO_ROOM_TO_START
 from boxd.manager.store import RECORD_FULL
 from tests.vm.box_api import boxctl, finish, http, start_fake, wait_for_step
 from tests.vm.machine import BOX_HOME, Machine, install_boxd
