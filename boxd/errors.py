@@ -16,6 +16,8 @@ class Problem(StrEnum):
     TOO_LARGE = "TooLarge"
     FAILED = "Failed"
     UNAVAILABLE = "Unavailable"
+    # The box's disk is full: nothing was written; the same request succeeds once there is room.
+    FULL = "Full"
 
     @property
     def dbus_name(self) -> str:
@@ -44,6 +46,7 @@ _HTTP_STATUS = {
     Problem.TOO_LARGE: 413,
     Problem.FAILED: 500,
     Problem.UNAVAILABLE: 503,
+    Problem.FULL: 507,
 }
 
 

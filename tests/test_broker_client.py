@@ -13,7 +13,8 @@ from boxd.workers.broker_client import BrokerClient, BrokerGone
 
 class FlakyBroker:
     """Keeps the steps it logged; `drops` says, step by step, how to fail the next /step:
-    "before" (drop it unlogged), "after" (log it, then drop the answer), "away" (503)."""
+    "before" (drop it unlogged), "after" (log it, then drop the answer), "away" (503),
+    "full" (507: the disk is full, nothing logged)."""
 
     def __init__(self, *drops: str) -> None:
         self.steps: list[dict[str, Any]] = []
@@ -29,6 +30,8 @@ class FlakyBroker:
         drop = self.drops.pop(0) if self.drops else None
         if drop == "away":
             return web.json_response({"error": "the box's manager is away"}, status=503)
+        if drop == "full":
+            return web.json_response({"error": "The box's disk is full."}, status=507)
         if drop != "before":
             self.steps.append({"text": body["text"], "data": body.get("data")})
         if drop is not None:
@@ -92,3 +95,25 @@ async def test_a_broker_that_stays_away_is_an_error_in_words(tmp_path: Path) -> 
             await client.step("lost")
     words = str(gone.value)
     assert words.startswith(f"POST /step: the task's broker at {path} gave no answer for 0.5 s")
+
+
+async def test_a_full_disk_is_waited_out_past_the_patience_and_the_step_logged_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 507 is not the broker gone: the worker waits for room as long as it takes (here
+    longer than its patience) and says so once, then the step is logged, once."""
+    monkeypatch.setattr("boxd.workers.broker_client.FULL_PAUSE_SECONDS", 0.05)
+    broker = FlakyBroker(*["full"] * 8, "after")
+    path = str(tmp_path / "broker.sock")
+    runner = await serve(broker, path)
+    try:
+        async with BrokerClient(path, patience_seconds=0.2) as client:
+            await client.task()
+            await client.step("one", {"line": 1})
+    finally:
+        await runner.cleanup()
+    assert broker.steps == [{"text": "one", "data": {"line": 1}}]
+    # Eight refusals, then one logged whose answer was lost: found in GET /task, not resent.
+    assert broker.tries == 9
+    said = capsys.readouterr().err
+    assert said == "POST /step: The box's disk is full. Waiting for room.\n"

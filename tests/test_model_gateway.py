@@ -713,3 +713,20 @@ async def test_a_redirect_is_never_followed_so_the_key_goes_nowhere_else(rig: Ri
     assert "redirect" in json.loads(body)["error"]["message"]
     # The one request the upstream saw was the first: the redirect's target got nothing.
     assert len(rig.upstream.requests) == 1
+
+
+async def test_a_full_disk_is_an_error_droid_retries_in_the_box_s_words(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record cannot grow: nothing is forwarded or logged, and Droid sends it again later
+    (529), rather than give up on a 500."""
+    words = "The box's disk is full: boxd cannot add to its record until some space is freed."
+
+    async def full(member: str, *args: str) -> Any:
+        raise BoxError(Problem.FULL, words)
+
+    monkeypatch.setattr(rig.manager, "_call", full)
+    status, body, _ = await post(rig, droid_request())
+    assert status == 529
+    assert json.loads(body)["error"] == {"type": "overloaded_error", "message": words}
+    assert rig.upstream.requests == []

@@ -9,6 +9,7 @@ from openapi_schema_validator import OAS31Validator
 from openapi_spec_validator import validate
 
 from boxd.dbus.client import GatewayClient
+from boxd.full_disk import NO_ROOM_TO_START
 from boxd.web.app import make_app
 from boxd.web.openapi import OPENAPI_PATH, document
 
@@ -107,3 +108,9 @@ async def test_the_gateway_serves_it_to_anyone() -> None:
         response = await client.get(OPENAPI_PATH)
         assert response.status == 200
         assert await response.json() == document()
+
+
+def test_starting_a_task_on_a_full_disk_is_documented_in_the_box_s_words() -> None:
+    refusal = document()["paths"]["/api/tasks"]["post"]["responses"]["507"]
+    examples = refusal["content"]["application/json"]["examples"]
+    assert {"error": NO_ROOM_TO_START} in [example["value"] for example in examples.values()]

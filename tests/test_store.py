@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from boxd.approval import Approval, ApprovalState
-from boxd.errors import BoxError
+from boxd.errors import BoxError, Problem
 from boxd.event import EventKind
+from boxd.manager import disk
+from boxd.manager import store as store_module
 from boxd.manager.damaged import DAMAGED, DAMAGED_STEP, DAMAGED_TITLE
 from boxd.manager.disk import RESERVE_BYTES
 from boxd.manager.store import RECORD_FULL, Store
@@ -266,6 +268,44 @@ async def test_a_full_disk_uses_the_reserve_once_then_says_so(tmp_path: Path) ->
     await store.save_task(big, EventKind.TASK_STATE, {"state": "queued"})
     await store.keep_reserve()
     assert reserve.stat().st_size == RESERVE_BYTES and not store.reserve_used
+    await store.close()
+
+
+async def test_the_reserve_comes_back_with_the_first_write_after_space_is_freed(
+    tmp_path: Path,
+) -> None:
+    """No task need end for the box to notice: a write that goes through makes it again."""
+    store = Store(tmp_path / "box.db")
+    await store.open()
+    reserve = tmp_path / "box.db-reserve"
+    db = store._db
+    assert db is not None
+    pages = db.execute("PRAGMA page_count").fetchone()[0]
+    db.execute(f"PRAGMA max_page_count = {pages}")
+    big = a_task("t000000001").model_copy(update={"prompt": "x" * 100_000})
+    with pytest.raises(BoxError) as caught:
+        await store.save_task(big, EventKind.TASK_STATE, {"state": "queued"})
+    # The problem a client sees as 507: ask again later, not "your request is wrong".
+    assert caught.value.problem == Problem.FULL
+    assert not reserve.exists()
+    db.execute("PRAGMA max_page_count = 1073741823")
+    await store.save_task(big, EventKind.TASK_STATE, {"state": "queued"})
+    assert reserve.stat().st_size == RESERVE_BYTES and not store.reserve_used
+    await store.close()
+
+
+async def test_a_store_opened_on_a_full_disk_makes_its_reserve_once_there_is_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    room = False
+    real = disk.make_reserve
+    monkeypatch.setattr(store_module, "make_reserve", lambda path: room and real(path))
+    store = Store(tmp_path / "box.db")
+    await store.open()
+    assert store.reserve_used and not (tmp_path / "box.db-reserve").exists()
+    room = True
+    await store.save_task(a_task(), EventKind.TASK_STATE, {"state": "queued"})
+    assert (tmp_path / "box.db-reserve").exists() and not store.reserve_used
     await store.close()
 
 

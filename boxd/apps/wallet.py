@@ -79,7 +79,10 @@ def _book(state_dir: Path, task: str, key: str, pay: Pay) -> dict[str, Any]:
             ).fetchone()
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            # SQLite rolls back by itself on some errors (a full disk among them); a second
+            # ROLLBACK would fail and hide why.
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
     payee, cents, memo, booked_at = row
     if (payee, cents) != (pay.to, pay.cents):

@@ -14,7 +14,8 @@ from boxd.broker.manager_link import Manager, Waiter
 from boxd.broker.syncfs import syncfs
 from boxd.caps import MAX_LABEL, cents, text
 from boxd.dbus.client import pages
-from boxd.errors import Problem
+from boxd.errors import Problem, die
+from boxd.full_disk import is_full
 from boxd.json_errors import MAX_BODY, json_errors
 from boxd.json_pages import stream
 from boxd.plain_errors import parse
@@ -44,6 +45,15 @@ class UsageRequest(BaseModel):
     what: Annotated[str, text("what", MAX_LABEL)] = "model"
 
 
+# Refusals that say "nothing was done; ask again later" rather than "this request is wrong".
+_AGAIN = (Problem.UNAVAILABLE, Problem.FULL)
+STEP_NOT_FLUSHED = (
+    "The box's disk is full: the task's files could not be flushed to disk, so the step was "
+    "not logged. Send it again once the box has room (the owner can free space by undoing "
+    "tasks or removing workspaces)."
+)
+
+
 async def get_task(request: web.Request) -> web.StreamResponse:
     manager = request.app[MANAGER]
     task = pages(lambda page: manager.call("GetTask", page))
@@ -69,7 +79,12 @@ async def get_tools(request: web.Request) -> web.Response:
 async def post_step(request: web.Request) -> web.Response:
     step = parse(Step, await request.read())
     # The step is logged only once the task's files are on disk.
-    await syncfs(request.app[TASK_DIR])
+    try:
+        await syncfs(request.app[TASK_DIR])
+    except OSError as error:
+        if is_full(error):
+            die(Problem.FULL, STEP_NOT_FLUSHED)
+        raise
     event = await request.app[MANAGER].call("LogStep", json.dumps(step.model_dump(mode="json")))
     return web.json_response(event)
 
@@ -114,9 +129,10 @@ def make_app(
     task_dir: Path,
     wait_seconds: float,
 ) -> web.Application:
-    # Errors are 400 as broker-api.txt says; 503 only while the manager is away.
+    # Errors are 400 as broker-api.txt says; 503 only while the manager is away, and 507 while
+    # the box's disk is full: neither is the task's mistake, and both are worth asking again.
     errors = json_errors(
-        lambda failure: 503 if failure.problem == Problem.UNAVAILABLE else 400,
+        lambda failure: failure.problem.http_status if failure.problem in _AGAIN else 400,
         "this broker serves GET /task, GET /tools and POST /step, /call, /ask, /cost, /usage",
     )
     app = web.Application(middlewares=[errors], client_max_size=MAX_BODY)

@@ -28,6 +28,7 @@ from boxd.broker.credentials import read_secrets
 from boxd.broker.manager_link import Manager, Waiter
 from boxd.caps import MAX_DATA, MAX_DATA_WORDS, MAX_LABEL, data, text
 from boxd.errors import Problem, die
+from boxd.full_disk import is_full
 from boxd.key_use import input_hash
 from boxd.plain_errors import describe, parse
 from boxd.sdk import Context, Tool, ToolError
@@ -41,6 +42,14 @@ PENDING_CALL = {
     "error": "Waiting for the box owner to approve this spend. Call this tool again to check.",
 }
 NOT_APPROVED = "not approved"
+
+
+def tool_full(name: str) -> str:
+    return (
+        f"The box's disk is full: {name} could not write what it needed and did not finish. "
+        "Call it again with the same key once the box has room (the owner can free space by "
+        "undoing tasks or removing workspaces)."
+    )
 
 
 class CallRequest(BaseModel):
@@ -246,6 +255,12 @@ class Calls:
         except ToolError as error:
             return await self._finish(call, False, None, str(error), 0)
         except Exception as error:
+            if is_full(error):
+                # Not the call's answer: logged, it would be this key's result for good, and the
+                # call could never happen once there is room. Left unanswered, the same key runs
+                # again later with the same ctx.key, which keeps it to one booking.
+                log.warning("%s could not write: the box's disk is full (%s)", call.name, error)
+                die(Problem.FULL, tool_full(call.name))
             log.exception("%s failed", call.name)
             return await self._finish(
                 call, False, None, f"{call.name} failed: {type(error).__name__}: {error}", 0

@@ -384,6 +384,8 @@ _STATUS_OF = {
     Problem.TOO_LARGE: 413,
     # The manager away (boxd restarting): Droid tries again.
     Problem.UNAVAILABLE: RETRY_LATER,
+    # The box's disk is full: nothing was logged; Droid tries again, by when there may be room.
+    Problem.FULL: RETRY_LATER,
 }
 
 

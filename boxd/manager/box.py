@@ -21,6 +21,7 @@ from boxd.claude_models import DEFAULT_MODEL, resolve_model
 from boxd.dbus import interface as api
 from boxd.errors import BoxError, Problem, die
 from boxd.event import EventKind
+from boxd.full_disk import NO_ROOM_TO_START, is_full
 from boxd.ids import new_task_id, task_user
 from boxd.manager import at_rest, netns, task_home
 from boxd.manager.admission import next_to_start
@@ -28,7 +29,14 @@ from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.damaged import DAMAGED
 from boxd.manager.diffs import diff_page
-from boxd.manager.disk import MIB, disk_full, full_words, stopped_words, tree_bytes
+from boxd.manager.disk import (
+    MIB,
+    RESERVE_BYTES,
+    disk_full,
+    full_words,
+    stopped_words,
+    tree_bytes,
+)
 from boxd.manager.droid_install import DroidInstall, sort_queue
 from boxd.manager.exit_words import why_failed
 from boxd.manager.folders import check_folders, folder_workspace, owner_home, real_folders
@@ -89,6 +97,8 @@ Handler = Callable[[Caller, list[Any]], Awaitable[Any]]
 STOPPED = "Stopped by its owner."
 VANISHED = "The worker's unit was gone before boxd could read how it ended."
 UNDONE_WHILE_RUNNING = "Stopped by its owner, to undo it."
+# How often an end that could not be recorded on the full disk is tried again.
+END_WAITS_FOR_ROOM_SECONDS = 1.0
 
 
 def _full(workspace: str) -> str:
@@ -286,12 +296,15 @@ class Box:
                     die(Problem.INVALID, f"folder {folder.path}: {why}; agents may not either")
             folders = [str(folder.path) for folder in checked]
             workspace = folder_workspace(checked)
+        # Refused before anything is made: a task started on a full disk could neither write
+        # nor be recorded, and would leave a user, units and a layer half-made.
+        if await asyncio.to_thread(disk_full, self.home):
+            die(Problem.FULL, NO_ROOM_TO_START)
         shared: list[dict[str, Any]] = []
         if request.files is not None:
             # Shared files make a workspace of their own; the log keeps names and sizes only.
             workspace = f"files-{task_id}"
             await self.workspaces.create(workspace, files=True)
-            await self.workspaces.put(workspace, {f.name: f.content for f in request.files})
             shared = [{"name": f.name, "size": len(f.content)} for f in request.files]
         task = Task(
             id=task_id,
@@ -318,16 +331,26 @@ class Box:
             requester=caller.name if caller.role == Role.MEMBER else None,
             createdAt=time.time(),
         )
-        await self.store.save_task(
-            task,
-            EventKind.TASK_STATE,
-            {
-                "state": task.state.value,
-                "title": task.title,
-                "by": caller.name,
-                **({"files": shared} if shared else {}),
-            },
-        )
+        try:
+            if request.files is not None:
+                await self.workspaces.put(workspace, {f.name: f.content for f in request.files})
+            await self.store.save_task(
+                task,
+                EventKind.TASK_STATE,
+                {
+                    "state": task.state.value,
+                    "title": task.title,
+                    "by": caller.name,
+                    **({"files": shared} if shared else {}),
+                },
+            )
+        except (BoxError, OSError) as error:
+            # Not recorded: the shared files' workspace would belong to no task.
+            if request.files is not None:
+                await self.workspaces.remove_unrecorded(workspace)
+            if isinstance(error, OSError) and is_full(error):
+                die(Problem.FULL, NO_ROOM_TO_START)
+            raise
         self.records.export(task)
         await self._start_queued()
         return (await self.records.task(task.id)).public()
@@ -873,6 +896,15 @@ class Box:
             if not sizes:
                 return
             used, task_id = max(sizes)
+            if used < RESERVE_BYTES:
+                # What filled the disk is not a task's (a file of the owner's, another
+                # program's): stopping one would free next to nothing and lose its work.
+                log.warning(
+                    "the disk is full, and no unfinished task's changes take %d MiB or more: "
+                    "none is stopped",
+                    RESERVE_BYTES // MIB,
+                )
+                return
             async with self.records.locks[task_id]:
                 task = await self.records.task(task_id)
                 if task.state.ended:
@@ -899,8 +931,23 @@ class Box:
         data: dict[str, Any] = {"state": state.value}
         if error:
             data["error"] = error
-        await self.records.record(task, EventKind.TASK_STATE, data, layer=layer)
-        return task
+        told = False
+        while True:
+            try:
+                await self.records.record(task, EventKind.TASK_STATE, data, layer=layer)
+                return task
+            except BoxError as failure:
+                if failure.problem != Problem.FULL:
+                    raise
+            # The task's worker is stopped and its units let go: an end left unrecorded would
+            # show it running for good, so it waits for room, however it comes (a task's
+            # changes thrown away, the owner's files removed by hand).
+            if not told:
+                told = True
+                log.warning(
+                    "the end of task %s waits for room on the full disk to be recorded", task.id
+                )
+            await asyncio.sleep(END_WAITS_FOR_ROOM_SECONDS)
 
     async def _let_go(self, unit: str) -> None:
         try:

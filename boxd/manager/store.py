@@ -6,7 +6,6 @@ A method returns only after its transaction is on disk.
 """
 
 import asyncio
-import errno
 import json
 import logging
 import os
@@ -22,6 +21,7 @@ from pydantic import ValidationError
 from boxd.approval import Approval, ApprovalState
 from boxd.errors import Problem, die
 from boxd.event import Event
+from boxd.full_disk import is_full
 from boxd.ids import is_task_id
 from boxd.manager import at_rest, journal
 from boxd.manager.damaged import DAMAGED_STEP, salvage
@@ -106,7 +106,8 @@ class Store:
         self._path = path
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
         self._db: sqlite3.Connection | None = None
-        # Whether the reserve was given up since it was last made.
+        # Whether the reserve is missing: given up since it was last made, or never made (boxd
+        # started on a full disk).
         self.reserve_used = False
         # Called on the event loop when the reserve is given up.
         self.on_full: Callable[[], None] | None = None
@@ -118,40 +119,51 @@ class Store:
             if self._db is None:
                 raise RuntimeError("the store is not open")
             try:
-                return work(self._db)
+                done = work(self._db)
             except (sqlite3.OperationalError, OSError) as error:
-                if not _disk_full(error):
+                if not is_full(error):
                     raise
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 # The disk is full: the reserve gives the record room to say so, once.
+                self.reserve_used = True
                 if give_up_reserve(self._path):
                     log.warning(
                         "The box's disk is full: boxd gave up the space it keeps in reserve "
                         "(%s) to go on recording",
                         reserve_path(self._path),
                     )
-                    self.reserve_used = True
                     if self.on_full is not None:
                         loop.call_soon_threadsafe(self.on_full)
                     try:
                         return work(self._db)
                     except (sqlite3.OperationalError, OSError) as again:
-                        if not _disk_full(again):
+                        if not is_full(again):
                             raise
-                die(Problem.FAILED, RECORD_FULL)
+                die(Problem.FULL, RECORD_FULL)
+            if self.reserve_used:
+                # The record could grow again: space was freed, so the reserve is made again
+                # at once, before the disk fills anew, with no task's end needed to notice.
+                self._remake_reserve()
+            return done
 
         return await loop.run_in_executor(self._thread, on_thread)
+
+    def _remake_reserve(self) -> None:
+        try:
+            made = make_reserve(self._path)
+        except OSError as error:
+            log.warning("could not make %s: %s", reserve_path(self._path), error)
+            return
+        if made and self.reserve_used:
+            log.warning("The box's disk has room again: boxd made its reserve again")
+        self.reserve_used = not made
 
     async def keep_reserve(self) -> None:
         """Makes the reserve again once the disk has room for it."""
 
         def make(db: sqlite3.Connection) -> None:
-            try:
-                if make_reserve(self._path):
-                    self.reserve_used = False
-            except OSError as error:
-                log.warning("could not make %s: %s", reserve_path(self._path), error)
+            self._remake_reserve()
 
         await self._run(make)
 
@@ -171,8 +183,8 @@ class Store:
             db.execute("PRAGMA busy_timeout=5000")
             db.executescript(_SCHEMA)
             _add_column(db, "tokens", "user", "TEXT")
-            make_reserve(self._path)
             self._db = db
+            self._remake_reserve()
 
         await asyncio.get_running_loop().run_in_executor(self._thread, connect)
 
@@ -563,12 +575,6 @@ class Store:
                 )
 
         await self._run(write)
-
-
-def _disk_full(error: sqlite3.OperationalError | OSError) -> bool:
-    if isinstance(error, sqlite3.OperationalError):
-        return error.sqlite_errorcode == sqlite3.SQLITE_FULL
-    return error.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 class _transaction:

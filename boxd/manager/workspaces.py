@@ -95,6 +95,10 @@ class Workspaces:
 
         await asyncio.to_thread(write)
 
+    async def remove_unrecorded(self, name: str) -> None:
+        """Removes a workspace made for a task that was then never recorded."""
+        await asyncio.to_thread(shutil.rmtree, self._root / check_name(name), ignore_errors=True)
+
     def check_removable(self, name: str, busy: list[str]) -> None:
         """`busy` are the unfinished tasks working on the workspace."""
         if not self.exists(check_name(name)):

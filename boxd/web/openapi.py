@@ -14,6 +14,7 @@ from pydantic.json_schema import models_json_schema
 
 from boxd.approval import Answer, Approval
 from boxd.caller import LINK_USED, OWNER_ONLY
+from boxd.full_disk import NO_ROOM_TO_START
 from boxd.owner_requests import NewPairing, SecretValue, SettingsChanges
 from boxd.pairing_request import PairRequest
 from boxd.settings import Settings
@@ -149,7 +150,16 @@ class Route:
 
 _APP_TOO = "the owner, or an app's or a member's token for the tasks it started"
 ROUTES: tuple[Route, ...] = (
-    Route("POST", "/api/tasks", "Start a task", 201, _ref(Task), TaskRequest, (400, 413), _APP_TOO),
+    Route(
+        "POST",
+        "/api/tasks",
+        "Start a task",
+        201,
+        _ref(Task),
+        TaskRequest,
+        (400, 413, 507),
+        _APP_TOO,
+    ),
     Route("GET", "/api/tasks", "The tasks, newest first", 200, _list_of(Task), who=_APP_TOO),
     Route(
         "GET",
@@ -377,6 +387,10 @@ _REFUSALS: dict[int, tuple[str, dict[str, Any]]] = {
     503: (
         "boxd is not running, or (for the live events) too many streams are open",
         _error("boxd is not running (no one owns org.boxd.Box1 on the system bus)", TOO_MANY),
+    ),
+    507: (
+        "The box's disk is full: nothing was made; free space and try again",
+        _error(NO_ROOM_TO_START),
     ),
 }
 

@@ -8,18 +8,31 @@ A broker that went away mid-request (killed, restarted by its socket) or whose m
   again only if it is not there (`step`): the worker is its task's only writer of steps;
 - /cost and /usage are sent again: a cost recorded twice stops the task early, one lost lets it
   spend past its budget unseen.
+
+A broker that answers 507 (the box's disk is full) did nothing: the step was not logged, the
+call's key was not answered. That lasts until someone frees space, which may take the owner
+hours, so the worker waits for room as long as it takes, without patience's time limit: the
+task goes on by itself once there is room, and the owner can still stop it meanwhile.
 """
 
+import asyncio
 import json
+import sys
 from types import TracebackType
 from typing import Any
 
 import aiohttp
 
+from boxd.errors import Problem
 from boxd.workers.broker_patience import Patience
 
 # The broker's "the manager is away" status: nothing was logged, ask again.
 MANAGER_AWAY = 503
+# The broker's "the box's disk is full" status: nothing was done, ask again once there is room.
+DISK_FULL = Problem.FULL.http_status
+# How often a worker asks again while the disk is full: often enough that the task goes on soon
+# after space is freed, rarely enough that many waiting tasks cost the box nothing.
+FULL_PAUSE_SECONDS = 1.0
 # A connection refused or cut off, or an answer cut short.
 _LOST = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 
@@ -30,6 +43,14 @@ class BrokerRefused(Exception):
 
 class BrokerGone(Exception):
     """The broker did not answer, or its manager was away, for longer than the worker waits."""
+
+
+class _Full(Exception):
+    """A 507: the box's disk is full and nothing was done; `words` are the broker's."""
+
+    def __init__(self, words: str) -> None:
+        super().__init__(words)
+        self.words = words
 
 
 class _Lost(Exception):
@@ -56,6 +77,8 @@ class BrokerClient:
         )
         # How many steps the log holds that this worker knows of (from GET /task, then its own).
         self._steps_known = 0
+        # Whether the worker said it waits for room on the full disk (it says so once).
+        self._waiting_for_room = False
 
     async def __aenter__(self) -> "BrokerClient":
         return self
@@ -71,6 +94,14 @@ class BrokerClient:
     def _patience(self) -> Patience:
         return Patience(self._patience_seconds)
 
+    async def _wait_for_room(self, doing: str, words: str) -> Patience:
+        """One pause while the disk is full; then a new patience, as the broker was there."""
+        if not self._waiting_for_room:
+            self._waiting_for_room = True
+            print(f"{doing}: {words} Waiting for room.", file=sys.stderr, flush=True)
+        await asyncio.sleep(FULL_PAUSE_SECONDS)
+        return self._patience()
+
     def _gone(self, doing: str, patience: Patience, words: str) -> BrokerGone:
         return BrokerGone(
             f"{doing}: the task's broker at {self._socket_path} gave no answer for "
@@ -85,8 +116,11 @@ class BrokerClient:
             raise _Lost(str(error) or type(error).__name__) from None
         if response.status == MANAGER_AWAY:
             raise _Lost(_error_words(answer, response.status))
+        if response.status == DISK_FULL:
+            raise _Full(_error_words(answer, response.status))
         if response.status >= 400:
             raise BrokerRefused(_error_words(answer, response.status))
+        self._waiting_for_room = False
         return answer
 
     async def request(self, method: str, path: str, body: Any = None) -> Any:
@@ -99,6 +133,8 @@ class BrokerClient:
         while True:
             try:
                 return await self._once(method, path, body)
+            except _Full as full:
+                patience = await self._wait_for_room(doing, full.words)
             except _Lost as lost:
                 if not await patience.pause():
                     raise self._gone(doing, patience, lost.words) from None
@@ -127,6 +163,10 @@ class BrokerClient:
         while True:
             try:
                 event = await self._once("POST", "/step", body)
+            except _Full as full:
+                # Not logged (a 507 writes nothing): sent again as it is.
+                patience = await self._wait_for_room("POST /step", full.words)
+                continue
             except _Lost as lost:
                 if not await patience.pause():
                     raise self._gone("POST /step", patience, lost.words) from None

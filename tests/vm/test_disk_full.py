@@ -1,13 +1,21 @@
-"""A task that fills the box's disk fails in plain words; boxd and the other tasks go on."""
+"""The box's disk fills: a task that fills it fails in plain words and boxd and the others go
+on; a disk filled by something else (the owner's files) refuses steps, calls and new tasks in
+plain words, loses nothing acknowledged across boxd's crashes and restarts, and the box goes on
+by itself once space is freed."""
 
+import json
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from boxd.full_disk import NO_ROOM_TO_START
+from boxd.manager.store import RECORD_FULL
 from tests.vm.box_api import boxctl, finish, http, start_fake, wait_for_step
 from tests.vm.machine import BOX_HOME, Machine, install_boxd
 
@@ -92,7 +100,7 @@ def test_a_task_that_fills_the_disk_fails_and_the_box_goes_on(small_disk: Machin
 
     # A task that gives up by itself on the full disk says why in the box's words, not dd's.
     quitter = start_fake(machine, token, "sh dd if=/dev/zero of=big bs=1M; exit 1")
-    ended = finish(machine, quitter["id"])
+    ended = finish(machine, quitter["id"], timeout=30)
     assert ended["state"] == "failed", ended
     assert ended["error"].startswith("The box's disk is full"), ended["error"]
     # Its layer is gone, and with it the space it took; boxd keeps its reserve again.
@@ -102,3 +110,244 @@ def test_a_task_that_fills_the_disk_fails_and_the_box_goes_on(small_disk: Machin
     assert finish(machine, after["id"])["state"] == "done"
     restarts = machine.run("systemctl", "show", "-P", "NRestarts", "boxd.service").stdout
     assert restarts.strip() == "0"
+
+
+# The owner's own files fill the disk: every free block, root's reserved ones too, as root can.
+_FILL = f"""
+set -e
+cd {BOX_HOME}
+n=$(ls | grep -c '^filler-' || true)
+free=$(( $(stat -f -c %f .) * $(stat -f -c %S .) ))
+if [ "$free" -gt 8388608 ]; then fallocate -l $(( free - 4194304 )) filler-$n-a; fi
+dd if=/dev/zero of=filler-$n-b bs=4k 2>/dev/null || true
+dd if=/dev/zero of=filler-$n-c bs=1k 2>/dev/null || true
+sync
+"""
+
+# Posts steps to a task's broker, as its user would, and says which got a 200: until the first
+# refusal, or (`reserve`) until boxd has given up its reserve, or (`one`) one. Until a refusal,
+# steps of 200 kB and then smaller ones, so no room is left for even a small write.
+_POST_STEPS = f"""
+import http.client, json, os, socket, sys
+
+class Broker(http.client.HTTPConnection):
+    def __init__(self, path):
+        super().__init__("box", timeout=60)
+        self.unix_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(self.unix_path)
+
+path, prefix, until = sys.argv[1:4]
+reserve = "{BOX_HOME}/box.db-reserve"
+acked, refused = [], None
+for size in (200000, 8000, 10) if until == "refused" else (200000,):
+    for number in range(400):
+        text = f"{{prefix}}-{{len(acked)}}"
+        broker = Broker(path)
+        body = json.dumps({{"text": text, "data": {{"pad": "x" * size}}}})
+        broker.request("POST", "/step", body, {{"Content-Type": "application/json"}})
+        answer = broker.getresponse()
+        said = json.loads(answer.read())
+        broker.close()
+        if answer.status != 200:
+            if refused not in (None, [answer.status, said]):
+                sys.exit(f"refused in other words: {{refused}} then {{[answer.status, said]}}")
+            refused = [answer.status, said]
+            break
+        acked.append(text)
+        if until == "one" or (until == "reserve" and not os.path.exists(reserve)):
+            break
+print(json.dumps({{"acked": acked, "refused": refused}}))
+"""
+
+_STEP_TEXTS = f"""
+import json, sqlite3, sys
+db = sqlite3.connect("file:{BOX_HOME}/box.db?mode=ro", uri=True)
+rows = db.execute(
+    "SELECT data FROM events WHERE task = ? AND kind = 'task.step' ORDER BY seq", (sys.argv[1],)
+).fetchall()
+print(json.dumps([json.loads(data)["text"] for (data,) in rows]))
+"""
+
+_INTEGRITY = """
+import sqlite3, sys
+print(sqlite3.connect(sys.argv[1]).execute("PRAGMA integrity_check").fetchone()[0])
+"""
+
+PYTHON = "/opt/boxd/venv/bin/python"
+
+
+def _post_steps(machine: Machine, task: dict[str, Any], prefix: str, until: str) -> Any:
+    socket = f"{BOX_HOME}/tasks/{task['id']}/broker.sock"
+    done = machine.run(PYTHON, "-c", _POST_STEPS, socket, prefix, until, user=task["user"])
+    return json.loads(done.stdout)
+
+
+def _broker_call(machine: Machine, task: dict[str, Any], body: dict[str, Any]) -> Any:
+    socket = f"{BOX_HOME}/tasks/{task['id']}/broker.sock"
+    done = machine.run(
+        "curl", "-sS", "-w", "\n%{http_code}", "--unix-socket", socket,
+        "-H", "Content-Type: application/json", "--data-binary", "@-", "http://box/call",
+        input=json.dumps(body), user=task["user"],
+    )  # fmt: skip
+    text, _, status = done.stdout.rpartition("\n")
+    return int(status), json.loads(text)
+
+
+def _logged(machine: Machine, task_id: str) -> list[str]:
+    return list(json.loads(machine.run(PYTHON, "-c", _STEP_TEXTS, task_id).stdout))
+
+
+def _bookings(machine: Machine, task_id: str) -> list[list[Any]]:
+    script = (
+        "import json, sqlite3, sys\n"
+        f"db = sqlite3.connect('{BOX_HOME}/apps/wallet/ledger.db')\n"
+        "print(json.dumps(db.execute('SELECT key, cents FROM bookings WHERE task = ?',"
+        " (sys.argv[1],)).fetchall()))\n"
+    )
+    return list(json.loads(machine.run(PYTHON, "-c", script, task_id).stdout))
+
+
+def _wait_active_again(machine: Machine, old_pid: str, timeout: float = 60) -> None:
+    """Waits for a new boxd to be up (a test may poll; boxd itself never does)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = machine.run("systemctl", "show", "-P", "ActiveState", "boxd.service").stdout
+        if state.strip() == "active" and _main_pid(machine) not in ("0", old_pid):
+            return
+        time.sleep(0.2)
+    said = machine.run("journalctl", "-q", "-n", "60", "-u", "boxd.service", check=False).stdout
+    raise AssertionError(f"boxd is not up again {timeout:g} s later:\n{said}")
+
+
+def _main_pid(machine: Machine) -> str:
+    return machine.run("systemctl", "show", "-P", "MainPID", "boxd.service").stdout.strip()
+
+
+def _journal_says(machine: Machine, unit: str, words: str, timeout: float = 30) -> str:
+    """The first line of the unit's journal with `words` in it, once there is one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        said = machine.run("journalctl", "-q", "-u", unit, "--grep", words, check=False).stdout
+        if said:
+            return said.splitlines()[0]
+        time.sleep(0.2)
+    raise AssertionError(f"{unit} did not say {words!r} in {timeout:g} s")
+
+
+def _made_things(machine: Machine) -> tuple[str, str, str]:
+    """What starting a task makes: its folder, its user, its units."""
+    return (
+        machine.run("ls", f"{BOX_HOME}/tasks").stdout,
+        machine.run("sh", "-c", "getent passwd | grep '^box-' | sort").stdout,
+        machine.run("systemctl", "list-units", "--all", "--plain", "--no-legend", "box-*").stdout,
+    )
+
+
+def test_a_disk_filled_from_outside_refuses_in_words_loses_nothing_and_recovers(
+    small_disk: Machine,
+) -> None:
+    machine = small_disk
+    token = boxctl(machine, "token", "create").stdout.strip()
+    # Steps are posted to this task's broker straight from the test, to see every answer.
+    poster = start_fake(machine, token, "step ready\nsleep 600", tools=["wallet.pay"])
+    # This one is the fake worker meeting the full disk: it steps and pays once the disk is full
+    # (the marker is outside BOX_HOME, in /etc, which its sandbox shows it read-only).
+    worker = start_fake(
+        machine,
+        token,
+        "step before\n"
+        "sh until [ -e /etc/disk-is-full ]; do sleep 0.1; done; echo the disk is full\n"
+        'call wallet.pay {"to": "Ada", "cents": 5}\n'
+        "step after the call",
+        tools=["wallet.pay"],
+    )
+    # And this one gives up by itself on the full disk (after boxd's restart below, so that
+    # no restart comes after it), when its end cannot be recorded.
+    quitter = start_fake(
+        machine,
+        token,
+        "step ready\nsh until [ -e /etc/disk-still-full ]; do sleep 0.1; done; exit 3",
+    )
+    for task in (poster, worker, quitter):
+        wait_for_step(machine, task["id"])
+
+    # Full, but boxd has its reserve: the record takes it rather than refuse, and no task is
+    # stopped for it, since none of their changes took the space.
+    machine.run("sh", "-c", _FILL)
+    first = _post_steps(machine, poster, "reserve", "reserve")
+    assert first["refused"] is None and not _has_reserve(machine), first
+    # Full to the last block, the reserve taken too.
+    machine.run("sh", "-c", _FILL)
+    machine.run("touch", "/etc/disk-is-full")
+    full = _post_steps(machine, poster, "full", "refused")
+    assert full["refused"] == [507, {"error": RECORD_FULL}], full
+    acked = ["ready", *first["acked"], *full["acked"]]
+    pay = {"tool": "wallet.pay", "input": {"to": "Bo", "cents": 3}, "key": "direct-1"}
+    assert _broker_call(machine, poster, pay) == (507, {"error": RECORD_FULL})
+    waits = _journal_says(machine, f"box-task-{worker['id']}.service", "Waiting for room")
+    assert "POST /step: The box's disk is full: boxd cannot add to its record" in waits, waits
+
+    # No new task on a full disk, and nothing of one left behind.
+    before = _made_things(machine)
+    request = {"title": "too late", "prompt": "step never", "worker": "fake"}
+    status, refused = http(machine, "POST", "/api/tasks", token, json.dumps(request))
+    assert (status, refused) == (507, {"error": NO_ROOM_TO_START})
+    assert _made_things(machine) == before
+    status, listed = http(machine, "GET", "/api/tasks", token)
+    assert status == 200 and len(listed) == 3, listed
+
+    # boxd killed on the full disk: it comes back, and every step it acknowledged is there.
+    pid = _main_pid(machine)
+    machine.run("systemctl", "kill", "--signal=KILL", "boxd.service")
+    _wait_active_again(machine, pid)
+    assert _logged(machine, poster["id"]) == acked
+    for task in (poster, worker, quitter):
+        assert json.loads(boxctl(machine, "show", task["id"], "--json").stdout)["state"] in (
+            "running",
+            "waiting",
+        )
+    # A task that gives up now is ended, and its end waits for room to be recorded.
+    still = _post_steps(machine, poster, "still", "refused")
+    assert still["refused"] == [507, {"error": RECORD_FULL}], still
+    acked += still["acked"]
+    machine.run("touch", "/etc/disk-still-full")
+    quit_id = quitter["id"]
+    said = _journal_says(
+        machine,
+        "boxd.service",
+        f"(the end of task {quit_id} waits for room|could not follow the worker of task {quit_id})",
+    )
+    assert "waits for room" in said, said
+
+    # Space freed: with no restart, the waiting worker goes on and its task ends done, the call
+    # refused before now books (once), steps go through, and boxd keeps its reserve again.
+    machine.run("sh", "-c", f"rm -f {BOX_HOME}/filler-*")
+    done = finish(machine, worker["id"])
+    assert done["state"] == "done", done
+    texts = [s["text"] for s in done["steps"]]
+    assert texts[:2] == ["before", "the disk is full"] and texts[3] == "after the call", texts
+    assert texts[2].startswith('wallet.pay: {"booking": "line-3"'), texts
+    assert _bookings(machine, worker["id"]) == [["line-3", 5]]
+    assert _has_reserve(machine)
+    status, paid = _broker_call(machine, poster, pay)
+    assert status == 200 and paid["ok"] is True, paid
+    assert _bookings(machine, poster["id"]) == [["direct-1", 3]]
+    after = _post_steps(machine, poster, "after", "one")
+    assert after == {"acked": ["after-0"], "refused": None}, after
+    acked += after["acked"]
+    ended = finish(machine, quitter["id"], timeout=30)
+    assert ended["state"] == "failed", ended
+    assert ended["error"].startswith("The box's disk is full: the task could not write"), ended
+    fresh = start_fake(machine, token, "write ok.txt fine")
+    assert finish(machine, fresh["id"])["state"] == "done"
+
+    # And after a restart the record still has it all, undamaged, and so does the ledger.
+    pid = _main_pid(machine)
+    machine.run("systemctl", "restart", "boxd.service")
+    _wait_active_again(machine, pid)
+    assert _logged(machine, poster["id"])[: len(acked)] == acked
+    for database in (f"{BOX_HOME}/box.db", f"{BOX_HOME}/apps/wallet/ledger.db"):
+        assert machine.run(PYTHON, "-c", _INTEGRITY, database).stdout.strip() == "ok"

@@ -1,0 +1,20 @@
+"""Whether an error says the disk is full, whichever layer raised it: SQLite's "database or
+disk is full", or ENOSPC (EDQUOT for a quota) from a file write."""
+
+import errno
+import sqlite3
+
+# POST /api/tasks on a full disk (the 507 of openapi.py names it too).
+NO_ROOM_TO_START = (
+    "The box's disk is full: a new task needs room for its changes and its record, so none "
+    "was started. Free space on the box (undo tasks or remove workspaces you no longer need), "
+    "then start it again."
+)
+
+
+def is_full(error: BaseException) -> bool:
+    if isinstance(error, sqlite3.OperationalError):
+        return error.sqlite_errorcode == sqlite3.SQLITE_FULL
+    if isinstance(error, OSError):
+        return error.errno in (errno.ENOSPC, errno.EDQUOT)
+    return False
