@@ -13,6 +13,7 @@ request (the outermost) and which are still sending a body (the innermost).
 import asyncio
 import logging
 import socket
+import struct
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from boxd.connection_limits import (
     BODY_SECONDS,
     CHECK_SECONDS,
     HEAD_SECONDS,
+    LISTEN_BACKLOG,
     STALL_SECONDS,
     TURNED_AWAY,
     TURNED_AWAY_SECONDS,
@@ -106,6 +108,7 @@ class _Connection(asyncio.Protocol):
         if self.transport is None:
             return
         if self.transport.get_write_buffer_size():
+            _reset_on_close(self.transport)
             self.transport.abort()
         else:
             self.transport.close()
@@ -219,7 +222,9 @@ class Guard:
             sock.setblocking(False)
             listener = _Listener(self)
             self._listeners.append(listener)
-            self._servers.append(await loop.create_server(listener, sock=sock))
+            self._servers.append(
+                await loop.create_server(listener, sock=sock, backlog=LISTEN_BACKLOG)
+            )
         self._checking = asyncio.create_task(self._check_often())
 
     async def close(self) -> None:
@@ -318,6 +323,15 @@ def _whole_body(guard: Guard) -> Middleware:
         return await handler(request)
 
     return middleware
+
+
+def _reset_on_close(transport: asyncio.Transport) -> None:
+    """A TCP connection closed with unsent bytes would linger in the kernel, its end (FIN) queued
+    behind bytes the client never takes, for as long as the kernel probes its shut window: a
+    reset ends it at once, on both sides. (A Unix socket's peer sees the end at once anyway.)"""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
 def _raw_reply(response: web.Response) -> bytes:

@@ -35,6 +35,10 @@ MODEL_GATEWAY_CONNECTIONS = 64
 # Through both egress proxies of a task together; each holds two sockets (the task's, the
 # upstream's). The one over is answered 503 (HTTP) or closed (SOCKS has no words).
 EGRESS_CONNECTIONS = 256
+# Connections the kernel queues for a listener before the server accepts them: systemd's own
+# default (SOMAXCONN). asyncio listens again on the socket systemd passed, with 100 unless told,
+# and a burst beyond that waits for the client's SYN to be sent again, a second or more.
+LISTEN_BACKLOG = 4096
 # Connections turned away at once: each is answered, then kept for a moment so the answer is
 # read before the close (closing with unread bytes sends a reset, which can destroy it). Beyond
 # this many they are closed at once, unanswered, so a flood costs no descriptors.

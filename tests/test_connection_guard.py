@@ -5,6 +5,7 @@ gateway, the broker and the model gateway with the bounds of boxd/connection_lim
 
 import asyncio
 import json
+import select
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -308,3 +309,31 @@ async def test_a_legitimate_client_is_answered_while_hundreds_of_idle_ones_hang_
             writer.close()
     assert status == 200
     assert took < HEAD
+
+
+async def test_a_tcp_client_that_reads_none_of_its_answer_is_reset(tmp_path: Path) -> None:
+    listening = socket.create_server(("127.0.0.1", 0))
+    port = listening.getsockname()[1]
+    release = asyncio.Event()
+    guard = Guard(make_app(release, asyncio.Queue()), bounds(), error)
+    await guard.start([listening])
+    client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        # A small window that is never opened: the answer stops in the server's buffer.
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect(("127.0.0.1", port))
+        client.sendall(b"GET /big HTTP/1.1\r\nHost: box\r\n\r\n")
+        started = time.monotonic()
+        poller = select.poll()
+        poller.register(client, select.POLLERR | select.POLLHUP | select.POLLRDHUP)
+        # Without reading a byte, the client sees its connection end: a reset, not a FIN stuck
+        # behind the bytes it never took.
+        while not poller.poll(0):
+            assert time.monotonic() - started < STALL + SLACK, guard.dropped
+            await asyncio.sleep(0.02)
+        took = time.monotonic() - started
+        assert guard.dropped["its client read none of the answer"] == 1
+    finally:
+        client.close()
+        await guard.close()
+    assert took <= STALL + SLACK

@@ -17,7 +17,7 @@ from boxd.broker.egress_target import IPAddress
 from boxd.broker.host_rules import HostRules
 from boxd.broker.http_proxy import HttpProxy
 from boxd.broker.socks5 import Socks5Proxy
-from boxd.connection_limits import EGRESS_CONNECTIONS
+from boxd.connection_limits import EGRESS_CONNECTIONS, LISTEN_BACKLOG
 
 __all__ = ["Egress", "IPAddress", "Refusal", "Resolver", "task_hosts"]
 
@@ -93,7 +93,9 @@ class Egress:
                 self._connections.discard(task)
 
         sock.setblocking(False)
-        server = await asyncio.start_server(tracked, sock=sock, limit=STREAM_LIMIT)
+        server = await asyncio.start_server(
+            tracked, sock=sock, limit=STREAM_LIMIT, backlog=LISTEN_BACKLOG
+        )
         self._servers.append(server)
         return server
 
