@@ -1,13 +1,13 @@
 """Serving an aiohttp app on listening sockets with slow and silent clients bounded in time and
 in number (the bounds: boxd/connection_limits.py).
 
-aiohttp alone does not do it. Its keep-alive timer closes a connection that never sends a head
-(since 3.10 or so), but nothing times a body that never finishes, nor an answer its client never
-reads; and closing a connection whose client reads nothing waits for the bytes to leave, which
-they never do, so the descriptor stays. It also takes every connection offered. So each
-connection goes through a thin protocol of ours, which keeps its transport to abort it, a check
-runs every CHECK_SECONDS, and two middlewares tell it which connections are in the middle of a
-request (the outermost) and which are still sending a body (the innermost).
+aiohttp alone does not do it. Its keep-alive timer closes a connection that never sends a
+head (in its recent versions), but nothing times a body that never finishes, nor an answer its
+client never reads; and closing a connection whose client reads nothing waits for the bytes to
+leave, which they never do, so the descriptor stays. It also takes every connection offered. So
+each connection goes through a thin protocol of ours, which keeps its transport to abort it, a
+check runs every CHECK_SECONDS, and two middlewares tell it which connections are in the middle
+of a request (the outermost) and which are still sending a body (the innermost).
 """
 
 import asyncio
@@ -39,6 +39,8 @@ from boxd.json_errors import error
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# A crowd of slow clients is worth a line in the journal, not a line each.
+LOG_SECONDS = 60.0
 Answer = Callable[[str, int], web.Response]
 
 
@@ -192,8 +194,10 @@ class Guard:
         self.app = app
         self.bounds = bounds
         self.answer = answer
-        # Why connections were dropped, and how many: for the log, tests and the bench.
+        # Why connections were dropped, and how many: logged at most once a minute.
         self.dropped: Counter[str] = Counter()
+        self._logged: Counter[str] = Counter()
+        self._logged_at = 0.0
         self.connections: dict[RequestHandler, _Connection] = {}
         self.server: web.Server | None = None
         self._runner: web.AppRunner | None = None
@@ -245,6 +249,17 @@ class Guard:
 
     def check(self, now: float) -> None:
         """Drops what overstayed its bound."""
+        self._drop_overstayed(now)
+        if self.dropped != self._logged and now - self._logged_at >= LOG_SECONDS:
+            since = self.dropped - self._logged
+            log.info(
+                "connections ended by their bounds since the last such line: %s",
+                ", ".join(f"{count} {why}" for why, count in since.items()),
+            )
+            self._logged = self.dropped.copy()
+            self._logged_at = now
+
+    def _drop_overstayed(self, now: float) -> None:
         bounds = self.bounds
         for listener in self._listeners:
             for connection in list(listener.open):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from boxd.broker.model_gateway import api_error_words
 from boxd.connection_guard import Bounds, Guard
 from boxd.connection_limits import body_words, busy_words
 from boxd.json_errors import error
@@ -337,3 +338,25 @@ async def test_a_tcp_client_that_reads_none_of_its_answer_is_reset(tmp_path: Pat
         client.close()
         await guard.close()
     assert took <= STALL + SLACK
+
+
+async def test_the_model_gateway_says_it_in_the_api_s_own_error_shape(tmp_path: Path) -> None:
+    path = str(tmp_path / "model.sock")
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listening.bind(path)
+    listening.listen()
+    guard = Guard(make_app(asyncio.Event(), asyncio.Queue()), bounds(), api_error_words)
+    await guard.start([listening])
+    try:
+        reader, writer = await asyncio.open_unix_connection(path)
+        writer.write(b"POST /echo HTTP/1.1\r\nHost: box\r\nContent-Length: 100\r\n\r\n{")
+        answer = await asyncio.wait_for(reader.read(), BODY + SLACK + 1)
+        writer.close()
+    finally:
+        await guard.close()
+    assert status_of(answer) == 408
+    assert json.loads(answer.partition(b"\r\n\r\n")[2]) == {
+        "type": "error",
+        "error": {"type": "api_error", "message": body_words(BODY)},
+    }
+    assert json.loads(guard.busy_reply.partition(b"\r\n\r\n")[2])["type"] == "error"

@@ -89,7 +89,8 @@ def api_error(status: int, message: str, *, retry: bool | None = None) -> web.Re
     )
 
 
-def _api_error_words(message: str, status: int) -> web.Response:
+def api_error_words(message: str, status: int) -> web.Response:
+    """api_error as the connection guard calls it, for what it answers itself (408, 503)."""
     return api_error(status, message)
 
 
@@ -152,7 +153,7 @@ class ModelGateway:
 
     async def serve(self, sock: socket.socket) -> None:
         """Serves the gateway on an already-listening socket (the one systemd passes)."""
-        guard = Guard(self.app(), Bounds(MODEL_GATEWAY_CONNECTIONS), _api_error_words)
+        guard = Guard(self.app(), Bounds(MODEL_GATEWAY_CONNECTIONS), api_error_words)
         await guard.start([sock])
         self._guards.append(guard)
 

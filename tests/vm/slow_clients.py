@@ -71,7 +71,7 @@ async def slowloris(door: str, head: str) -> dict[str, Any]:
     watching = asyncio.ensure_future(until_ended(sock, started))
     sent = 0
     for byte in head.encode()[:-2]:  # never the last line end
-        if watching.done():
+        if watching.done() or time.monotonic() - started > GIVE_UP_SECONDS:
             break
         try:
             sock.send(bytes([byte]))
