@@ -14,7 +14,7 @@ import asyncio
 import logging
 import socket
 import struct
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import cast
@@ -66,8 +66,11 @@ class _Connection(asyncio.Protocol):
         self.inner = inner
         self.transport: asyncio.Transport | None = None
         self.opened = now
-        # Since when no request has been in hand: the head rule counts from here.
+        # Since when no request has been in hand: the head rule counts from here. Set through
+        # wait_from, which keeps the listener's connections in this order.
         self.waiting_since = now
+        # Taken over at the cap before asyncio made it: ended as soon as it is.
+        self.doomed = False
         # Requests being handled (the outermost middleware), and whether one is still reading
         # its body (the innermost): a connection in the middle of a request is never timed by
         # the head rule, nor taken over at the cap, unless its body is what it waits for.
@@ -80,13 +83,21 @@ class _Connection(asyncio.Protocol):
     def busy(self) -> bool:
         return self.handling > 0 and not self.reading_body
 
+    def wait_from(self, now: float) -> None:
+        self.waiting_since = now
+        self.listener.waited(self)
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
+        if self.doomed:
+            self.transport.abort()
+            return
         self.inner.connection_made(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.listener.forget(self)
-        self.inner.connection_lost(exc)
+        if not self.doomed:
+            self.inner.connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         self.inner.data_received(data)
@@ -108,6 +119,7 @@ class _Connection(asyncio.Protocol):
         self.listener.forget(self)
         self.listener.guard.dropped[why] += 1
         if self.transport is None:
+            self.doomed = True
             return
         if self.transport.get_write_buffer_size():
             _reset_on_close(self.transport)
@@ -154,12 +166,17 @@ class _Listener:
 
     def __init__(self, guard: "Guard") -> None:
         self.guard = guard
-        self.open: dict[_Connection, None] = {}
+        # Oldest wait first: at the cap the first that is not busy makes room.
+        self.open: OrderedDict[_Connection, None] = OrderedDict()
         self.turned_away: set[_TurnedAway] = set()
 
     def forget(self, connection: _Connection) -> None:
         self.open.pop(connection, None)
         self.guard.connections.pop(connection.inner, None)
+
+    def waited(self, connection: _Connection) -> None:
+        if connection in self.open:
+            self.open.move_to_end(connection)
 
     def __call__(self) -> asyncio.BaseProtocol:
         """A protocol for a connection just accepted (asyncio's protocol factory)."""
@@ -167,10 +184,12 @@ class _Listener:
         assert guard.server is not None  # started
         now = asyncio.get_running_loop().time()
         if len(self.open) >= guard.bounds.connections:
-            waiting = [c for c in self.open if not c.busy and c.transport is not None]
-            if not waiting:
+            # Connections asyncio has not made yet count as waiting too: a burst is accepted
+            # whole before any of it is made.
+            oldest = next((c for c in self.open if not c.busy), None)
+            if oldest is None:
                 return self._turn_away(now)
-            min(waiting, key=lambda c: c.waiting_since).drop("taken over at the cap")
+            oldest.drop("taken over at the cap")
         connection = _Connection(self, guard.server(), now)
         self.open[connection] = None
         guard.connections[connection.inner] = connection
@@ -276,7 +295,7 @@ class Guard:
                     # An answer going out (aiohttp writes the last of it after the handler
                     # returned): the head clock starts once it is out; until then it is the
                     # stall rule's.
-                    connection.waiting_since = now
+                    connection.wait_from(now)
                     if size < connection.buffered or connection.stalled_since is None:
                         connection.stalled_since = now
                 connection.buffered = size
@@ -307,7 +326,7 @@ def _in_hand(guard: Guard) -> Middleware:
         finally:
             connection.handling -= 1
             if connection.handling == 0:
-                connection.waiting_since = asyncio.get_running_loop().time()
+                connection.wait_from(asyncio.get_running_loop().time())
 
     return middleware
 

@@ -360,3 +360,24 @@ async def test_the_model_gateway_says_it_in_the_api_s_own_error_shape(tmp_path: 
         "error": {"type": "api_error", "message": body_words(BODY)},
     }
     assert json.loads(guard.busy_reply.partition(b"\r\n\r\n")[2])["type"] == "error"
+
+
+async def test_a_burst_accepted_at_once_makes_room_rather_than_being_turned_away(
+    tmp_path: Path,
+) -> None:
+    async with served(tmp_path, bounds(connections=5)) as door:
+        # Queued in the kernel before the server runs again: asyncio accepts them in one go,
+        # before it has made any of them.
+        burst = []
+        for _ in range(50):
+            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            client.connect(door.path)
+            burst.append(client)
+        await door.until_open(5, 2)
+        status, _ = await door.ask("/small")
+        for client in burst:
+            client.close()
+        dropped = door.guard.dropped
+    assert status == 200
+    assert dropped["turned away"] + dropped["turned away unanswered"] == 0, dropped
+    assert dropped["taken over at the cap"] == 46, dropped

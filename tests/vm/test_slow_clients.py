@@ -25,10 +25,10 @@ IDLE = 2000
 # How much later than its bound an end may come: the guard checks every second, and the
 # attacker looks every tenth of one; two cores are shared by the machine and its tests.
 SLACK = 4.0
-# A legitimate request, with every attacker hanging on.
-PROMPT_SECONDS = 2.0
 # Descriptors beyond the cap: the system bus, the journal, the loop, a few turned away.
 OVERHEAD = 100
+# LimitNOFILE= of boxd-web.service and box-broker@.service.
+NOFILE = 2048
 # Steps of almost 1 MB each: GET /task and GET /api/tasks/{id} answer some 8 MB.
 BIG_STEPS = 8
 
@@ -54,8 +54,10 @@ def head(method_path: str, *headers: str) -> str:
 
 
 def check(found: dict[str, Any], cap: int) -> None:
+    # Answered while every attacker still hangs on, not once their bounds freed the server
+    # (how fast: bench/slow_clients.py prints it).
     assert found["legitimate"]["status"] == 200, found
-    assert found["legitimate"]["seconds"] < PROMPT_SECONDS, found
+    assert found["legitimate"]["seconds"] < HEAD_SECONDS, found
     assert found["halfOpen"]["closedAfter"] <= HEAD_SECONDS + SLACK, found
     assert found["slowloris"]["closedAfter"] <= HEAD_SECONDS + SLACK, found
     assert found["slowBody"]["status"] == 408, found
@@ -127,6 +129,10 @@ def test_slow_and_silent_clients_are_bounded_on_the_gateway_and_a_broker(
     # 100 unless told: a burst beyond it waited a second or more per connection for a new SYN).
     listening = machine.run("ss", "-ltnH", "sport = :7700").stdout.split()
     assert listening[2] == str(LISTEN_BACKLOG), listening
+    # Neither service can run out of descriptors before its caps are reached.
+    for unit in ("boxd-web.service", f"box-broker@{task_id}.service"):
+        limit = machine.run("systemctl", "show", "-P", "LimitNOFILE", unit).stdout.strip()
+        assert limit == str(NOFILE), (unit, limit)
     # Both still serve, and the task carries on.
     assert machine.run("systemctl", "is-active", "boxd-web.service").stdout.strip() == "active"
     shown = json.loads(boxctl(machine, "show", task_id, "--json").stdout)
