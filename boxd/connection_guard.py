@@ -71,6 +71,8 @@ class _Connection(asyncio.Protocol):
         self.waiting_since = now
         # Taken over at the cap before asyncio made it: ended as soon as it is.
         self.doomed = False
+        # Why the guard ended it, once it did.
+        self.ended: str | None = None
         # Requests being handled (the outermost middleware), and whether one is still reading
         # its body (the innermost): a connection in the middle of a request is never timed by
         # the head rule, nor taken over at the cap, unless its body is what it waits for.
@@ -118,6 +120,7 @@ class _Connection(asyncio.Protocol):
         a close would wait for bytes its client does not read."""
         self.listener.forget(self)
         self.listener.guard.dropped[why] += 1
+        self.ended = why
         if self.transport is None:
             self.doomed = True
             return
@@ -323,6 +326,12 @@ def _in_hand(guard: Guard) -> Middleware:
         connection.handling += 1
         try:
             return await handler(request)
+        except ConnectionResetError:
+            if connection.ended is None:
+                raise
+            # The guard ended it mid-answer, and counted it: no traceback in the journal for
+            # each (aiohttp's own would be one per connection), and nothing left to send.
+            return web.Response(status=500)
         finally:
             connection.handling -= 1
             if connection.handling == 0:
