@@ -1,10 +1,12 @@
-"""The listening sockets systemd passed in, and serving an aiohttp app on them until stopped."""
+"""The listening sockets systemd passed in, and serving an aiohttp app on them until stopped,
+with slow and silent clients bounded (boxd/connection_guard.py)."""
 
 import socket
 
 from aiohttp import web
 from systemd import daemon
 
+from boxd.connection_guard import Bounds, Guard
 from boxd.errors import Problem, die
 from boxd.stopping import until_stopped
 
@@ -21,14 +23,16 @@ def passed_sockets(unit: str) -> dict[str, list[socket.socket]]:
 
 
 async def serve(
-    app: web.Application, unit: str, sockets: list[socket.socket] | None = None
+    app: web.Application,
+    unit: str,
+    connections: int,
+    sockets: list[socket.socket] | None = None,
 ) -> None:
-    """Serves the app on `sockets`, or on every socket systemd passed."""
+    """Serves the app on `sockets`, or on every socket systemd passed, each with at most
+    `connections` open at once."""
     if sockets is None:
         sockets = [s for group in passed_sockets(unit).values() for s in group]
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    for sock in sockets:
-        await web.SockSite(runner, sock).start()
+    guard = Guard(app, Bounds(connections))
+    await guard.start(sockets)
     await until_stopped()
-    await runner.cleanup()
+    await guard.close()

@@ -17,6 +17,7 @@ from boxd.broker.egress_target import IPAddress
 from boxd.broker.host_rules import HostRules
 from boxd.broker.http_proxy import HttpProxy
 from boxd.broker.socks5 import Socks5Proxy
+from boxd.connection_limits import EGRESS_CONNECTIONS, LISTEN_BACKLOG
 
 __all__ = ["Egress", "IPAddress", "Refusal", "Resolver", "task_hosts"]
 
@@ -24,9 +25,10 @@ log = logging.getLogger(__name__)
 
 # Reads from the task's side of a connection: the proxies copy in chunks this big.
 STREAM_LIMIT = 256 * 1024
-# Connections open at once through both proxies. Each holds two sockets and up to about a
-# megabyte of buffers, so a task that opened them without end would wear the broker down.
-MAX_CONNECTIONS = 256
+# Connections open at once through both proxies (boxd/connection_limits.py). Each holds two
+# sockets and up to about a megabyte of buffers, so a task that opened them without end would
+# wear the broker down.
+MAX_CONNECTIONS = EGRESS_CONNECTIONS
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 Busy = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
@@ -91,7 +93,9 @@ class Egress:
                 self._connections.discard(task)
 
         sock.setblocking(False)
-        server = await asyncio.start_server(tracked, sock=sock, limit=STREAM_LIMIT)
+        server = await asyncio.start_server(
+            tracked, sock=sock, limit=STREAM_LIMIT, backlog=LISTEN_BACKLOG
+        )
         self._servers.append(server)
         return server
 

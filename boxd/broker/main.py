@@ -12,6 +12,7 @@ from boxd.broker.egress import Egress, task_hosts
 from boxd.broker.manager_link import ManagerLink
 from boxd.broker.model_gateway import ModelGateway
 from boxd.broker.refusal_log import RefusalLog
+from boxd.connection_limits import BROKER_CONNECTIONS
 from boxd.dbus.client import connect_system_bus
 from boxd.ids import check_task_id
 from boxd.paths import box_home, task_dir
@@ -48,7 +49,7 @@ async def run(task_id: str) -> None:
         await gateway.serve(sock)
     api = [sock for group in passed.values() for sock in group]
     try:
-        await serve(app, f"box-broker@{task_id}.socket", api)
+        await serve(app, f"box-broker@{task_id}.socket", BROKER_CONNECTIONS, api)
     finally:
         await gateway.close()
         await egress.close()

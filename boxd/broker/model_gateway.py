@@ -37,6 +37,8 @@ from boxd.broker.credentials import read_secrets
 from boxd.broker.manager_link import Manager, Waiter
 from boxd.broker.model_request import NotAnObject, with_model
 from boxd.broker.model_usage import JsonUsage, StreamUsage, Usage
+from boxd.connection_guard import Bounds, Guard
+from boxd.connection_limits import MODEL_GATEWAY_CONNECTIONS
 from boxd.errors import BoxError, Problem
 from boxd.model_key import ANTHROPIC_KEY, KEY_NAMES, KEY_REFUSED
 from boxd.pricing import price_cents, price_of
@@ -87,6 +89,11 @@ def api_error(status: int, message: str, *, retry: bool | None = None) -> web.Re
     )
 
 
+def api_error_words(message: str, status: int) -> web.Response:
+    """api_error as the connection guard calls it, for what it answers itself (408, 503)."""
+    return api_error(status, message)
+
+
 # What a key is made of: printable ASCII, no spaces. Anything else could not go in a header
 # (and aiohttp's complaint would not be in the owner's words).
 _KEY_CHARACTERS = re.compile(r"[!-~]+")
@@ -134,7 +141,7 @@ class ModelGateway:
         self._read_key = read_key
         self._key: ModelKey | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._runners: list[web.AppRunner] = []
+        self._guards: list[Guard] = []
         self._requests = 0
         # Cost events being logged: kept so a reply whose worker hung up still logs its cost.
         self._logging: set[asyncio.Task[None]] = set()
@@ -146,14 +153,13 @@ class ModelGateway:
 
     async def serve(self, sock: socket.socket) -> None:
         """Serves the gateway on an already-listening socket (the one systemd passes)."""
-        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
-        await runner.setup()
-        await web.SockSite(runner, sock).start()
-        self._runners.append(runner)
+        guard = Guard(self.app(), Bounds(MODEL_GATEWAY_CONNECTIONS), api_error_words)
+        await guard.start([sock])
+        self._guards.append(guard)
 
     async def close(self) -> None:
-        for runner in self._runners:
-            await runner.cleanup()
+        for guard in self._guards:
+            await guard.close()
         if self._logging:
             await asyncio.gather(*self._logging, return_exceptions=True)
         if self._session is not None:

@@ -10,9 +10,9 @@ import re
 from dataclasses import dataclass
 
 from boxd.broker.egress_target import BadTarget, Target, parse_authority
+from boxd.connection_limits import HEAD_SECONDS
 
 MAX_HEAD = 64 * 1024
-HEAD_SECONDS = 60.0
 _METHOD = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _FIELD = re.compile(r"([A-Za-z0-9!#$%&'*+.^_`|~-]+):[ \t]*(.*?)[ \t]*")

@@ -14,6 +14,7 @@ import struct
 from boxd.broker.egress_dial import Dialer, Refusal, Refused, Unreachable
 from boxd.broker.egress_target import MAX_NAME, Target, make_target
 from boxd.broker.pipe import close, pipe
+from boxd.connection_limits import HEAD_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,6 @@ CONNECTION_REFUSED = 0x05
 COMMAND_NOT_SUPPORTED = 0x07
 ADDRESS_TYPE_NOT_SUPPORTED = 0x08
 
-# The greeting and request are a few bytes; a client that sends nothing is not kept forever.
-HANDSHAKE_SECONDS = 60.0
 
 _COMMANDS = {BIND: "BIND", UDP_ASSOCIATE: "UDP ASSOCIATE"}
 _UNREACHABLE_CODES = {
@@ -112,7 +111,8 @@ class Socks5Proxy:
         await close(writer)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        async with asyncio.timeout(HANDSHAKE_SECONDS):
+        # The greeting and request are a few bytes; a client that sends nothing is not kept.
+        async with asyncio.timeout(HEAD_SECONDS):
             await _greet(reader, writer)
             command, target = await _request(reader)
         if command != CONNECT:

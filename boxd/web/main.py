@@ -3,10 +3,11 @@
 import asyncio
 import logging
 
+from boxd.connection_limits import GATEWAY_CONNECTIONS
 from boxd.socket_activation import serve
 from boxd.web.app import make_app
 
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    asyncio.run(serve(make_app(), "boxd-web.socket"))
+    asyncio.run(serve(make_app(), "boxd-web.socket", GATEWAY_CONNECTIONS))

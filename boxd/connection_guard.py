@@ -1,0 +1,391 @@
+"""Serving an aiohttp app on listening sockets with slow and silent clients bounded in time and
+in number (the bounds: boxd/connection_limits.py).
+
+aiohttp alone does not do it. Its keep-alive timer closes a connection that never sends a
+head (in its recent versions), but nothing times a body that never finishes, nor an answer its
+client never reads; and closing a connection whose client reads nothing waits for the bytes to
+leave, which they never do, so the descriptor stays. It also takes every connection offered. So
+each connection goes through a thin protocol of ours, which keeps its transport to abort it, a
+check runs every CHECK_SECONDS, and two middlewares tell it which connections are in the middle
+of a request (the outermost) and which are still sending a body (the innermost).
+"""
+
+import asyncio
+import logging
+import socket
+import struct
+from collections import Counter, OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import cast
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+from aiohttp.web_protocol import RequestHandler
+
+from boxd.connection_limits import (
+    BODY_SECONDS,
+    CHECK_SECONDS,
+    HEAD_SECONDS,
+    LISTEN_BACKLOG,
+    STALL_SECONDS,
+    TURNED_AWAY,
+    TURNED_AWAY_SECONDS,
+    body_words,
+    busy_words,
+)
+from boxd.json_errors import error
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# A crowd of slow clients is worth a line in the journal, not a line each.
+LOG_SECONDS = 60.0
+Answer = Callable[[str, int], web.Response]
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The limits, as boxd/connection_limits.py sets them; tests shorten them."""
+
+    connections: int
+    head_seconds: float = HEAD_SECONDS
+    body_seconds: float = BODY_SECONDS
+    stall_seconds: float = STALL_SECONDS
+    check_seconds: float = CHECK_SECONDS
+    turned_away: int = TURNED_AWAY
+    turned_away_seconds: float = TURNED_AWAY_SECONDS
+
+
+class _Connection(asyncio.Protocol):
+    """Passes everything between the transport and aiohttp's handler, and keeps what the
+    guard needs to know of the connection."""
+
+    def __init__(self, listener: "_Listener", inner: RequestHandler, now: float) -> None:
+        self.listener = listener
+        self.inner = inner
+        self.transport: asyncio.Transport | None = None
+        self.opened = now
+        # Since when no request has been in hand: the head rule counts from here. Set through
+        # wait_from, which keeps the listener's connections in this order.
+        self.waiting_since = now
+        # Taken over at the cap before asyncio made it: ended as soon as it is.
+        self.doomed = False
+        # Why the guard ended it, once it did.
+        self.ended: str | None = None
+        # Requests being handled (the outermost middleware), and whether one is still reading
+        # its body (the innermost): a connection in the middle of a request is never timed by
+        # the head rule, nor taken over at the cap, unless its body is what it waits for.
+        self.handling = 0
+        self.reading_body = False
+        self.buffered = 0
+        self.stalled_since: float | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.handling > 0 and not self.reading_body
+
+    def wait_from(self, now: float) -> None:
+        self.waiting_since = now
+        self.listener.waited(self)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        if self.doomed:
+            self.transport.abort()
+            return
+        self.inner.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.listener.forget(self)
+        if not self.doomed:
+            self.inner.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        self.inner.eof_received()
+        return None
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+    def drop(self, why: str) -> None:
+        """Ends the connection: closed when nothing of an answer waits in our buffer (what the
+        kernel holds still reaches the client, then the end), aborted when something does, as
+        a close would wait for bytes its client does not read."""
+        self.listener.forget(self)
+        self.listener.guard.dropped[why] += 1
+        self.ended = why
+        if self.transport is None:
+            self.doomed = True
+            return
+        if self.transport.get_write_buffer_size():
+            _reset_on_close(self.transport)
+            self.transport.abort()
+        else:
+            self.transport.close()
+
+
+class _TurnedAway(asyncio.Protocol):
+    """A connection over the cap: answered `reply` (or not at all when None) and closed once
+    its client hung up or TURNED_AWAY_SECONDS passed."""
+
+    def __init__(self, listener: "_Listener", reply: bytes | None, now: float) -> None:
+        self.listener = listener
+        self.reply = reply
+        self.opened = now
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        stream = cast(asyncio.Transport, transport)
+        if self.reply is None:
+            stream.abort()
+            return
+        stream.write(self.reply)
+        if stream.can_write_eof():
+            stream.write_eof()
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self.listener.guard.bounds.turned_away_seconds, stream.abort)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.listener.turned_away.discard(self)
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        pass  # what it asked is not read: it was answered already
+
+    def eof_received(self) -> bool | None:
+        return False  # it hung up: close
+
+
+class _Listener:
+    """One listening socket's connections, and its cap."""
+
+    def __init__(self, guard: "Guard") -> None:
+        self.guard = guard
+        # Oldest wait first: at the cap the first that is not busy makes room.
+        self.open: OrderedDict[_Connection, None] = OrderedDict()
+        self.turned_away: set[_TurnedAway] = set()
+
+    def forget(self, connection: _Connection) -> None:
+        self.open.pop(connection, None)
+        self.guard.connections.pop(connection.inner, None)
+
+    def waited(self, connection: _Connection) -> None:
+        if connection in self.open:
+            self.open.move_to_end(connection)
+
+    def __call__(self) -> asyncio.BaseProtocol:
+        """A protocol for a connection just accepted (asyncio's protocol factory)."""
+        guard = self.guard
+        assert guard.server is not None  # started
+        now = asyncio.get_running_loop().time()
+        if len(self.open) >= guard.bounds.connections:
+            # Connections asyncio has not made yet count as waiting too: a burst is accepted
+            # whole before any of it is made.
+            oldest = next((c for c in self.open if not c.busy), None)
+            if oldest is None:
+                return self._turn_away(now)
+            oldest.drop("taken over at the cap")
+        connection = _Connection(self, guard.server(), now)
+        self.open[connection] = None
+        guard.connections[connection.inner] = connection
+        return connection
+
+    def _turn_away(self, now: float) -> asyncio.BaseProtocol:
+        guard = self.guard
+        reply = guard.busy_reply if len(self.turned_away) < guard.bounds.turned_away else None
+        guard.dropped["turned away" if reply else "turned away unanswered"] += 1
+        turned = _TurnedAway(self, reply, now)
+        if reply is not None:
+            self.turned_away.add(turned)
+        return turned
+
+
+class Guard:
+    """Serves `app` on listening sockets within `bounds`. Errors it answers itself (408 for a
+    body too slow, 503 at the cap) come from `answer(words, status)`, in the app's own shape."""
+
+    def __init__(self, app: web.Application, bounds: Bounds, answer: Answer = error) -> None:
+        self.app = app
+        self.bounds = bounds
+        self.answer = answer
+        # Why connections were dropped, and how many: logged at most once a minute.
+        self.dropped: Counter[str] = Counter()
+        self._logged: Counter[str] = Counter()
+        self._logged_at = 0.0
+        self.connections: dict[RequestHandler, _Connection] = {}
+        self.server: web.Server | None = None
+        self._runner: web.AppRunner | None = None
+        self._listeners: list[_Listener] = []
+        self._servers: list[asyncio.Server] = []
+        self._checking: asyncio.Task[None] | None = None
+        self.busy_reply = _raw_reply(answer(busy_words(bounds.connections), 503))
+        # Outermost: a request counts as in hand from the moment aiohttp hands it over.
+        app.middlewares.insert(0, _in_hand(self))
+        # Innermost: the body is read after the app's own middlewares checked the caller, and
+        # inside its error middleware, which says what a body over the size cap is.
+        app.middlewares.append(_whole_body(self))
+
+    async def start(self, sockets: list[socket.socket]) -> None:
+        self._runner = web.AppRunner(
+            self.app,
+            access_log=None,
+            handle_signals=False,
+            # aiohttp's own timer for a connection that sends nothing, or idles between requests.
+            keepalive_timeout=self.bounds.head_seconds,
+        )
+        await self._runner.setup()
+        self.server = self._runner.server
+        loop = asyncio.get_running_loop()
+        for sock in sockets:
+            sock.setblocking(False)
+            listener = _Listener(self)
+            self._listeners.append(listener)
+            self._servers.append(
+                await loop.create_server(listener, sock=sock, backlog=LISTEN_BACKLOG)
+            )
+        self._checking = asyncio.create_task(self._check_often())
+
+    async def close(self) -> None:
+        if self._checking is not None:
+            self._checking.cancel()
+        for server in self._servers:
+            server.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def open_connections(self) -> int:
+        return sum(len(listener.open) for listener in self._listeners)
+
+    async def _check_often(self) -> None:
+        while True:
+            await asyncio.sleep(self.bounds.check_seconds)
+            self.check(asyncio.get_running_loop().time())
+
+    def check(self, now: float) -> None:
+        """Drops what overstayed its bound."""
+        self._drop_overstayed(now)
+        if self.dropped != self._logged and now - self._logged_at >= LOG_SECONDS:
+            since = self.dropped - self._logged
+            log.info(
+                "connections ended by their bounds since the last such line: %s",
+                ", ".join(f"{count} {why}" for why, count in since.items()),
+            )
+            self._logged = self.dropped.copy()
+            self._logged_at = now
+
+    def _drop_overstayed(self, now: float) -> None:
+        bounds = self.bounds
+        for listener in self._listeners:
+            for connection in list(listener.open):
+                transport = connection.transport
+                if transport is None:
+                    # Accepted but never made (its accept failed): not a connection at all.
+                    if now - connection.opened > bounds.head_seconds:
+                        listener.forget(connection)
+                    continue
+                size = transport.get_write_buffer_size()
+                if size == 0:
+                    connection.stalled_since = None
+                else:
+                    # An answer going out (aiohttp writes the last of it after the handler
+                    # returned): the head clock starts once it is out; until then it is the
+                    # stall rule's.
+                    connection.wait_from(now)
+                    if size < connection.buffered or connection.stalled_since is None:
+                        connection.stalled_since = now
+                connection.buffered = size
+                if (
+                    connection.stalled_since is not None
+                    and now - connection.stalled_since >= bounds.stall_seconds
+                ):
+                    connection.drop("its client read none of the answer")
+                elif connection.handling == 0 and now - connection.waiting_since >= (
+                    bounds.head_seconds
+                ):
+                    connection.drop("no whole request head in time")
+            for turned in list(listener.turned_away):
+                # Its connection was never made, or its timer is gone with its loop.
+                if now - turned.opened > 2 * bounds.turned_away_seconds + bounds.check_seconds:
+                    listener.turned_away.discard(turned)
+
+
+def _in_hand(guard: Guard) -> Middleware:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        connection = guard.connections.get(request.protocol)
+        if connection is None:
+            return await handler(request)
+        connection.handling += 1
+        try:
+            return await handler(request)
+        except ConnectionResetError:
+            if connection.ended is None:
+                raise
+            # The guard ended it mid-answer, and counted it: no traceback in the journal for
+            # each (aiohttp's own would be one per connection), and nothing left to send.
+            return web.Response(status=500)
+        finally:
+            connection.handling -= 1
+            if connection.handling == 0:
+                connection.wait_from(asyncio.get_running_loop().time())
+
+    return middleware
+
+
+def _whole_body(guard: Guard) -> Middleware:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        connection = guard.connections.get(request.protocol)
+        if connection is not None and request.body_exists:
+            connection.reading_body = True
+            try:
+                # aiohttp keeps the body: the handler's own read() gets it at once.
+                async with asyncio.timeout(guard.bounds.body_seconds):
+                    await request.read()
+            except TimeoutError:
+                guard.dropped["no whole body in time"] += 1
+                late = guard.answer(body_words(guard.bounds.body_seconds), 408)
+                late.force_close()
+                await late.prepare(request)
+                await late.write_eof()
+                # Closed once the answer is out, not after aiohttp's wait for the rest of the
+                # body; a client that does not read the answer either is the stall rule's.
+                if connection.transport is not None:
+                    connection.transport.close()
+                return late
+            finally:
+                connection.reading_body = False
+        return await handler(request)
+
+    return middleware
+
+
+def _reset_on_close(transport: asyncio.Transport) -> None:
+    """A TCP connection closed with unsent bytes would linger in the kernel, its end (FIN) queued
+    behind bytes the client never takes, for as long as the kernel probes its shut window: a
+    reset ends it at once, on both sides. (A Unix socket's peer sees the end at once anyway.)"""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+def _raw_reply(response: web.Response) -> bytes:
+    """The bytes of a whole HTTP/1.1 answer, written before a request is read."""
+    body = response.body
+    assert isinstance(body, bytes)  # json_response's is
+    head = (
+        f"HTTP/1.1 {response.status} {response.reason}\r\n"
+        f"Content-Type: {response.content_type}; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        "Retry-After: 1\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    return head.encode("latin-1") + body

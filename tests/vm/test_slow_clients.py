@@ -1,0 +1,139 @@
+"""Slow, silent and crowding clients on the gateway (127.0.0.1:7700) and on a task's broker
+socket, in a real box: each bad connection ends within its bound (boxd/connection_limits.py),
+the service's descriptors stay within its cap, and a legitimate caller is answered meanwhile."""
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from boxd.connection_limits import (
+    BODY_SECONDS,
+    BROKER_CONNECTIONS,
+    GATEWAY_CONNECTIONS,
+    HEAD_SECONDS,
+    LISTEN_BACKLOG,
+    STALL_SECONDS,
+    body_words,
+)
+from tests.vm.box_api import boxctl, start_fake, wait_for_step
+from tests.vm.machine import Machine
+
+SCRIPT = "/tmp/slow_clients.py"
+IDLE = 2000
+# How much later than its bound an end may come: the guard checks every second, and the
+# attacker looks every tenth of one; two cores are shared by the machine and its tests.
+SLACK = 4.0
+# Descriptors beyond the cap: the system bus, the journal, the loop, a few turned away.
+OVERHEAD = 100
+# LimitNOFILE= of boxd-web.service and box-broker@.service.
+NOFILE = 2048
+# Steps of almost 1 MB each: GET /task and GET /api/tasks/{id} answer some 8 MB.
+BIG_STEPS = 8
+
+
+def main_pid(machine: Machine, unit: str) -> int:
+    return int(machine.run("systemctl", "show", "-P", "MainPID", unit).stdout.strip())
+
+
+def attack(machine: Machine, config: dict[str, Any]) -> Any:
+    return machine.spawn("python3", SCRIPT, json.dumps(config))
+
+
+def results(process: Any) -> dict[str, Any]:
+    stdout, stderr = process.communicate(timeout=180)
+    assert process.returncode == 0, stderr
+    found: dict[str, Any] = json.loads(stdout)
+    return found
+
+
+def head(method_path: str, *headers: str) -> str:
+    lines = [f"{method_path} HTTP/1.1", "Host: box", *headers, "Connection: close"]
+    return "\r\n".join(lines) + "\r\n\r\n"
+
+
+def check(found: dict[str, Any], cap: int) -> None:
+    # Answered while every attacker still hangs on, not once their bounds freed the server
+    # (how fast: bench/slow_clients.py prints it).
+    assert found["legitimate"]["status"] == 200, found
+    assert found["legitimate"]["seconds"] < HEAD_SECONDS, found
+    assert found["halfOpen"]["closedAfter"] <= HEAD_SECONDS + SLACK, found
+    assert found["slowloris"]["closedAfter"] <= HEAD_SECONDS + SLACK, found
+    assert found["slowBody"]["status"] == 408, found
+    assert body_words(BODY_SECONDS) in found["slowBody"]["answer"], found
+    assert found["slowBody"]["closedAfter"] <= BODY_SECONDS + SLACK, found
+    assert found["noReader"]["closedAfter"] <= STALL_SECONDS + SLACK, found
+    idle = found["idle"]
+    assert idle["opened"] == IDLE and idle["closed"] == IDLE, found
+    # The last of them is accepted once the server took the whole flood.
+    taken = idle["openingSeconds"] + idle["serverTookThemSeconds"]
+    assert idle["lastClosedAfter"] <= taken + HEAD_SECONDS + SLACK, found
+    assert found["serverDescriptors"]["during"] <= cap + OVERHEAD, found
+
+
+def attack_both(machine: Machine, token: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """Runs every attack on the gateway and on a fresh task's broker at once; returns what
+    each measured and the task's id. Also bench/slow_clients.py's."""
+    shutil.copy(Path(__file__).parent / "slow_clients.py", machine.root / SCRIPT.lstrip("/"))
+    task = start_fake(machine, token, "step up\nsleep 600")
+    wait_for_step(machine, task["id"])
+    sock = f"/var/lib/box/tasks/{task['id']}/broker.sock"
+    steps = (
+        "import json, socket, sys\n"
+        "for n in range(int(sys.argv[2])):\n"
+        "    body = json.dumps({'text': f'big {n}', 'data': {'pad': 'x' * 900000}}).encode()\n"
+        "    s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n"
+        "    s.sendall(b'POST /step HTTP/1.1\\r\\nHost: box\\r\\nConnection: close\\r\\n'\n"
+        "              + f'Content-Length: {len(body)}\\r\\n\\r\\n'.encode() + body)\n"
+        "    assert s.makefile('rb').readline().split()[1] == b'200'\n"
+    )
+    machine.run("python3", "-c", steps, sock, str(BIG_STEPS), user=task["user"])
+    bearer = f"Authorization: Bearer {token}"
+    gateway = attack(
+        machine,
+        {
+            "door": "tcp:127.0.0.1:7700",
+            "idle": IDLE,
+            "legit": head("GET /api/tasks", bearer),
+            "big": head(f"GET /api/tasks/{task['id']}", bearer),
+            "post": "/api/tasks",
+            "headers": bearer + "\r\n",
+            "pid": main_pid(machine, "boxd-web.service"),
+        },
+    )
+    broker = attack(
+        machine,
+        {
+            "door": f"unix:{sock}",
+            "idle": IDLE,
+            "legit": head("GET /tools"),
+            "big": head("GET /task"),
+            "post": "/step",
+            "pid": main_pid(machine, f"box-broker@{task['id']}.service"),
+        },
+    )
+    return results(gateway), results(broker), str(task["id"])
+
+
+def test_slow_and_silent_clients_are_bounded_on_the_gateway_and_a_broker(
+    machine: Machine, token: str
+) -> None:
+    started = time.monotonic()
+    on_gateway, on_broker, task_id = attack_both(machine, token)
+    print(json.dumps({"gateway": on_gateway, "broker": on_broker}, indent=1))
+    print(f"the attacks took {time.monotonic() - started:.0f} s")
+    check(on_gateway, GATEWAY_CONNECTIONS)
+    check(on_broker, BROKER_CONNECTIONS)
+    # The kernel queues a burst for the gateway as systemd asked (asyncio listens again, with
+    # 100 unless told: a burst beyond it waited a second or more per connection for a new SYN).
+    listening = machine.run("ss", "-ltnH", "sport = :7700").stdout.split()
+    assert listening[2] == str(LISTEN_BACKLOG), listening
+    # Neither service can run out of descriptors before its caps are reached.
+    for unit in ("boxd-web.service", f"box-broker@{task_id}.service"):
+        limit = machine.run("systemctl", "show", "-P", "LimitNOFILE", unit).stdout.strip()
+        assert limit == str(NOFILE), (unit, limit)
+    # Both still serve, and the task carries on.
+    assert machine.run("systemctl", "is-active", "boxd-web.service").stdout.strip() == "active"
+    shown = json.loads(boxctl(machine, "show", task_id, "--json").stdout)
+    assert shown["state"] == "running"
