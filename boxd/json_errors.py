@@ -5,6 +5,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from boxd import http_refusals
 from boxd.errors import BoxError
 from boxd.strict_json import MAX_BODY, TOO_LARGE
 
@@ -19,7 +20,9 @@ def error(message: str, status: int) -> web.Response:
 def json_errors(
     status_of: Callable[[BoxError], int], routes: str
 ) -> Callable[..., Awaitable[web.StreamResponse]]:
-    """`routes` tells a caller who asked for something unknown what there is."""
+    """`routes` tells a caller who asked for something unknown what there is. What aiohttp's
+    parser refuses before any middleware is answered in the same shape (boxd/http_refusals)."""
+    http_refusals.install()
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
