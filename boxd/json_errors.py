@@ -3,7 +3,8 @@ plain words, with the status the server gives its problem codes."""
 
 from collections.abc import Awaitable, Callable
 
-from aiohttp import web
+from aiohttp import http_exceptions, web
+from aiohttp.web_protocol import RequestPayloadError
 
 from boxd import http_refusals
 from boxd.errors import BoxError
@@ -32,6 +33,12 @@ def json_errors(
             return error(failure.message, status_of(failure))
         except web.HTTPRequestEntityTooLarge:
             return error(TOO_LARGE, 413)
+        except (http_exceptions.HttpProcessingError, RequestPayloadError) as failure:
+            # Raised while reading the body: a Content-Encoding it is not in, a body cut short.
+            # The rest of the body is unread, so the connection cannot carry another request.
+            refused = error(http_refusals.words(400, failure.__cause__ or failure), 400)
+            refused.force_close()
+            return refused
         except web.HTTPNotFound:
             return error(f"no such request: {request.method} {request.path}; {routes}", 404)
         except web.HTTPMethodNotAllowed:

@@ -9,11 +9,13 @@ when drawn, so an example costs what it sends. Hypothesis shrinks a failure to i
 and the tests run derandomized, so a failure replays as it was printed.
 """
 
+import gzip
 import json
 import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 from urllib.parse import quote
 
@@ -229,6 +231,7 @@ class Body:
     how: str
     data: bytes
     content_type: str | None = "application/json"
+    encoding: str | None = None
 
 
 CONTENT_TYPES = (
@@ -240,6 +243,17 @@ CONTENT_TYPES = (
     "application/json; charset=latin-1",
     "application/octet-stream",
     "\u00e9/\u00e9",
+)
+# A body that is not in the Content-Encoding it names; one that is, and inflates past 10 MB.
+ENCODINGS = ("gzip", "deflate", "br", "zstd", "x-unknown", "gzip, gzip")
+@cache
+def _bomb() -> bytes:
+    return gzip.compress(b'{"a": "' + b"a" * 50 * MB + b'"}', compresslevel=1)
+
+
+BOMBS: tuple[Callable[[], "Body"], ...] = (
+    lambda: Body("gzip of 50 MB", _bomb(), None, "gzip"),
+    lambda: Body("gzip of a small body", gzip.compress(b'{"a": 1}'), None, "gzip"),
 )
 BAD_BYTES = (b"\xff", b"\xc0\xaf", b"\xed\xa0\x80", b"\x00", b"\xef\xbb\xbf", b"\xf4\x90\x80\x80")
 
@@ -284,9 +298,16 @@ def broken_bodies(schema: dict[str, Any] | None) -> st.SearchStrategy[Body]:
         as_sent,
         st.sampled_from(CONTENT_TYPES),
     )
+    encoded = st.builds(
+        lambda body, encoding: Body(f"{body.how} said to be {encoding}", body.data, None, encoding),
+        as_sent,
+        st.sampled_from(ENCODINGS),
+    )
     strategies = [
         as_sent,
         other_type,
+        encoded,
+        st.sampled_from(BOMBS).map(lambda made: made()),
         wild().map(lambda v: Body("a wild body", dump(v).encode())),
         valid.flatmap(_broken_bytes),
     ]

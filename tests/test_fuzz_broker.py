@@ -55,6 +55,8 @@ async def _send(broker: Broker, method: str, path: str, body: Body | None) -> No
     headers = {}
     if body is not None and body.content_type is not None:
         headers["Content-Type"] = body.content_type
+    if body is not None and body.encoding is not None:
+        headers["Content-Encoding"] = body.encoding
     what = f"{method} {path[:200]} {body.how if body else ''}"
     async with session.request(
         method,

@@ -158,6 +158,8 @@ async def _send(
     sent = dict(headers)
     if body is not None and body.content_type is not None:
         sent["Content-Type"] = body.content_type
+    if body is not None and body.encoding is not None:
+        sent["Content-Encoding"] = body.encoding
     what = f"{method} {path[:200]} {body.how if body else ''}"
     async with session.request(
         method,

@@ -5,6 +5,8 @@
   while marshalling the call: a 500. Refused in words naming the argument (boxd/dbus/client.py).
 - A request line over 8190 bytes (a long task id) got aiohttp's own text/plain 400 with the
   parser's insides ("bytearray(b'/aaa...')"), not {"error": "..."} (boxd/http_refusals.py).
+- A body that is not in the Content-Encoding it names (gzip, deflate) raised while it was read:
+  a 500. A 400 in words now, and the connection closes, its rest unread (boxd/json_errors.py).
 - A key given twice in a JSON object was read as its last value: tests/test_strict_json.py."""
 
 from collections.abc import AsyncIterator
@@ -86,3 +88,19 @@ async def test_a_request_line_too_long_is_refused_in_the_api_s_shape(
             assert (await _ask(broker, "GET", "http://box/task"))[0] == 200
     finally:
         await runner.cleanup()
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "br"])
+async def test_a_body_not_in_its_content_encoding_is_a_400_in_words(
+    gateway: tuple[aiohttp.ClientSession, str], encoding: str
+) -> None:
+    session, root = gateway
+    headers = {**HEADERS, "Content-Encoding": encoding, "Content-Type": "application/json"}
+    async with session.post(f"{root}/api/tasks", data=b"not so", headers=headers) as answer:
+        assert answer.status == 400
+        assert await answer.json() == {
+            "error": "the body cannot be decompressed as its Content-Encoding says: "
+            "send it as it is"
+        }
+    async with session.get(f"{root}/api/pause", headers=HEADERS) as answer:
+        assert answer.status == 200
