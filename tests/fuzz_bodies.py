@@ -246,6 +246,8 @@ CONTENT_TYPES = (
 )
 # A body that is not in the Content-Encoding it names; one that is, and inflates past 10 MB.
 ENCODINGS = ("gzip", "deflate", "br", "zstd", "x-unknown", "gzip, gzip")
+
+
 @cache
 def _bomb() -> bytes:
     return gzip.compress(b'{"a": "' + b"a" * 50 * MB + b'"}', compresslevel=1)
