@@ -6,7 +6,8 @@ with the parser's insides in it ("Got more than 8190 bytes when reading: bytearr
 broker-api.txt and the HTTP API promise `{"error": "..."}` for every refusal, so those answers are
 rewritten here, once for every aiohttp server in the process: the same status, and words that
 say what to change. aiohttp has no hook for this answer but its request handler's handle_error,
-so that one method is wrapped (still logging and closing the connection as aiohttp does).
+so that one method is wrapped: a refusal closes the connection as aiohttp's does, and is logged
+as a debug line, not as aiohttp's traceback, which a stranger could fill the journal with.
 """
 
 from http import HTTPStatus
@@ -52,12 +53,20 @@ def _handle_error(
     exc: BaseException | None = None,
     message: str | None = None,
 ) -> StreamResponse:
-    answer: Any = _aiohttp_answer(self, request, status, exc, message)
-    if not isinstance(answer, Response) or answer.content_type == "application/json":
-        return answer  # type: ignore[no-any-return]
-    ours = json_response({"error": words(answer.status, exc)}, status=answer.status)
-    ours.force_close()
-    return ours
+    if 400 <= status < 500:
+        # A client's garbage is no fault of the server's: a line for debugging, never a
+        # traceback in the journal (aiohttp logs one for each).
+        self.log_debug("refused a request it could not read: %r", exc)
+        if request.writer.output_size > 0:
+            raise ConnectionError("an answer was sent already, so the refusal cannot be")
+        refused = json_response({"error": words(status, exc)}, status=status)
+    else:
+        answer: Any = _aiohttp_answer(self, request, status, exc, message)
+        if not isinstance(answer, Response) or answer.content_type == "application/json":
+            return answer  # type: ignore[no-any-return]
+        refused = json_response({"error": words(answer.status, exc)}, status=answer.status)
+    refused.force_close()
+    return refused
 
 
 def install() -> None:

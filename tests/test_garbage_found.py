@@ -104,3 +104,13 @@ async def test_a_body_not_in_its_content_encoding_is_a_400_in_words(
         }
     async with session.get(f"{root}/api/pause", headers=HEADERS) as answer:
         assert answer.status == 200
+
+
+async def test_a_request_the_parser_refuses_leaves_no_traceback_in_the_log(
+    gateway: tuple[aiohttp.ClientSession, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    session, root = gateway
+    headers = {**HEADERS, "Content-Encoding": "br"}
+    async with session.post(f"{root}/api/tasks", data=b"x", headers=headers) as answer:
+        assert answer.status == 400
+    assert [r for r in caplog.records if r.exc_info or r.levelname == "ERROR"] == []

@@ -136,7 +136,8 @@ async def gateway(
                 headers={"Authorization": f"Bearer {fuzzed_task[0]}"},
             ) as answer:
                 assert answer.status == 200, await answer.text()
-                assert json.loads(await answer.read())["state"] == "running"
+                # Waiting: a fuzzed /ask of the broker's test is still open.
+                assert json.loads(await answer.read())["state"] in ("running", "waiting")
     finally:
         _stop(forwarder)
 
