@@ -25,8 +25,7 @@ def json_errors(
     parser refuses before any middleware is answered in the same shape (boxd/http_refusals)."""
     http_refusals.install()
 
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             return await handler(request)
         except BoxError as failure:
@@ -35,13 +34,22 @@ def json_errors(
             return error(TOO_LARGE, 413)
         except (http_exceptions.HttpProcessingError, RequestPayloadError) as failure:
             # Raised while reading the body: a Content-Encoding it is not in, a body cut short.
-            # The rest of the body is unread, so the connection cannot carry another request.
-            refused = error(http_refusals.words(400, failure.__cause__ or failure), 400)
-            refused.force_close()
-            return refused
+            return error(http_refusals.words(400, failure.__cause__ or failure), 400)
         except web.HTTPNotFound:
             return error(f"no such request: {request.method} {request.path}; {routes}", 404)
         except web.HTTPMethodNotAllowed:
             return error(f"{request.path} does not take {request.method}", 405)
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        response = await answer(request, handler)
+        if not request.content.is_eof():
+            # A body left unread (refused before it was read, a route that reads none, one
+            # that failed to read): aiohttp would read it after the answer and log one it
+            # cannot decompress as an unhandled exception. Its end is marked instead, and the
+            # connection, which cannot carry another request now, closes after the answer.
+            request.content.feed_eof()
+            response.force_close()
+        return response
 
     return middleware

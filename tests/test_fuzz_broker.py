@@ -4,6 +4,7 @@ keep it: bodies from the routes' models, broken (tests/fuzz_bodies.py), odd path
 types. Never a 5xx; every refusal {"error": "..."} in plain words (400, as the spec says); the
 broker still answering afterwards. tests/vm/test_fuzz.py runs a real broker of a real task."""
 
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ Broker = tuple[aiohttp.ClientSession, MemoryLog, web.Application]
 
 
 @pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
+async def broker(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> AsyncIterator[Broker]:
     log = MemoryLog("", tools=("wallet.pay", "wallet.balance", "echo.say"), budget=100)
     app = make_app(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.01)
     runner = web.AppRunner(app)
@@ -48,6 +49,8 @@ async def broker(tmp_path: Path) -> AsyncIterator[Broker]:
     async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=path)) as session:
         yield session, log, app
     await runner.cleanup()
+    # Garbage is the client's fault: nothing logged as an error, no traceback in the journal.
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 async def _send(broker: Broker, method: str, path: str, body: Body | None) -> None:

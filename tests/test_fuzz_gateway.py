@@ -9,6 +9,7 @@ answered by the manager's own readers (parse_task_request, change_settings, the 
 so a body reaches as far as it would on a box. tests/vm/test_fuzz.py runs the real manager."""
 
 import json
+import logging
 import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -137,11 +138,13 @@ Gateway = tuple[aiohttp.ClientSession, URL, ManagerOnTheBus]
 
 
 @pytest.fixture
-async def gateway() -> AsyncIterator[Gateway]:
+async def gateway(caplog: pytest.LogCaptureFixture) -> AsyncIterator[Gateway]:
     bus = ManagerOnTheBus()
     app: web.Application = make_app(GatewayClient(bus))  # type: ignore[arg-type]
     async with TestServer(app) as server, aiohttp.ClientSession() as session:
         yield session, server.make_url(""), bus
+    # Garbage is the client's fault: nothing logged as an error, no traceback in the journal.
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 HEADERS = {"Authorization": f"Bearer {OWNER}"}

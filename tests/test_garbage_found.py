@@ -106,11 +106,31 @@ async def test_a_body_not_in_its_content_encoding_is_a_400_in_words(
         assert answer.status == 200
 
 
-async def test_a_request_the_parser_refuses_leaves_no_traceback_in_the_log(
-    gateway: tuple[aiohttp.ClientSession, str], caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("encoding", ["br", "gzip"])
+async def test_a_body_that_cannot_be_read_leaves_no_traceback_in_the_log(
+    gateway: tuple[aiohttp.ClientSession, str], caplog: pytest.LogCaptureFixture, encoding: str
 ) -> None:
     session, root = gateway
-    headers = {**HEADERS, "Content-Encoding": "br"}
-    async with session.post(f"{root}/api/tasks", data=b"x", headers=headers) as answer:
+    headers = {**HEADERS, "Content-Encoding": encoding}
+    async with session.post(f"{root}/api/tasks", data=b"x" * 100, headers=headers) as answer:
         assert answer.status == 400
+    async with session.get(f"{root}/api/pause", headers=HEADERS) as answer:
+        assert answer.status == 200
+    assert [r for r in caplog.records if r.exc_info or r.levelname == "ERROR"] == []
+
+
+@pytest.mark.parametrize(("method", "path"), [("GET", "/api/tasks"), ("POST", "/api/pause")])
+async def test_a_body_a_route_does_not_read_leaves_no_traceback_in_the_log(
+    gateway: tuple[aiohttp.ClientSession, str],
+    caplog: pytest.LogCaptureFixture,
+    method: str,
+    path: str,
+) -> None:
+    session, root = gateway
+    headers = {**HEADERS, "Content-Encoding": "gzip"}
+    async with session.request(method, root + path, data=b"x" * 100, headers=headers) as answer:
+        assert answer.status == 200
+        await answer.read()
+    async with session.get(f"{root}/api/pause", headers=HEADERS) as answer:
+        assert answer.status == 200
     assert [r for r in caplog.records if r.exc_info or r.levelname == "ERROR"] == []

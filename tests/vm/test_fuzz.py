@@ -73,7 +73,8 @@ def watched(machine: Machine) -> Iterator[None]:
     yield
     after = {unit: _restarts(machine, unit) for unit in UNITS}
     assert after == {unit: ("active", restarts) for unit, (_, restarts) in before.items()}
-    assert _tracebacks(machine, since) == ""
+    logged = _tracebacks(machine, since)
+    assert logged == "", logged
 
 
 async def _check(
