@@ -3,8 +3,10 @@ plain words, with the status the server gives its problem codes."""
 
 from collections.abc import Awaitable, Callable
 
-from aiohttp import web
+from aiohttp import http_exceptions, web
+from aiohttp.web_protocol import RequestPayloadError
 
+from boxd import http_refusals
 from boxd.errors import BoxError
 from boxd.strict_json import MAX_BODY, TOO_LARGE
 
@@ -19,19 +21,35 @@ def error(message: str, status: int) -> web.Response:
 def json_errors(
     status_of: Callable[[BoxError], int], routes: str
 ) -> Callable[..., Awaitable[web.StreamResponse]]:
-    """`routes` tells a caller who asked for something unknown what there is."""
+    """`routes` tells a caller who asked for something unknown what there is. What aiohttp's
+    parser refuses before any middleware is answered in the same shape (boxd/http_refusals)."""
+    http_refusals.install()
 
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             return await handler(request)
         except BoxError as failure:
             return error(failure.message, status_of(failure))
         except web.HTTPRequestEntityTooLarge:
             return error(TOO_LARGE, 413)
+        except (http_exceptions.HttpProcessingError, RequestPayloadError) as failure:
+            # Raised while reading the body: a Content-Encoding it is not in, a body cut short.
+            return error(http_refusals.words(400, failure.__cause__ or failure), 400)
         except web.HTTPNotFound:
             return error(f"no such request: {request.method} {request.path}; {routes}", 404)
         except web.HTTPMethodNotAllowed:
             return error(f"{request.path} does not take {request.method}", 405)
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        response = await answer(request, handler)
+        if not request.content.is_eof():
+            # A body left unread (refused before it was read, a route that reads none, one
+            # that failed to read): aiohttp would read it after the answer and log one it
+            # cannot decompress as an unhandled exception. Its end is marked instead, and the
+            # connection, which cannot carry another request now, closes after the answer.
+            request.content.feed_eof()
+            response.force_close()
+        return response
 
     return middleware

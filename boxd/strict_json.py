@@ -4,7 +4,8 @@ Python's json module reads `NaN`, `Infinity` and `1e999` (as inf) and integers o
 pydantic's reader takes the first three too. None of them is a number a person means, and an
 infinity stored in a task's cost made its record unreadable (pydantic writes it as null). So
 every body is read here: a number that is not finite, or an integer beyond JSON's safe range,
-is refused in words that name where it was.
+is refused in words that name where it was; so is a key given twice in one object, which every
+reader here would take as its last value while a proxy or a log in front may read the first.
 """
 
 import json
@@ -26,6 +27,28 @@ class _Refused:
     def __init__(self, text: str, why: str) -> None:
         self.text = text
         self.why = why
+
+    def words(self, path: tuple[str, ...]) -> str:
+        return f"{where(path)}: {self.text} {self.why}"
+
+
+class _Twice(_Refused):
+    """Stands for an object that gives one key twice: the refusal names the key."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key, "is given twice; give each key once")
+
+    def words(self, path: tuple[str, ...]) -> str:
+        return f"{where((*path, self.text))} {self.why}"
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any] | _Refused:
+    value: dict[str, Any] = {}
+    for key, item in pairs:
+        if key in value:
+            return _Twice(key)
+        value[key] = item
+    return value
 
 
 def _constant(text: str) -> _Refused:
@@ -83,6 +106,7 @@ def loads(body: str | bytes, what: str = "the body") -> Any:
             parse_constant=lambda text: mark(_constant(text)),
             parse_float=lambda text: mark(_float(text)),
             parse_int=lambda text: mark(_int(text)),
+            object_pairs_hook=lambda pairs: mark(_object(pairs)),
         )
     except UnicodeDecodeError:
         die(Problem.INVALID, f"{what} is not UTF-8 text")
@@ -97,7 +121,7 @@ def loads(body: str | bytes, what: str = "the body") -> Any:
             die(Problem.INVALID, f"{what} is nested too deeply")
         if found is not None:
             path, refusal = found
-            die(Problem.INVALID, f"{where(path)}: {refusal.text} {refusal.why}")
+            die(Problem.INVALID, refusal.words(path))
     return value
 
 

@@ -71,3 +71,25 @@ def test_every_door_reads_strictly() -> None:
         parse(Answer, '{"approved": "yes"}')
     with pytest.raises(BoxError, match=r"^text must be a string$"):
         parse(Step, '{"text": 1}')
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ('{"title": "a", "title": "b"}', "title is given twice"),
+        ('{"data": {"x": 1, "x": 2}}', "data.x is given twice"),
+        ('[{"k": 1}, {"k": 1, "k": 1}]', "1.k is given twice"),
+    ],
+)
+def test_a_key_given_twice_is_refused_by_name(body: str, words: str) -> None:
+    # Last-wins would let a proxy or a log read one value and the box act on the other.
+    assert refused(body).startswith(words)
+
+
+def test_every_door_refuses_a_key_given_twice() -> None:
+    with pytest.raises(BoxError, match=r"^approved is given twice"):
+        parse(Answer, '{"approved": false, "approved": true}')
+    with pytest.raises(BoxError, match=r"^prompt is given twice"):
+        parse_task_request('{"title": "t", "prompt": "p", "prompt": "q"}')
+    with pytest.raises(BoxError, match=r"^data.a is given twice"):
+        parse(Step, '{"text": "a", "data": {"a": 1, "a": 1}}')

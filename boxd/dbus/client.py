@@ -19,6 +19,20 @@ async def connect_system_bus() -> MessageBus:
         die(Problem.FAILED, f"cannot reach the system bus: {error}")
 
 
+def _check_carriable(names: tuple[str, ...], args: tuple[Any, ...]) -> None:
+    """D-Bus carries text as UTF-8 without NUL; dbus-fast raises on anything else, which the
+    caller would meet as a 500. Refused here instead, naming the argument."""
+    for name, arg in zip(names, args, strict=False):
+        if not isinstance(arg, str):
+            continue
+        if "\x00" in arg:
+            die(Problem.INVALID, f"{name} holds a NUL character (\\u0000), which boxd cannot take")
+        try:
+            arg.encode()
+        except UnicodeEncodeError:
+            die(Problem.INVALID, f"{name} holds a lone surrogate, so it is not UTF-8 text")
+
+
 class BoxClient:
     """One method call per manager method; errors come back as BoxError with their problem."""
 
@@ -30,6 +44,7 @@ class BoxClient:
         method = find_method(self.interface, member)
         if method is None:
             raise RuntimeError(f"{self.interface} has no method {member}")
+        _check_carriable(method.names, args)
         reply = await self.bus.call(
             Message(
                 destination=BUS_NAME,

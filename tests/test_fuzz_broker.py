@@ -1,0 +1,121 @@
+"""Garbage at every route of a task's broker (boxd/broker/app.py, broker-api.txt), the real
+aiohttp app on a real Unix socket, with the manager kept in memory as the broker's other tests
+keep it: bodies from the routes' models, broken (tests/fuzz_bodies.py), odd paths and content
+types. Never a 5xx; every refusal {"error": "..."} in plain words (400, as the spec says); the
+broker still answering afterwards. tests/vm/test_fuzz.py runs a real broker of a real task."""
+
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import BaseModel
+from yarl import URL
+
+from boxd.approval import AskRequest
+from boxd.broker.app import CostRequest, UsageRequest, make_app
+from boxd.broker.calls import CallRequest
+from boxd.step import Step
+from tests.fuzz_bodies import FUZZ, Body, broken_bodies, check_answer, segments
+from tests.test_broker_and_fake_worker import MemoryLog, MemoryWaiter
+
+# What each route reads; a route the broker serves without an entry here fails the first test.
+BODIES: dict[str, type[BaseModel] | None] = {
+    "GET /task": None,
+    "GET /tools": None,
+    "POST /step": Step,
+    "POST /call": CallRequest,
+    "POST /ask": AskRequest,
+    "POST /cost": CostRequest,
+    "POST /usage": UsageRequest,
+}
+
+Broker = tuple[aiohttp.ClientSession, MemoryLog, web.Application]
+
+
+@pytest.fixture
+async def broker(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> AsyncIterator[Broker]:
+    log = MemoryLog("", tools=("wallet.pay", "wallet.balance", "echo.say"), budget=100)
+    app = make_app(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.01)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    path = str(tmp_path / "broker.sock")
+    await web.UnixSite(runner, path).start()
+    async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=path)) as session:
+        yield session, log, app
+    await runner.cleanup()
+    # Garbage is the client's fault: nothing logged as an error, no traceback in the journal.
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+async def _send(broker: Broker, method: str, path: str, body: Body | None) -> None:
+    session = broker[0]
+    headers = {}
+    if body is not None and body.content_type is not None:
+        headers["Content-Type"] = body.content_type
+    if body is not None and body.encoding is not None:
+        headers["Content-Encoding"] = body.encoding
+    what = f"{method} {path[:200]} {body.how if body else ''}"
+    async with session.request(
+        method,
+        URL(f"http://box{path}", encoded=True),
+        data=body.data if body is not None else None,
+        headers=headers,
+    ) as answer:
+        if answer.status >= 400:
+            assert answer.status in (400, 404, 405, 413), what
+        check_answer(answer.status, answer.content_type, await answer.read(), what)
+
+
+async def _still_answering(broker: Broker) -> None:
+    async with broker[0].get("http://box/task") as answer:
+        assert answer.status == 200, await answer.text()
+        assert (await answer.json())["task"]["id"] == broker[1].task["id"]
+
+
+def test_every_route_is_fuzzed(tmp_path: Path) -> None:
+    log = MemoryLog("")
+    app = make_app(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.01)
+    served = {
+        f"{route.method} {route.resource.canonical}"
+        for route in app.router.routes()
+        if route.resource is not None and route.method != "HEAD"
+    }
+    assert served == set(BODIES)
+
+
+def _schema(model: type[BaseModel] | None) -> dict[str, Any] | None:
+    return None if model is None else model.model_json_schema()
+
+
+@pytest.mark.parametrize("route", list(BODIES))
+@FUZZ
+@given(data=st.data())
+async def test_bodies_from_the_models_broken(
+    broker: Broker, route: str, data: st.DataObject
+) -> None:
+    method, path = route.split(" ")
+    body = data.draw(broken_bodies(_schema(BODIES[route])), label="body")
+    await _send(broker, method, path, body)
+    await _still_answering(broker)
+
+
+ROUTE_PATHS = sorted({route.split(" ")[1] for route in BODIES})
+
+
+@FUZZ
+@given(
+    method=st.sampled_from(("GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")),
+    path=st.sampled_from(ROUTE_PATHS) | segments().map(lambda segment: f"/{segment}"),
+    suffix=st.sampled_from(("", "/", "/..", "/%00", "?a=%00", "//", "/x")),
+)
+async def test_paths_and_methods_it_does_not_serve(
+    broker: Broker, method: str, path: str, suffix: str
+) -> None:
+    await _send(broker, method, path + suffix, None)
+    await _still_answering(broker)
