@@ -6,7 +6,6 @@ import asyncio
 import grp
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
@@ -41,6 +40,7 @@ from boxd.manager.keep import (
     save_manifest,
     take_manifest,
 )
+from boxd.manager.keyed_locks import KeyedLocks
 from boxd.manager.last_words import last_words
 from boxd.manager.layers import MAX_DONE, Layers, layer_name
 from boxd.manager.mirror import MirrorError, check_readable, sync_mirror
@@ -109,7 +109,7 @@ class Box:
         self.layers = Layers(home)
         # One lock per workspace: its mirror, its stack and the mounts made from it change
         # under it, so no layer is taken away while a task is mounting it.
-        self._joins: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._joins = KeyedLocks()
         # The `saw` of tasks between reading their stack and recording it, by task id.
         self._starting: dict[str, list[str]] = {}
         self.records = Records(store, bus)
