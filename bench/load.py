@@ -413,7 +413,7 @@ async def measure(token: str, tasks: int, lines: int, calls: int) -> dict[str, A
         await wait_for(
             f"all {tasks} tasks waiting for the go-ahead",
             lambda: len(pending_approvals(ids)) == tasks,
-            600,
+            1200,
         )
         groups = unit_cgroups([u for t in ids for u in (broker_unit(t), worker_unit(t))])
         idle_memory = TaskMemory()
