@@ -567,7 +567,9 @@ def table(result: dict[str, Any]) -> str:
         ("after", "after all ended"),
     ):
         use = manager[when]
-        out.append(f"  {label:<30}{mib(use['rss'])}   {mib(use['cgroup'])}   {use['fds']:8d}")
+        # 0: the cgroup's memory could not be read (no memory.current, no process's PSS).
+        group = mib(use["cgroup"]) if use["cgroup"] else f"{'-':>11}"
+        out.append(f"  {label:<30}{mib(use['rss'])}   {group}   {use['fds']:8d}")
     done = sum(1 for state in result["ended"].values() if state == "done")
     out += ["", f"ended done: {done} of {tasks}; problems: {len(result['problems'])}"]
     out += [f"  {problem}" for problem in result["problems"][:50]]
