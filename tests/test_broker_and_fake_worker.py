@@ -431,6 +431,23 @@ async def test_fake_worker_calls_asks_and_costs(
     ]
 
 
+async def test_the_worker_times_each_answered_step_and_call(
+    broker: tuple[str, MemoryLog], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, log = broker
+    monkeypatch.chdir(tmp_path)
+    log.prompt = "\n".join(
+        ["step one", 'call wallet.pay {"to": "Ada", "cents": 3}', "# a comment", "sleep 0.5"]
+    )
+    trips = await fake.run(path)
+    # One step per line that ran, one call per call line; the sleep is not the broker's time.
+    assert [len(trips.seconds["step"]), len(trips.seconds["call"])] == [3, 1]
+    assert all(0 <= seconds < 0.5 for seconds in trips.seconds["step"])
+    printed = trips.line()
+    assert printed.startswith(fake.ROUND_TRIPS)
+    assert json.loads(printed.removeprefix(fake.ROUND_TRIPS)) == trips.seconds
+
+
 def pay(to: str, cents: int, key: str) -> dict[str, Any]:
     return {"tool": "wallet.pay", "input": {"to": to, "cents": cents}, "key": key}
 

@@ -46,6 +46,8 @@ def test_properties_marshal_as_start_transient_unit_wants() -> None:
     assert values["MemoryMax"] == 2**30
     assert values["TasksMax"] == 64
     assert values["CPUQuotaPerSecUSec"] == 500_000
+    # Ten minutes to start, not systemd's 90 s: a box busy starting many tasks kept its own.
+    assert values["TimeoutStartUSec"] == 600_000_000
     assert values["TemporaryFileSystem"] == [
         ["/var/lib/box", "mode=0755"],
         ["/run", "mode=0755"],

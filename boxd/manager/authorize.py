@@ -1,6 +1,8 @@
 """Who is calling: polkit decides for the owner's interface, the bearer token for the gateway's,
 and the calling process's systemd unit for a broker's (only box-broker@<id> acts for <id>)."""
 
+from collections import OrderedDict
+
 from dbus_fast import Message
 from dbus_fast.aio import MessageBus
 
@@ -15,6 +17,11 @@ from boxd.manager.systemd import Systemd
 from boxd.manager.tokens import DEVICE, token_hash
 from boxd.manager.users import user_name
 from boxd.manager.worker_unit import broker_service_unit
+from boxd.settings import MAX_RUNNING_TASKS
+
+# Brokers whose unit is remembered, the most recently seen: every running task's, and then some.
+# A broker forgotten is looked up again; one remembered for ever per broker ever started is a leak.
+REMEMBERED_BROKERS = 2 * MAX_RUNNING_TASKS
 
 
 class Authorizer:
@@ -27,7 +34,7 @@ class Authorizer:
         self._systemd = systemd
         # Unique bus names are never reused while the bus runs, so a broker's unit is looked
         # up once per connection.
-        self._brokers: dict[str, str] = {}
+        self._brokers: OrderedDict[str, str] = OrderedDict()
 
     async def __call__(self, message: Message, method: api.Bound) -> Caller:
         sender = message.sender or ""
@@ -57,9 +64,13 @@ class Authorizer:
         return Caller(Role.BROKER, sender, task=task_id)
 
     async def _broker_unit(self, sender: str) -> str | None:
-        if sender not in self._brokers:
-            unit = await self._systemd.unit_of_pid(await connection_pid(self._bus, sender))
-            if unit is None:
-                return None
-            self._brokers[sender] = unit
-        return self._brokers[sender]
+        if sender in self._brokers:
+            self._brokers.move_to_end(sender)
+            return self._brokers[sender]
+        unit = await self._systemd.unit_of_pid(await connection_pid(self._bus, sender))
+        if unit is None:
+            return None
+        self._brokers[sender] = unit
+        while len(self._brokers) > REMEMBERED_BROKERS:
+            self._brokers.popitem(last=False)
+        return unit

@@ -6,7 +6,6 @@ import asyncio
 import grp
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
@@ -49,6 +48,7 @@ from boxd.manager.keep import (
     save_manifest,
     take_manifest,
 )
+from boxd.manager.keyed_locks import KeyedLocks
 from boxd.manager.last_words import last_words
 from boxd.manager.layers import MAX_DONE, Layers, layer_name
 from boxd.manager.mirror import MirrorError, check_readable, sync_mirror
@@ -78,6 +78,7 @@ from boxd.manager.worker_unit import (
     broker_socket_unit,
     egress_socket_units,
     model_socket_unit,
+    task_slice,
     worker_properties,
     worker_unit,
 )
@@ -119,7 +120,7 @@ class Box:
         self.layers = Layers(home)
         # One lock per workspace: its mirror, its stack and the mounts made from it change
         # under it, so no layer is taken away while a task is mounting it.
-        self._joins: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._joins = KeyedLocks()
         # The `saw` of tasks between reading their stack and recording it, by task id.
         self._starting: dict[str, list[str]] = {}
         self.records = Records(store, bus)
@@ -128,6 +129,9 @@ class Box:
         self._background: set[asyncio.Task[None]] = set()
         # Tasks that hold one of the maxRunningTasks places: starting, running or waiting.
         self._places: set[str] = set()
+        # Tasks given a place and not yet started, each with what is set once its start is over:
+        # the request that created a task answers with it started, whoever's request starts it.
+        self._starts: dict[str, asyncio.Event] = {}
         self._admission = asyncio.Lock()
         self.droid = DroidInstall(systemd, self._start_queued_soon)
         self.pairings = Pairings()
@@ -353,6 +357,10 @@ class Box:
             raise
         self.records.export(task)
         await self._start_queued()
+        # Another request's admission may have taken this task and still be starting it.
+        starting = self._starts.get(task.id)
+        if starting is not None:
+            await starting.wait()
         return (await self.records.task(task.id)).public()
 
     async def get_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
@@ -689,11 +697,25 @@ class Box:
             chosen = next_to_start(may_start, self._places, limit)
             refused = [task for task in refused if task.id not in self._places]
             self._places.update(task.id for task in (*refused, *chosen))
+            for task in (*refused, *chosen):
+                self._starts.setdefault(task.id, asyncio.Event())
             return [*refused, *chosen]
 
     async def _start_queued(self) -> None:
-        for task in await self._admit():
-            await self._start(task)
+        admitted = await self._admit()
+        try:
+            for task in admitted:
+                await self._start(task)
+                self._started(task.id)
+        finally:
+            # Whatever happened, no request waits for ever on a start that will not come.
+            for task in admitted:
+                self._started(task.id)
+
+    def _started(self, task_id: str) -> None:
+        started = self._starts.pop(task_id, None)
+        if started is not None:
+            started.set()
 
     def _start_queued_soon(self) -> None:
         job = asyncio.create_task(self._start_queued())
@@ -862,6 +884,9 @@ class Box:
             *egress_socket_units(task.id),
             model_socket_unit(task.id),
             broker_service_unit(task.id),
+            # systemd keeps a slice active, and loaded, until it is stopped: one unit more for
+            # good with every task that ever ran.
+            task_slice(task.id),
         ):
             await self._let_go(name)
         try:

@@ -1,8 +1,6 @@
 """The tasks as recorded. Every change is written to the store, shown on the task's D-Bus
 object and announced by its Event signal, together; only a holder of the task's lock changes it."""
 
-import asyncio
-from collections import defaultdict
 from typing import Any
 
 from dbus_fast.aio import MessageBus
@@ -13,6 +11,7 @@ from boxd.dbus.task_object import TaskObject
 from boxd.errors import Problem, die
 from boxd.event import Event
 from boxd.ids import check_task_id
+from boxd.manager.keyed_locks import KeyedLocks
 from boxd.manager.store import Store
 from boxd.task import Task
 
@@ -21,7 +20,7 @@ class Records:
     def __init__(self, store: Store, bus: MessageBus) -> None:
         self.store = store
         self.bus = bus
-        self.locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self.locks = KeyedLocks()
         self._objects: dict[str, TaskObject] = {}
         self._published = False
 

@@ -93,6 +93,14 @@ def home_environment(own_home: Path) -> list[str]:
     ]
 
 
+# How long systemd may take to start a worker (Type=exec: until its program is executed). Its
+# default, 90 s, is for a box at rest: with a hundred tasks starting at once on two cores, the
+# start jobs queued behind one another took longer, and systemd killed workers that had done
+# nothing wrong, failing their tasks ("killed by SIGTERM"; found by bench/load.py). Bounded all
+# the same, so a start that never completes still ends its task.
+WORKER_START_SECONDS = 600
+
+
 def worker_properties(home: Path, task: Task, settings: Settings) -> list[tuple[str, Variant]]:
     work = str(task_work_dir(home, task.id))
     command = worker_command(task)
@@ -101,6 +109,7 @@ def worker_properties(home: Path, task: Task, settings: Settings) -> list[tuple[
         # signals), and a task's content is for the owner only.
         ("Description", Variant("s", f"boxd task {task.id}")),
         ("Type", Variant("s", "exec")),
+        ("TimeoutStartUSec", Variant("t", WORKER_START_SECONDS * 1_000_000)),
         ("ExecStart", Variant("a(sasb)", [[command[0], command, False]])),
         ("RemainAfterExit", Variant("b", True)),
         ("User", Variant("s", task_user(task.id))),

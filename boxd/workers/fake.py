@@ -1,14 +1,19 @@
 """The fake worker: the prompt is a script, one command per line, no model.
 
 After each finished line it logs a step with `data: {"line": N}`; started again, it skips the
-lines already logged, as a real worker resumes from its steps.
+lines already logged, as a real worker resumes from its steps. When the script is done it prints
+one line, ROUND_TRIPS and JSON, with how long each step and call took its broker to answer, as
+seen from here (bench/load.py reads them from the worker's journal). Timed in memory and
+printed once at the end, so the timing costs the steps nothing.
 """
 
 import asyncio
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +22,9 @@ import aiohttp
 from boxd.workers.broker_client import BrokerClient, BrokerGone, BrokerRefused
 
 MAX_OUTPUT = 4000
+# The start of the line the worker prints at its end; the JSON after it is
+# {"step": [seconds, ...], "call": [seconds, ...]}, one entry per answered request, in order.
+ROUND_TRIPS = "fake worker round trips: "
 # How much of a fetched body its step shows.
 FETCH_SHOWN = 200
 FETCH_SECONDS = 60
@@ -24,6 +32,23 @@ FETCH_SECONDS = 60
 
 class ScriptFailed(Exception):
     pass
+
+
+class RoundTrips:
+    """Seconds from sending each step and call to the broker's answer (its retries included);
+    a request that got no answer is not counted."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, list[float]] = {"step": [], "call": []}
+
+    @contextmanager
+    def timing(self, kind: str) -> Iterator[None]:
+        started = time.perf_counter()
+        yield
+        self.seconds[kind].append(round(time.perf_counter() - started, 6))
+
+    def line(self) -> str:
+        return ROUND_TRIPS + json.dumps(self.seconds, separators=(",", ":"))
 
 
 async def _step(argument: str) -> str:
@@ -185,7 +210,8 @@ def last_line_done(steps: list[dict[str, Any]]) -> int:
     return max(lines, default=0)
 
 
-async def run(socket_path: str) -> None:
+async def run(socket_path: str, trips: RoundTrips | None = None) -> RoundTrips:
+    trips = RoundTrips() if trips is None else trips
     async with BrokerClient(socket_path) as broker:
         state = await broker.task()
         done = last_line_done(state["steps"])
@@ -196,14 +222,19 @@ async def run(socket_path: str) -> None:
             if command not in COMMANDS and command not in BROKER_COMMANDS:
                 raise ScriptFailed(f"line {number}: unknown command {command!r}")
             try:
-                if command in BROKER_COMMANDS:
+                if command == "call":
+                    with trips.timing("call"):
+                        text = await _call(argument.strip(), (broker, f"line-{number}"))
+                elif command in BROKER_COMMANDS:
                     key = f"line-{number}"
                     text = await BROKER_COMMANDS[command](argument.strip(), (broker, key))
                 else:
                     text = await COMMANDS[command](argument.strip())
             except (ScriptFailed, BrokerRefused) as failure:
                 raise ScriptFailed(f"line {number}: {failure}") from None
-            await broker.step(text, {"line": number})
+            with trips.timing("step"):
+                await broker.step(text, {"line": number})
+    return trips
 
 
 def main() -> None:
@@ -211,7 +242,8 @@ def main() -> None:
     if not socket_path:
         sys.exit("fake worker: BOX_SOCKET is not set; boxd starts this worker for a task")
     try:
-        asyncio.run(run(socket_path))
+        trips = asyncio.run(run(socket_path))
+        print(trips.line(), flush=True)
     except (ScriptFailed, BrokerRefused, BrokerGone, OSError, aiohttp.ClientError) as failure:
         print(failure, file=sys.stderr, flush=True)
         sys.exit(1)
