@@ -46,6 +46,8 @@ from typing import Any
 
 import aiohttp
 
+from boxd.settings import MAX_RUNNING_TASKS
+
 BOX_HOME = Path("/var/lib/box")
 DATABASE = BOX_HOME / "box.db"
 API = "http://127.0.0.1:7700/api/tasks"
@@ -443,7 +445,9 @@ async def measure(token: str, tasks: int, lines: int, calls: int) -> dict[str, A
     run(BOXCTL, "workspace", "create", workspace)
     prompt = script(lines, calls)
     body = {"prompt": prompt, "worker": "fake", "tools": [TOOL], "workspace": workspace}
-    run(BOXCTL, "settings", "set", "maxRunningTasks", str(max(tasks, settings["maxRunningTasks"])))
+    # Room for all of them beside whatever else already runs in the box.
+    room = min(settings["maxRunningTasks"] + tasks, MAX_RUNNING_TASKS)
+    run(BOXCTL, "settings", "set", "maxRunningTasks", str(room))
     started: list[str] = []
     try:
         # One task first, so what the manager opens once (and keeps) is open before counting.

@@ -85,7 +85,7 @@ async def slowloris(door: str, head: str) -> dict[str, Any]:
 async def slow_body(door: str, path: str, extra: str) -> dict[str, Any]:
     sock = connect(door)
     started = time.monotonic()
-    head = f"POST {path} HTTP/1.1\r\nHost: box\r\n{extra}Content-Type: application/json\r\n"
+    head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}Content-Type: application/json\r\n"
     sock.send(f'{head}Content-Length: 1000000\r\n\r\n{{"a": "123'.encode())
     closed = await until_ended(sock, started)
     answer = b""

@@ -17,7 +17,7 @@ from boxd.connection_limits import (
     STALL_SECONDS,
     body_words,
 )
-from tests.vm.box_api import boxctl, start_fake, wait_for_step
+from tests.vm.box_api import boxctl, finish, start_fake, wait_for_step
 from tests.vm.machine import Machine
 
 SCRIPT = "/tmp/slow_clients.py"
@@ -49,7 +49,7 @@ def results(process: Any) -> dict[str, Any]:
 
 
 def head(method_path: str, *headers: str) -> str:
-    lines = [f"{method_path} HTTP/1.1", "Host: box", *headers, "Connection: close"]
+    lines = [f"{method_path} HTTP/1.1", "Host: 127.0.0.1", *headers, "Connection: close"]
     return "\r\n".join(lines) + "\r\n\r\n"
 
 
@@ -84,7 +84,7 @@ def attack_both(machine: Machine, token: str) -> tuple[dict[str, Any], dict[str,
         "for n in range(int(sys.argv[2])):\n"
         "    body = json.dumps({'text': f'big {n}', 'data': {'pad': 'x' * 900000}}).encode()\n"
         "    s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n"
-        "    s.sendall(b'POST /step HTTP/1.1\\r\\nHost: box\\r\\nConnection: close\\r\\n'\n"
+        "    s.sendall(b'POST /step HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\nConnection: close\\r\\n'\n"
         "              + f'Content-Length: {len(body)}\\r\\n\\r\\n'.encode() + body)\n"
         "    assert s.makefile('rb').readline().split()[1] == b'200'\n"
     )
@@ -137,3 +137,6 @@ def test_slow_and_silent_clients_are_bounded_on_the_gateway_and_a_broker(
     assert machine.run("systemctl", "is-active", "boxd-web.service").stdout.strip() == "active"
     shown = json.loads(boxctl(machine, "show", task_id, "--json").stdout)
     assert shown["state"] == "running"
+    # Its place is given back, for the tests that come after in the same box.
+    boxctl(machine, "stop", task_id)
+    assert finish(machine, task_id)["state"] in ("stopped", "failed")
