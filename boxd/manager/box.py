@@ -70,6 +70,7 @@ from boxd.manager.worker_unit import (
     broker_socket_unit,
     egress_socket_units,
     model_socket_unit,
+    task_slice,
     worker_properties,
     worker_unit,
 )
@@ -816,6 +817,8 @@ class Box:
         unit = worker_unit(task.id)
         self.systemd.unwatch(unit)
         await self._let_go(unit)
+        # The worker's slice outlives it, active and empty, unless stopped: one per task ended.
+        await self._let_go(task_slice(task.id))
         recorded = False
         try:
             await self.layers.unmount(task.id)
