@@ -28,3 +28,21 @@ def test_an_ended_task_leaves_no_unit_active(machine: Machine, token: str) -> No
         "systemctl", "list-units", "--plain", "--no-legend", "--state=active", "box-*"
     ).stdout
     assert [line for line in listed.splitlines() if task["id"] in line] == []
+
+
+def test_what_an_ended_task_left_is_cleared_when_boxd_starts(machine: Machine, token: str) -> None:
+    """The manager records a task's end, then stops its units and removes its namespace and
+    home: killed in between (the round above did that), it left them for good. Here a task's
+    end is recorded and its namespace, a socket in it and its home are put back, as that kill
+    leaves them: boxd, started again, clears them."""
+    task = start_fake(machine, token, "step one")
+    assert finish(machine, task["id"])["state"] == "done"
+    socket = f"box-egress-http@{task['id']}.socket"
+    home = f"/var/lib/box/tasks/{task['id']}/home"
+    machine.run("ip", "netns", "add", f"box-{task['id']}")
+    machine.run("systemctl", "start", socket)
+    machine.run("mkdir", home)
+    machine.run("systemctl", "restart", "boxd.service")
+    assert machine.run("systemctl", "is-active", socket, check=False).stdout.strip() != "active"
+    assert machine.run("test", "-e", f"/run/netns/box-{task['id']}", check=False).returncode == 1
+    assert machine.run("test", "-e", home, check=False).returncode == 1
