@@ -53,6 +53,8 @@ def main() -> None:
         f"strikes in {time.monotonic() - started:.0f} s (first seed {first})"
     )
     print(table(figures))
+    for words, count in figures.failures.most_common():
+        print(f"failed {count}x: {words}")
     for problem in figures.problems:
         print(f"PROBLEM: {problem}")
     sys.exit(1 if figures.problems else 0)

@@ -214,6 +214,8 @@ class Figures:
     answer_seconds: list[float] = field(default_factory=list)
     resume_seconds: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # why tasks failed, in their own words
+    failures: Counter[str] = field(default_factory=Counter)
 
 
 def _active_units(machine: Machine, pattern: str) -> list[str]:
@@ -433,6 +435,7 @@ def check(
         if record["state"] == "failed":
             figures.failed += 1
             error = record.get("error")
+            figures.failures[str(error)[:160]] += 1
             if not isinstance(error, str) or not error.strip() or "Traceback" in error:
                 problems.append(f"{seen.where} failed without plain words: {error!r}")
         else:
