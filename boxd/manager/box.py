@@ -178,6 +178,10 @@ class Box:
                     try:
                         layers = await self._layers_seen(task)
                         async with self._joins[task.workspace]:
+                            if await self.layers.take_back(task.id, task.workspace):
+                                log.info(
+                                    "task %s: took back its layer from a cut-off join", task.id
+                                )
                             await self._prepare_view(task, layers)
                         await self._start_units(task)
                     except (BoxError, SystemdError, OSError) as error:
@@ -851,6 +855,7 @@ class Box:
         it for tasks whose end the manager recorded and then died (SIGKILL, a power cut)."""
         if task.state != TaskState.DONE:
             await self.layers.discard(task.id)
+        await self.layers.joined(task.id)
         pending = await self.store.approvals(ApprovalState.PENDING, task.id)
         if pending:
             await self.approvals.answer(task, tuple(pending), ApprovalState.DENIED, TASK_ENDED)
