@@ -150,6 +150,8 @@ class Owner(threading.Thread):
         # Answered once by us, and then the box said it was already answered: fine if it holds
         # our first answer (our 200 was lost with the gateway).
         self.already: dict[str, str] = {}
+        # Every answer sent, also those whose reply was lost (the gateway killed meanwhile).
+        self.sent: set[str] = set()
         self.errors = 0
         self._finished = threading.Event()
         # Set while the machine is off or booting: no requests then.
@@ -178,6 +180,7 @@ class Owner(threading.Thread):
             return
         for approval in listed:
             wanted = self.decision(approval["id"])
+            self.sent.add(approval["id"])
             status, answer = http(
                 self.machine,
                 "POST",
@@ -539,7 +542,7 @@ def _approvals(seen: Seen, approvals: list[dict[str, Any]], owner: Owner) -> lis
                 f"the record says {state} by {by!r}"
             )
         ended = by == TASK_ENDED
-        heard_by_owner = approval_id in owner.answered or approval_id in owner.already
+        heard_by_owner = approval_id in owner.sent
         if not ended and not heard_by_owner:
             problems.append(
                 f"{seen.where}: approval {approval_id} is {state} by {by!r}; the owner never "
