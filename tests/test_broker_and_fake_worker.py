@@ -215,6 +215,30 @@ async def test_resumes_after_the_last_logged_line(
     assert [s["text"] for s in log.steps] == ["one", "two", "three"]
 
 
+async def test_acknowledged_steps_are_written_down_also_after_a_resume(
+    broker: tuple[str, MemoryLog], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`acks PATH` holds for the whole script: a worker that resumes past that line still
+    writes each step the broker acknowledged, after the ones its first run wrote."""
+    path, log = broker
+    monkeypatch.chdir(tmp_path)
+    log.prompt = "acks w/acks.jsonl\nstep one\nstep two\nstep three"
+    log.steps = [
+        {"text": "acknowledging steps in w/acks.jsonl", "data": {"line": 1}},
+        {"text": "one", "data": {"line": 2}},
+    ]
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w/acks.jsonl").write_text('{"line": 2, "text": "one"}\n')
+    await fake.run(path)
+    written = [json.loads(line) for line in (tmp_path / "w/acks.jsonl").read_text().splitlines()]
+    assert written == [
+        {"line": 2, "text": "one"},
+        {"line": 3, "text": "two"},
+        {"line": 4, "text": "three"},
+    ]
+    assert [s["text"] for s in log.steps][2:] == ["two", "three"]
+
+
 @pytest.mark.parametrize(
     ("script", "message"),
     [
@@ -224,6 +248,7 @@ async def test_resumes_after_the_last_logged_line(
         ("delete nowhere.txt", "line 1: delete: there is no nowhere.txt"),
         ("sleep soon", "line 1: sleep needs a number of seconds, not 'soon'"),
         ("fetch", "line 1: fetch needs a URL: fetch URL"),
+        ("acks", "line 1: acks needs a path: acks PATH"),
         ("call wallet.pay {}", "line 1: input.to is missing"),
     ],
 )

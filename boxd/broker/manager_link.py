@@ -10,10 +10,12 @@ from typing import Any, Protocol
 from dbus_fast.aio import MessageBus
 
 from boxd.dbus.client import BoxClient
-from boxd.dbus.interface import BROKER
+from boxd.dbus.interface import BROKER, LOG_STEP
 from boxd.errors import BoxError, Problem
 
 _PATIENCE_SECONDS = 90.0
+# Calls with no key, which logged twice would say twice what happened once.
+_SENT_ONCE = frozenset({LOG_STEP.name})
 
 
 class Manager(Protocol):
@@ -41,6 +43,10 @@ class ManagerLink:
                 return await self._client.call(member, self.task_id, *args)
             except BoxError as error:
                 if error.problem != Problem.UNAVAILABLE or waited >= _PATIENCE_SECONDS:
+                    raise
+                if member in _SENT_ONCE:
+                    # A manager that died after the call reached it (NoReply) may have logged
+                    # it: the worker looks in GET /task before it sends it again.
                     raise
             await asyncio.sleep(delay)
             waited += delay

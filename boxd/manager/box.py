@@ -177,7 +177,12 @@ class Box:
     async def recover(self) -> None:
         """Picks up tasks that were running when boxd stopped. systemd kept their units; a worker
         that is gone without a trace (the machine restarted) is started again and resumes from
-        its logged steps. Then queued tasks start, oldest first, as places are free."""
+        its logged steps. Tasks that ended as boxd stopped are cleared up. Then queued tasks
+        start, oldest first, as places are free."""
+        for task in await self._cut_off_ends():
+            log.info("task %s ended as boxd stopped; clearing up what it left", task.id)
+            async with self.records.locks[task.id]:
+                await self._clear_ended(task)
         for task in await self.store.tasks((TaskState.RUNNING, TaskState.WAITING)):
             self.systemd.watch(worker_unit(task.id), partial(self._check_soon, task.id))
             if await self.systemd.status(worker_unit(task.id)) is None:
@@ -186,6 +191,10 @@ class Box:
                     try:
                         layers = await self._layers_seen(task)
                         async with self._joins[task.workspace]:
+                            if await self.layers.take_back(task.id, task.workspace):
+                                log.info(
+                                    "task %s: took back its layer from a cut-off join", task.id
+                                )
                             await self._prepare_view(task, layers)
                         await self._start_units(task)
                     except (BoxError, SystemdError, OSError) as error:
@@ -875,34 +884,56 @@ class Box:
             state, error = TaskState.FAILED, f"Its changes could not be kept: {message}"
         if not recorded:
             task = await self._record_end(task, state, error, None)
-            await self.layers.discard(task.id)
-        pending = await self.store.approvals(ApprovalState.PENDING, task.id)
-        if pending:
-            await self.approvals.answer(task, tuple(pending), ApprovalState.DENIED, TASK_ENDED)
-        for name in (
-            broker_socket_unit(task.id),
-            *egress_socket_units(task.id),
-            model_socket_unit(task.id),
-            broker_service_unit(task.id),
-            # systemd keeps a slice active, and loaded, until it is stopped: one unit more for
-            # good with every task that ever ran.
-            task_slice(task.id),
-        ):
-            await self._let_go(name)
-        try:
-            await netns.remove(task.id)
-        except BoxError as failure:
-            log.warning("%s", failure.message)
-        await task_home.remove(self.home, task.id)
-        if not recorded:
-            # Its worker is stopped and its layer thrown away: its user owns nothing now.
-            await self._remove_user(task.id)
+        await self._clear_ended(task)
         await self._collect_layers(task.workspace)
         # The layer it left or threw away may have given back the space boxd keeps in reserve.
         await self.store.keep_reserve()
         self._places.discard(task.id)
         self._start_queued_soon()
         return task
+
+    async def _clear_ended(self, task: Task) -> None:
+        """What an ended task leaves once its end is recorded: its approvals closed, its units
+        stopped, its home gone, a failed task's layer and user gone, and last its network
+        namespace, so a namespace left says this was cut off. Safe to run again: `recover` runs
+        it for tasks whose end the manager recorded and then died (SIGKILL, a power cut)."""
+        if task.state != TaskState.DONE:
+            await self.layers.discard(task.id)
+        await self.layers.joined(task.id)
+        pending = await self.store.approvals(ApprovalState.PENDING, task.id)
+        if pending:
+            await self.approvals.answer(task, tuple(pending), ApprovalState.DENIED, TASK_ENDED)
+        for name in (
+            worker_unit(task.id),
+            # systemd keeps a slice active, and loaded, until it is stopped: one unit more for
+            # good with every task that ever ran.
+            task_slice(task.id),
+            broker_socket_unit(task.id),
+            *egress_socket_units(task.id),
+            model_socket_unit(task.id),
+            broker_service_unit(task.id),
+        ):
+            await self._let_go(name)
+        await task_home.remove(self.home, task.id)
+        if task.state != TaskState.DONE:
+            # Its worker is stopped and its layer thrown away: its user owns nothing now.
+            await self._remove_user(task.id)
+        try:
+            await netns.remove(task.id)
+        except BoxError as failure:
+            log.warning("%s", failure.message)
+
+    async def _cut_off_ends(self) -> list[Task]:
+        """Ended tasks whose clearing up the manager did not finish: a network namespace, a
+        home or an approval still pending is left."""
+        named = set(await asyncio.to_thread(netns.task_ids))
+        named |= {a.task for a in await self.store.approvals(ApprovalState.PENDING)}
+        homes = self.home / "tasks"
+        named |= {
+            path.parent.name for path in await asyncio.to_thread(lambda: list(homes.glob("*/home")))
+        }
+        found = [await self.store.task(task_id) for task_id in sorted(named)]
+        return [task for task in found if task is not None and task.state.ended]
 
     def _free_disk_soon(self) -> None:
         job = asyncio.create_task(self._free_disk())

@@ -103,14 +103,24 @@ class Layers:
             if failed:
                 die(Problem.FAILED, f"could not unmount {view}: {failed}")
 
+    def _joining(self, task_id: str) -> Path:
+        """Says, until the end is recorded, which layer the task's upper directory moved to."""
+        return task_dir(self.home, task_id) / "joining"
+
     async def join(self, task_id: str, workspace: str, name: str) -> None:
-        """Puts the done task's upper directory on top of the stack, under `name`."""
+        """Puts the done task's upper directory on top of the stack, under `name`. Call
+        `joined` once the end is recorded; until then `take_back` can undo it."""
         target = self.store(workspace) / name
 
         def move() -> None:
-            # A layer left by a join cut off before it was recorded is no one's.
+            # A layer that no record names: a join cut off before its record, whose task took
+            # it back when it resumed (take_back) or ended failed. It is no one's.
             if target.exists():
                 shutil.rmtree(target)
+            with self._joining(task_id).open("w") as note:
+                note.write(name)
+                note.flush()
+                os.fsync(note.fileno())
             self._upper(task_id).rename(target)
             shutil.rmtree(self._scratch(task_id), ignore_errors=True)
             fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
@@ -120,6 +130,32 @@ class Layers:
                 os.close(fd)
 
         await asyncio.to_thread(move)
+
+    async def joined(self, task_id: str) -> None:
+        await asyncio.to_thread(self._joining(task_id).unlink, True)
+
+    async def take_back(self, task_id: str, workspace: str) -> bool:
+        """A join cut off before the task's end was recorded (the manager killed, the power
+        cut): the layer it made is the task's upper directory again, so the task resumes with
+        what it wrote instead of an empty one whose join would then replace it."""
+
+        def move() -> bool:
+            joining = self._joining(task_id)
+            try:
+                name = joining.read_text().strip()
+            except FileNotFoundError:
+                return False
+            target = self.store(workspace) / name
+            upper = self._upper(task_id)
+            if name and target.is_dir() and not upper.exists():
+                target.rename(upper)
+                moved = True
+            else:
+                moved = False
+            joining.unlink()
+            return moved
+
+        return await asyncio.to_thread(move)
 
     async def discard(self, task_id: str) -> None:
         def remove() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from boxd.errors import Problem, die
 
 NETNS_DIR = Path("/run/netns")
+PREFIX = "box-"
 # Where the task's HTTP proxy and SOCKS5 proxy listen inside its namespace.
 HTTP_PROXY_PORT = 3128
 SOCKS_PROXY_PORT = 1080
@@ -19,7 +20,7 @@ MODEL_GATEWAY_PORT = 3130
 
 
 def netns_name(task_id: str) -> str:
-    return f"box-{task_id}"
+    return f"{PREFIX}{task_id}"
 
 
 def netns_path(task_id: str) -> Path:
@@ -59,6 +60,15 @@ async def ensure(task_id: str) -> Path:
     if failed:
         die(Problem.FAILED, f"could not bring up loopback in network namespace {name}: {failed}")
     return path
+
+
+def task_ids() -> list[str]:
+    """The tasks that have a namespace here. Blocking: call it off the event loop."""
+    try:
+        names = [path.name for path in NETNS_DIR.iterdir()]
+    except FileNotFoundError:
+        return []
+    return [name.removeprefix(PREFIX) for name in names if name.startswith(PREFIX)]
 
 
 async def remove(task_id: str) -> None:

@@ -5,6 +5,11 @@ lines already logged, as a real worker resumes from its steps. When the script i
 one line, ROUND_TRIPS and JSON, with how long each step and call took its broker to answer, as
 seen from here (bench/load.py reads them from the worker's journal). Timed in memory and
 printed once at the end, so the timing costs the steps nothing.
+
+`acks PATH` makes it append every step the broker acknowledged (or that it found logged after
+an answer was lost) to PATH, one JSON line each, fsynced before it goes on: the witness that
+tests/vm/chaos.py holds the log to after kills and power cuts. It holds for the rest of the
+script, also on a resume that skips the `acks` line itself.
 """
 
 import asyncio
@@ -201,6 +206,14 @@ BROKER_COMMANDS: dict[str, Callable[[str, Broker], Awaitable[str]]] = {
 }
 
 
+def _acknowledge(path: Path, number: int, text: str) -> None:
+    """One acknowledged step, on disk before the worker goes on."""
+    with path.open("a") as file:
+        file.write(json.dumps({"line": number, "text": text}) + "\n")
+        file.flush()
+        os.fsync(file.fileno())
+
+
 def last_line_done(steps: list[dict[str, Any]]) -> int:
     lines = [
         step["data"]["line"]
@@ -210,30 +223,49 @@ def last_line_done(steps: list[dict[str, Any]]) -> int:
     return max(lines, default=0)
 
 
+def _acks_path(number: int, argument: str) -> Path:
+    if not argument:
+        raise ScriptFailed(f"line {number}: acks needs a path: acks PATH")
+    path = Path(argument)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+async def _run_line(number: int, command: str, argument: str, broker: BrokerClient) -> str:
+    if command not in COMMANDS and command not in BROKER_COMMANDS:
+        raise ScriptFailed(f"line {number}: unknown command {command!r}")
+    try:
+        if command in BROKER_COMMANDS:
+            return await BROKER_COMMANDS[command](argument, (broker, f"line-{number}"))
+        return await COMMANDS[command](argument)
+    except (ScriptFailed, BrokerRefused) as failure:
+        raise ScriptFailed(f"line {number}: {failure}") from None
+
+
 async def run(socket_path: str, trips: RoundTrips | None = None) -> RoundTrips:
     trips = RoundTrips() if trips is None else trips
     async with BrokerClient(socket_path) as broker:
         state = await broker.task()
         done = last_line_done(state["steps"])
+        acks: Path | None = None
         for number, line in enumerate(state["task"]["prompt"].splitlines(), start=1):
             command, _, argument = line.strip().partition(" ")
+            if command == "acks":
+                # Read also when skipped: a resumed worker acknowledges where it left off.
+                acks = _acks_path(number, argument.strip())
             if number <= done or not command or command.startswith("#"):
                 continue
-            if command not in COMMANDS and command not in BROKER_COMMANDS:
-                raise ScriptFailed(f"line {number}: unknown command {command!r}")
-            try:
-                if command == "call":
-                    with trips.timing("call"):
-                        text = await _call(argument.strip(), (broker, f"line-{number}"))
-                elif command in BROKER_COMMANDS:
-                    key = f"line-{number}"
-                    text = await BROKER_COMMANDS[command](argument.strip(), (broker, key))
-                else:
-                    text = await COMMANDS[command](argument.strip())
-            except (ScriptFailed, BrokerRefused) as failure:
-                raise ScriptFailed(f"line {number}: {failure}") from None
+            if command == "acks":
+                text = f"acknowledging steps in {acks}"
+            elif command == "call":
+                with trips.timing("call"):
+                    text = await _run_line(number, command, argument.strip(), broker)
+            else:
+                text = await _run_line(number, command, argument.strip(), broker)
             with trips.timing("step"):
                 await broker.step(text, {"line": number})
+            if acks is not None:
+                await asyncio.to_thread(_acknowledge, acks, number, text)
     return trips
 
 
