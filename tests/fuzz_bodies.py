@@ -13,14 +13,16 @@ import gzip
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 from urllib.parse import quote
 
+import aiohttp
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
+from yarl import URL
 
 MB = 1024 * 1024
 
@@ -232,6 +234,35 @@ class Body:
     data: bytes
     content_type: str | None = "application/json"
     encoding: str | None = None
+
+
+async def send(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: URL,
+    body: Body | None,
+    headers: Mapping[str, str],
+    statuses: Collection[int] | None = None,
+) -> None:
+    """Sends the body as it is and checks the answer (`check_answer`); `statuses`, when
+    given, are the only refusals the door may answer."""
+    sent = dict(headers)
+    if body is not None and body.content_type is not None:
+        sent["Content-Type"] = body.content_type
+    if body is not None and body.encoding is not None:
+        sent["Content-Encoding"] = body.encoding
+    what = f"{method} {str(url)[:200]} {body.how if body else ''}"
+    async with session.request(
+        method,
+        url,
+        data=body.data if body is not None else None,
+        headers=sent,
+        allow_redirects=False,
+        timeout=aiohttp.ClientTimeout(total=120),
+    ) as answer:
+        if statuses is not None and answer.status >= 400:
+            assert answer.status in statuses, what
+        check_answer(answer.status, answer.content_type, await answer.read(), what)
 
 
 CONTENT_TYPES = (

@@ -21,7 +21,7 @@ from boxd.approval import AskRequest
 from boxd.broker.app import CostRequest, UsageRequest, make_app
 from boxd.broker.calls import CallRequest
 from boxd.step import Step
-from tests.fuzz_bodies import FUZZ, Body, broken_bodies, check_answer, segments
+from tests.fuzz_bodies import FUZZ, Body, broken_bodies, segments, send
 from tests.test_broker_and_fake_worker import MemoryLog, MemoryWaiter
 
 # What each route reads; a route the broker serves without an entry here fails the first test.
@@ -54,22 +54,8 @@ async def broker(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> AsyncItera
 
 
 async def _send(broker: Broker, method: str, path: str, body: Body | None) -> None:
-    session = broker[0]
-    headers = {}
-    if body is not None and body.content_type is not None:
-        headers["Content-Type"] = body.content_type
-    if body is not None and body.encoding is not None:
-        headers["Content-Encoding"] = body.encoding
-    what = f"{method} {path[:200]} {body.how if body else ''}"
-    async with session.request(
-        method,
-        URL(f"http://box{path}", encoded=True),
-        data=body.data if body is not None else None,
-        headers=headers,
-    ) as answer:
-        if answer.status >= 400:
-            assert answer.status in (400, 404, 405, 413), what
-        check_answer(answer.status, answer.content_type, await answer.read(), what)
+    url = URL(f"http://box{path}", encoded=True)
+    await send(broker[0], method, url, body, {}, statuses=(400, 404, 405, 413))
 
 
 async def _still_answering(broker: Broker) -> None:

@@ -33,7 +33,7 @@ from boxd.task_request import parse_task_request
 from boxd.web.app import make_app
 from boxd.web.event_stream import EVENTS_PATH
 from boxd.web.openapi import ROUTES, Route
-from tests.fuzz_bodies import FUZZ, Body, broken_bodies, check_answer, fill_path, segments
+from tests.fuzz_bodies import FUZZ, Body, broken_bodies, fill_path, segments, send
 
 OWNER = "box_owner"
 TASK = {"id": "t000000001", "title": "t", "state": "queued"}
@@ -158,20 +158,7 @@ async def _send(
     gateway: Gateway, method: str, path: str, body: Body | None, headers: dict[str, str]
 ) -> None:
     session, root, _ = gateway
-    sent = dict(headers)
-    if body is not None and body.content_type is not None:
-        sent["Content-Type"] = body.content_type
-    if body is not None and body.encoding is not None:
-        sent["Content-Encoding"] = body.encoding
-    what = f"{method} {path[:200]} {body.how if body else ''}"
-    async with session.request(
-        method,
-        URL(str(root).rstrip("/") + path, encoded=True),
-        data=body.data if body is not None else None,
-        headers=sent,
-        allow_redirects=False,
-    ) as answer:
-        check_answer(answer.status, answer.content_type, await answer.read(), what)
+    await send(session, method, URL(str(root).rstrip("/") + path, encoded=True), body, headers)
 
 
 async def _still_answering(gateway: Gateway) -> None:

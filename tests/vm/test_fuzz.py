@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from yarl import URL
 
-from tests.fuzz_bodies import FUZZ, Body, broken_bodies, check_answer, fill_path, segments
+from tests.fuzz_bodies import FUZZ, Body, broken_bodies, fill_path, segments, send
 from tests.test_fuzz_broker import BODIES
 from tests.test_fuzz_gateway import FUZZED
 from tests.vm.box_api import http, start_fake
@@ -80,21 +80,7 @@ def watched(machine: Machine) -> Iterator[None]:
 async def _check(
     session: aiohttp.ClientSession, method: str, url: str, body: Body | None, headers: Any
 ) -> None:
-    sent = dict(headers)
-    if body is not None and body.content_type is not None:
-        sent["Content-Type"] = body.content_type
-    if body is not None and body.encoding is not None:
-        sent["Content-Encoding"] = body.encoding
-    what = f"{method} {url[:200]} {body.how if body else ''}"
-    async with session.request(
-        method,
-        URL(url, encoded=True),
-        data=body.data if body is not None else None,
-        headers=sent,
-        allow_redirects=False,
-        timeout=aiohttp.ClientTimeout(total=120),
-    ) as answer:
-        check_answer(answer.status, answer.content_type, await answer.read(), what)
+    await send(session, method, URL(url, encoded=True), body, headers)
 
 
 @pytest.fixture
