@@ -121,6 +121,10 @@ async def post_usage(request: web.Request) -> web.Response:
     return web.json_response(await request.app[MANAGER].call("LogCost", json.dumps(record)))
 
 
+async def _finish_calls(app: web.Application) -> None:
+    await app[CALLS].finish()
+
+
 def make_app(
     manager: Manager,
     waiter: Waiter,
@@ -142,6 +146,8 @@ def make_app(
     app[TASK_DIR] = task_dir
     app[WAIT_SECONDS] = wait_seconds
     app[CALLS] = Calls(manager, waiter, task, home, wait_seconds)
+    # Run when the broker is told to stop, before its connections are closed.
+    app.on_shutdown.append(_finish_calls)
     app.router.add_get("/task", get_task)
     app.router.add_get("/tools", get_tools)
     app.router.add_post("/step", post_step)

@@ -6,6 +6,8 @@
 - A key whose call was cut off (broker killed, power cut) runs again, with the same `ctx.key`.
 - The same tool with the same input while a first call is running or waiting shares that call:
   approved once, charged once; the later key is answered with the same result.
+- A broker told to stop (its task ended, the box shutting down) lets the tools already running
+  finish and record their results first, for up to FINISH_SECONDS, and starts no other.
 - Over budget (calls in flight included: running here, or waiting for the owner, or approved and
   not yet run, as the record says), by autonomy, or always for some tools: the owner is asked
   first; denied never runs the tool; no answer in time returns a pending result, and the
@@ -42,6 +44,15 @@ PENDING_CALL = {
     "error": "Waiting for the box owner to approve this spend. Call this tool again to check.",
 }
 NOT_APPROVED = "not approved"
+# How long a broker told to stop waits for the tools already running to finish and record their
+# results: a tool cut off after it acted (a payment booked) would leave no tool.result. Well
+# under the broker unit's TimeoutStopSec (units/box-broker@.service), so its SIGKILL never
+# comes first.
+FINISH_SECONDS = 30.0
+STOPPING = (
+    "The broker is stopping (its task ended, or the box is shutting down): the tool did not "
+    "run. Call it again with the same key once the task runs again."
+)
 
 
 def tool_full(name: str) -> str:
@@ -99,6 +110,18 @@ class Calls:
         self._running: dict[tuple[str, str], asyncio.Task[dict[str, Any]]] = {}
         # (tool, input hash) -> the key of the first call, running or waiting for an answer.
         self._first: dict[tuple[str, str], str] = {}
+        # The runs whose tool has started and whose result is not recorded yet.
+        self._tools: set[asyncio.Task[Any]] = set()
+        self._stopping = False
+
+    async def finish(self, seconds: float = FINISH_SECONDS) -> None:
+        """The broker is stopping: no tool starts any more, and the ones running finish and
+        record their results, for up to `seconds`. Calls waiting for the owner are not waited
+        for: their tool has not run, and the approval stays for the same key."""
+        self._stopping = True
+        if self._tools:
+            log.info("letting %d tool call(s) finish before the broker stops", len(self._tools))
+            await asyncio.wait(set(self._tools), timeout=seconds)
 
     def reserved(self) -> dict[str, float]:
         """key -> cost of the calls this broker is running or waiting on now."""
@@ -239,6 +262,17 @@ class Calls:
             self._reserved.pop(call.key, None)
 
     async def _execute(self, call: _Call, cost: float) -> dict[str, Any]:
+        if self._stopping:
+            die(Problem.UNAVAILABLE, STOPPING)
+        run = asyncio.current_task()
+        assert run is not None  # _execute runs in its call's own task (_once)
+        self._tools.add(run)
+        try:
+            return await self._execute_now(call, cost)
+        finally:
+            self._tools.discard(run)
+
+    async def _execute_now(self, call: _Call, cost: float) -> dict[str, Any]:
         context = Context(
             key=call.key,
             task=self._task,

@@ -127,6 +127,8 @@ class Box:
         self.approvals = ApprovalAnswers(self.records)
         self.broker = BrokerMethods(self.records)
         self._background: set[asyncio.Task[None]] = set()
+        # Ended tasks whose clearing up goes on without their lock (_leave), by task id.
+        self._leaving: dict[str, asyncio.Task[None]] = {}
         # Tasks that hold one of the maxRunningTasks places: starting, running or waiting.
         self._places: set[str] = set()
         # Tasks given a place and not yet started, each with what is set once its start is over:
@@ -183,6 +185,7 @@ class Box:
             log.info("task %s ended as boxd stopped; clearing up what it left", task.id)
             async with self.records.locks[task.id]:
                 await self._clear_ended(task)
+            await self._cleared(task.id)
         for task in await self.store.tasks((TaskState.RUNNING, TaskState.WAITING)):
             self.systemd.watch(worker_unit(task.id), partial(self._check_soon, task.id))
             if await self.systemd.status(worker_unit(task.id)) is None:
@@ -410,6 +413,7 @@ class Box:
             if task.state.ended:
                 die(Problem.INVALID, f"task {task.id} has already ended: it is {task.state}")
             task = await self._end(task, TaskState.FAILED, STOPPED)
+        await self._cleared(task.id)
         return task.public()
 
     async def undo_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
@@ -440,6 +444,7 @@ class Box:
                 {"state": "undone", "by": caller.name},
                 drop_layer=joined,
             )
+        await self._cleared(task.id)
         await self._collect_layers(task.workspace)
         return task.public()
 
@@ -893,35 +898,55 @@ class Box:
         return task
 
     async def _clear_ended(self, task: Task) -> None:
-        """What an ended task leaves once its end is recorded: its approvals closed, its units
-        stopped, its home gone, a failed task's layer and user gone, and last its network
-        namespace, so a namespace left says this was cut off. Safe to run again: `recover` runs
-        it for tasks whose end the manager recorded and then died (SIGKILL, a power cut)."""
+        """What an ended task leaves once its end is recorded: its approvals closed, its worker
+        stopped, then, without the task's lock (_leave), the rest. Safe to run again: `recover`
+        runs it for tasks whose end the manager recorded and then died (SIGKILL, a power cut)."""
         if task.state != TaskState.DONE:
             await self.layers.discard(task.id)
         await self.layers.joined(task.id)
         pending = await self.store.approvals(ApprovalState.PENDING, task.id)
         if pending:
             await self.approvals.answer(task, tuple(pending), ApprovalState.DENIED, TASK_ENDED)
-        for name in (
-            worker_unit(task.id),
-            # systemd keeps a slice active, and loaded, until it is stopped: one unit more for
-            # good with every task that ever ran.
-            task_slice(task.id),
-            broker_socket_unit(task.id),
-            *egress_socket_units(task.id),
-            model_socket_unit(task.id),
-            broker_service_unit(task.id),
-        ):
+        # systemd keeps a slice active, and loaded, until it is stopped: one unit more for good
+        # with every task that ever ran.
+        for name in (worker_unit(task.id), task_slice(task.id)):
             await self._let_go(name)
-        await task_home.remove(self.home, task.id)
-        if task.state != TaskState.DONE:
-            # Its worker is stopped and its layer thrown away: its user owns nothing now.
-            await self._remove_user(task.id)
+        if task.id not in self._leaving:
+            job = asyncio.create_task(self._leave(task))
+            self._leaving[task.id] = job
+            self._background.add(job)
+            job.add_done_callback(self._background.discard)
+            job.add_done_callback(lambda _: self._leaving.pop(task.id, None))
+
+    async def _leave(self, task: Task) -> None:
+        """The end of clearing an ended task: its broker's units stopped, its home gone, a
+        failed task's user gone, and last its network namespace, so a namespace left says this
+        was cut off. Runs beside the task's lock, never under it: a broker told to stop first
+        lets its running tools record their results (FinishCall), which takes that lock."""
         try:
-            await netns.remove(task.id)
-        except BoxError as failure:
-            log.warning("%s", failure.message)
+            for name in (
+                broker_socket_unit(task.id),
+                *egress_socket_units(task.id),
+                model_socket_unit(task.id),
+                broker_service_unit(task.id),
+            ):
+                await self._let_go(name)
+            await task_home.remove(self.home, task.id)
+            if task.state != TaskState.DONE:
+                # Its worker is stopped and its layer thrown away: its user owns nothing now.
+                await self._remove_user(task.id)
+            try:
+                await netns.remove(task.id)
+            except BoxError as failure:
+                log.warning("%s", failure.message)
+        except Exception:
+            log.exception("could not clear up what task %s left", task.id)
+
+    async def _cleared(self, task_id: str) -> None:
+        """Returns once an ended task is cleared up; called after letting go of its lock."""
+        job = self._leaving.get(task_id)
+        if job is not None:
+            await asyncio.shield(job)
 
     async def _cut_off_ends(self) -> list[Task]:
         """Ended tasks whose clearing up the manager did not finish: a network namespace, a
