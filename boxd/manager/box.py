@@ -859,7 +859,11 @@ class Box:
                     await self._end(task, TaskState.DONE, None)
                 else:
                     log.info("the worker of task %s ended: %s", task_id, status)
-                    words = None if status.active_state == "inactive" else await last_words(unit)
+                    words = (
+                        None
+                        if status.active_state == "inactive"
+                        else await last_words(unit, task_user(task_id))
+                    )
                     error = why_failed(status, words)
                     # What the worker said last is often not why (dd's byte count, a traceback's
                     # last frame): a full disk is said first, in the box's words.
