@@ -206,6 +206,12 @@ class Box:
                         )
             else:
                 self._check_soon(task.id)
+        for task in await self.store.tasks((TaskState.QUEUED,)):
+            # A manager cut off between starting a queued task's worker and recording it
+            # running left that worker: the task starts again from its record, so the unit goes.
+            if await self.systemd.status(worker_unit(task.id)) is not None:
+                log.info("task %s is queued but has a worker unit; stopping it first", task.id)
+                await self._let_go(worker_unit(task.id))
         await self.droid.begin()
         await self._start_queued()
 

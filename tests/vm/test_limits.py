@@ -240,3 +240,29 @@ def test_max_running_tasks_queues_the_rest_and_starts_them_in_order(
         for task_id in started:
             boxctl(machine, "stop", task_id, check=False)
         _settings(machine, maxRunningTasks=before["maxRunningTasks"])
+
+
+def test_a_queued_task_whose_cut_off_start_left_a_worker_runs(machine: Machine, token: str) -> None:
+    """Found by bench.chaos (seed 40151784): a manager killed between starting a queued task's
+    worker and recording it running left the unit, and the next manager's start of that task
+    failed: "Unit box-task-<id>.service was already loaded"."""
+    before = json.loads(boxctl(machine, "settings", "--json").stdout)
+    _settings(machine, maxRunningTasks=1)
+    started: list[str] = []
+    try:
+        blocker = start_fake(machine, token, "sleep 120", title="holds the place")
+        started.append(blocker["id"])
+        waiting = start_fake(machine, token, "step ran", title="waits in line")
+        started.append(waiting["id"])
+        assert waiting["state"] == "queued"
+        # What the cut-off start left: the task's worker unit, loaded and running.
+        machine.run("systemd-run", f"--unit=box-task-{waiting['id']}", "sleep", "600")
+        machine.run("systemctl", "restart", "boxd.service")
+        boxctl(machine, "stop", blocker["id"])
+        ended = finish(machine, waiting["id"])
+        assert ended["state"] == "done", ended.get("error")
+        assert [s["text"] for s in ended["steps"]] == ["ran"]
+    finally:
+        for task_id in started:
+            boxctl(machine, "stop", task_id, check=False)
+        _settings(machine, maxRunningTasks=before["maxRunningTasks"])
