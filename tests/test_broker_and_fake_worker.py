@@ -7,6 +7,7 @@ and systemd, is exercised in tests/vm.
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -165,12 +166,19 @@ class MemoryWaiter:
 @pytest.fixture
 async def broker(tmp_path: Path) -> AsyncIterator[tuple[str, MemoryLog]]:
     log = MemoryLog("", tools=("wallet.pay", "wallet.balance"), budget=100)
+    async with serving(log, tmp_path) as path:
+        yield path, log
+
+
+@asynccontextmanager
+async def serving(log: MemoryLog, tmp_path: Path) -> AsyncIterator[str]:
+    """The broker's app over `log`, on a Unix socket in tmp_path, whose path it gives."""
     app = make_app(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.3)
     runner = web.AppRunner(app)
     await runner.setup()
     path = str(tmp_path / "broker.sock")
     await web.UnixSite(runner, path).start()
-    yield path, log
+    yield path
     await runner.cleanup()
 
 

@@ -14,16 +14,15 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from boxd.apps import wallet
 from boxd.broker import app as broker_app
-from boxd.broker.app import STEP_NOT_FLUSHED, make_app
+from boxd.broker.app import STEP_NOT_FLUSHED
 from boxd.broker.calls import tool_full
 from boxd.errors import BoxError, Problem
 from boxd.manager.store import RECORD_FULL
 from boxd.workers import broker_client, fake
-from tests.test_broker_and_fake_worker import MemoryLog, MemoryWaiter, until
+from tests.test_broker_and_fake_worker import MemoryLog, serving, until
 
 # One cent each, so the many calls below stay within the budget and never wait for an OK.
 PAY = {"to": "Ada", "cents": 1, "memo": "m" * 500}
@@ -47,13 +46,8 @@ class FullLog(MemoryLog):
 @pytest.fixture
 async def broker(tmp_path: Path) -> AsyncIterator[tuple[str, FullLog]]:
     log = FullLog("", tools=("wallet.pay", "wallet.balance"))
-    app = make_app(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.3)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    path = str(tmp_path / "broker.sock")
-    await web.UnixSite(runner, path).start()
-    yield path, log
-    await runner.cleanup()
+    async with serving(log, tmp_path) as path:
+        yield path, log
 
 
 async def post(path: str, route: str, body: dict[str, Any]) -> tuple[int, Any]:
