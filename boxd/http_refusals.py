@@ -10,6 +10,7 @@ so that one method is wrapped: a refusal closes the connection as aiohttp's does
 as a debug line, not as aiohttp's traceback, which a stranger could fill the journal with.
 """
 
+import re
 from http import HTTPStatus
 from typing import Any
 
@@ -20,6 +21,8 @@ from aiohttp.web_request import BaseRequest
 
 _aiohttp_answer = RequestHandler.handle_error
 LONGEST_LINE = 8190
+# How aiohttp's parsers (C and Python alike) name a header that may be sent once and came twice.
+_TWICE = re.compile(r"Duplicate '([A-Za-z-]{1,40})' header")
 
 
 def words(status: int, failure: BaseException | None) -> str:
@@ -31,6 +34,11 @@ def words(status: int, failure: BaseException | None) -> str:
         )
     if isinstance(failure, http_exceptions.InvalidHeader):
         return "a header of the request cannot be read: send each header as Name: value"
+    twice = _TWICE.search(str(getattr(failure, "message", "")))
+    if isinstance(failure, http_exceptions.BadHttpMessage) and twice:
+        # Host above all: a proxy in between may read the other one, so which name the request
+        # was meant for is not known.
+        return f"the request sends its {twice[1]} header more than once: send it once"
     if isinstance(failure, http_exceptions.BadHttpMethod):
         return "the request does not start with an HTTP method such as GET or POST"
     if isinstance(failure, http_exceptions.InvalidURLError):

@@ -1,6 +1,8 @@
 """DNS rebinding, as an attacker's page would try it: a name of the attacker's own, pointed at
 127.0.0.1, reaches the gateway through the owner's browser with that name in the Host header."""
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -9,7 +11,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from boxd.dbus.client import GatewayClient
 from boxd.web.app import make_app
-from boxd.web.host_check import host_name, is_loopback_host
+from boxd.web.host_check import is_loopback_host
 
 
 class FakeManager(GatewayClient):
@@ -55,10 +57,61 @@ async def test_own_names_on_any_port_are_served(
     assert manager.calls == ["GetDroid"]
 
 
-def test_the_name_is_read_without_its_port() -> None:
-    assert host_name("[::1]:7700") == "[::1]"
-    assert host_name("127.0.0.1:7700") == "127.0.0.1"
-    assert host_name("::1") == "::1"
+@pytest.mark.parametrize(
+    "host",
+    [
+        "[::1%25lo]",
+        "[::1%lo]:7700",
+        "[fe80::1%25lo]",
+        "[::1]evil.example",
+        "[::1]:7700x",
+        "127.0.0.1:evil",
+        "127.0.0.1:",
+        "localhost..",
+        "::1",
+        "[::1",
+        "127.0.0.1:7700:7700",
+        "127.0.0.1 evil.example",
+    ],
+)
+async def test_a_name_that_only_begins_like_ours_is_refused(
+    gateway: tuple[TestClient[Any, Any], FakeManager], host: str
+) -> None:
+    """A zone id, junk after the bracket or a port that is not one: not this box's name."""
+    client, manager = gateway
+    response = await client.get("/api/droid", headers={"Host": host, "Authorization": "Bearer x"})
+    assert response.status == 403, host
+    assert "answers only to its own names" in (await response.json())["error"]
+    assert manager.calls == []
+
+
+async def test_a_second_host_header_is_refused(
+    gateway: tuple[TestClient[Any, Any], FakeManager],
+) -> None:
+    """Two Host headers, ours first: a proxy that reads the last one sends it elsewhere. Sent
+    by hand, as an HTTP client merges them. aiohttp's parser refuses it before the gateway's
+    own check could read the first one."""
+    client, manager = gateway
+    for second in ("evil.example", "127.0.0.1"):
+        reader, writer = await asyncio.open_connection(client.host, client.port)
+        writer.write(
+            b"GET /api/droid HTTP/1.1\r\nHost: 127.0.0.1:7700\r\nHost: "
+            + second.encode()
+            + b"\r\nAuthorization: Bearer x\r\nConnection: close\r\n\r\n"
+        )
+        answer = await reader.read()
+        writer.close()
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.split(b" ")[1] == b"400", answer
+        assert json.loads(body)["error"] == (
+            "the request sends its Host header more than once: send it once"
+        ), body
+    assert manager.calls == []
+
+
+def test_what_is_not_a_header_is_not_our_name() -> None:
+    assert is_loopback_host("127.0.0.1:7700")
+    assert is_loopback_host(" localhost ")
     assert not is_loopback_host(None)
     assert not is_loopback_host("")
     assert not is_loopback_host("[::1")

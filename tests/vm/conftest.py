@@ -12,6 +12,8 @@ from .machine import Machine, MachineError, booted_box
 
 VM_TESTS = Path(__file__).resolve().parent
 OWNER = "owner"
+# How long a test waits for a boxd that a test before it killed to be up again.
+BOXD_BACK_SECONDS = 120
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -58,5 +60,14 @@ def owner(machine: Machine) -> str:
 
 @pytest.fixture
 def token(machine: Machine) -> str:
-    """A new API token, made by root with `boxctl token create`."""
+    """A new API token, made by root with `boxctl token create`, once boxd is up: a test before
+    may have killed it, and systemd starts it again in its own time (RestartSec, recovery)."""
+    machine.run(
+        "timeout",
+        str(BOXD_BACK_SECONDS),
+        "sh",
+        "-c",
+        "until systemctl is-active -q boxd.service; do sleep 0.05; done",
+        timeout=BOXD_BACK_SECONDS + 10,
+    )
     return machine.run("boxctl", "token", "create").stdout.strip()
