@@ -31,7 +31,6 @@ import asyncio
 import json
 import os
 import secrets
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -583,32 +582,6 @@ def table(result: dict[str, Any]) -> str:
 # --- the host side ------------------------------------------------------------------------------
 
 
-def run_in_machine(tasks: int, lines: int, calls: int) -> int:
-    from tests.vm.machine import Machine, install_boxd
-
-    with Machine() as machine:
-        install_boxd(machine)
-        token = machine.run("boxctl", "token", "create", "--name", "bench").stdout.strip()
-        shutil.copy(__file__, machine.root / "tmp" / "load.py")
-        done = machine.run(
-            "/opt/boxd/venv/bin/python",
-            "/tmp/load.py",
-            "--inside",
-            token,
-            "--tasks",
-            str(tasks),
-            "--lines",
-            str(lines),
-            "--calls",
-            str(calls),
-            check=False,
-            timeout=7200,
-        )
-        print(done.stdout, end="")
-        print(done.stderr, end="", file=sys.stderr)
-        return done.returncode
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--inside", metavar="TOKEN", help="measure here, with this token")
@@ -623,8 +596,11 @@ def main() -> None:
         )
         print(json.dumps(result) if arguments.json else table(result))
         sys.exit(1 if result["problems"] else 0)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    sys.exit(run_in_machine(arguments.tasks, arguments.lines, arguments.calls))
+    # Here, not at the top: inside the machine this file runs alone, with no bench package.
+    from bench.in_machine import run_in_machine
+
+    sizes = ("--tasks", str(arguments.tasks), "--lines", str(arguments.lines))
+    sys.exit(run_in_machine(__file__, (*sizes, "--calls", str(arguments.calls)), timeout=7200))
 
 
 if __name__ == "__main__":

@@ -4,10 +4,9 @@ answered for is in the record, every task ends done, and the manager holds no mo
 descriptors after the tasks than before, give or take a few (a leak of one a task shows)."""
 
 import json
-import shutil
-from pathlib import Path
 
 from bench import load
+from bench.in_machine import run_script
 from tests.vm.box_api import API, boxctl, finish, start_fake, wait_for_step
 from tests.vm.machine import Machine
 
@@ -17,22 +16,8 @@ TASKS, LINES, CALLS = 20, 50, 5
 def test_twenty_tasks_at_once_lose_nothing_and_leak_no_descriptor(
     machine: Machine, token: str
 ) -> None:
-    shutil.copy(Path(load.__file__), machine.root / "tmp" / "load.py")
-    done = machine.run(
-        "/opt/boxd/venv/bin/python",
-        "/tmp/load.py",
-        "--inside",
-        token,
-        "--tasks",
-        str(TASKS),
-        "--lines",
-        str(LINES),
-        "--calls",
-        str(CALLS),
-        "--json",
-        check=False,
-        timeout=600,
-    )
+    sizes = ("--tasks", str(TASKS), "--lines", str(LINES), "--calls", str(CALLS))
+    done = run_script(machine, load.__file__, token, (*sizes, "--json"), timeout=600)
     assert done.stdout.strip(), done.stderr
     result = json.loads(done.stdout)
     steps = LINES + 1  # every line logs a step, the go-ahead's `ask` included
