@@ -17,6 +17,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from boxd.workers.broker_patience import PATIENCE_VARIABLE
 
 RELAY = [sys.executable, "-I", "-m", "boxd.workers.mcp"]
+# How long a test waits for the relay to say something it expects.
+RELAY_SECONDS = 30.0
 
 WALLET_PAY = {
     "name": "wallet.pay",
@@ -146,7 +148,8 @@ class RawRelay:
 
     async def receive(self) -> dict[str, Any]:
         assert self.process.stdout is not None
-        line = await self.process.stdout.readline()
+        async with _within("an answer on stdout"):
+            line = await self.process.stdout.readline()
         assert line.endswith(b"\n"), f"the relay's stdout ended: {line[:200]!r}"
         message = json.loads(line)
         assert isinstance(message, dict) and message["jsonrpc"] == "2.0", message
@@ -155,7 +158,22 @@ class RawRelay:
 
     async def stderr_line(self, containing: str) -> str:
         assert self.process.stderr is not None
-        while line := await self.process.stderr.readline():
-            if containing in line.decode():
-                return line.decode()
-        raise AssertionError(f"the relay never logged {containing!r}")
+        seen: list[str] = []
+        async with _within(f"{containing!r} on stderr", seen):
+            while line := await self.process.stderr.readline():
+                if containing in line.decode():
+                    return line.decode()
+                seen.append(line.decode())
+        raise AssertionError(f"the relay never logged {containing!r}: {seen[-5:]}")
+
+
+@asynccontextmanager
+async def _within(waiting_for: str, seen: list[str] | None = None) -> AsyncIterator[None]:
+    """A relay that never says what a test waits for fails the test, not hangs it."""
+    try:
+        async with asyncio.timeout(RELAY_SECONDS):
+            yield
+    except TimeoutError:
+        raise AssertionError(
+            f"the relay gave no {waiting_for} in {RELAY_SECONDS:g} s; it said: {(seen or [])[-5:]}"
+        ) from None

@@ -28,6 +28,7 @@ from tests.mcp_relay_fixtures import (
     WALLET_PAY,
     RawRelay,
     ScriptedBroker,
+    ok_output,
     sdk_session,
     serving,
 )
@@ -352,6 +353,32 @@ async def test_a_broker_that_stays_away_is_an_error_in_words(tmp_path: Path) -> 
         f"the box's tools could not be listed: the box's broker did not answer at "
         f"{tmp_path / 'nothing.sock'} for 2 s"
     )
+
+
+async def test_a_full_disk_is_waited_out_with_the_same_key(
+    scripted: tuple[Path, ScriptedBroker],
+) -> None:
+    """A 507 did nothing: the relay asks again, with the same key, once there is room, rather
+    than tell Droid its tool failed (the fake worker's steps wait the same way)."""
+    path, broker = scripted
+    full = 2
+
+    def full_then_ok(asked: str, body: dict[str, Any]) -> web.StreamResponse:
+        nonlocal full
+        if full:
+            full -= 1
+            return web.json_response({"error": "The box's disk is full."}, status=507)
+        return ok_output(asked, body)
+
+    broker.answer = full_then_ok
+    async with RawRelay.start(path) as relay:
+        params = {"name": "wallet__pay", "arguments": ADA}
+        await relay.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params})
+        logged = await relay.stderr_line("Waiting for room")
+        assert "POST /call: The box's disk is full." in logged
+        answer = await relay.receive()
+    assert answer["result"]["isError"] is False, answer
+    assert len(set(broker.keys())) == 1 and len(broker.keys()) == 3
 
 
 # Against the real broker: what the keys mean for what is paid

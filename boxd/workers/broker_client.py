@@ -24,15 +24,12 @@ from typing import Any
 import aiohttp
 
 from boxd.errors import Problem
-from boxd.workers.broker_patience import Patience
+from boxd.workers.broker_patience import FULL_PAUSE_SECONDS, Patience
 
 # The broker's "the manager is away" status: nothing was logged, ask again.
 MANAGER_AWAY = 503
 # The broker's "the box's disk is full" status: nothing was done, ask again once there is room.
 DISK_FULL = Problem.FULL.http_status
-# How often a worker asks again while the disk is full: often enough that the task goes on soon
-# after space is freed, rarely enough that many waiting tasks cost the box nothing.
-FULL_PAUSE_SECONDS = 1.0
 # A connection refused or cut off, or an answer cut short.
 _LOST = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 

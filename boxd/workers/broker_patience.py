@@ -18,6 +18,10 @@ PATIENCE_VARIABLE = "BOX_BROKER_PATIENCE_MS"
 # box whose manager stays down is not asked many times a second by every task.
 FIRST_PAUSE_SECONDS = 0.05
 LONGEST_PAUSE_SECONDS = 2.0
+# How often a worker asks again while the box's disk is full (a 507: nothing was done). That
+# lasts until someone frees space, so without a time limit: often enough that the task goes on
+# soon after, rarely enough that many waiting tasks cost the box nothing.
+FULL_PAUSE_SECONDS = 1.0
 
 
 def patience_seconds() -> float:

@@ -12,8 +12,9 @@ import json
 import logging
 from typing import Any
 
+from boxd.errors import Problem
 from boxd.strict_json import MAX_BODY
-from boxd.workers.broker_patience import Patience
+from boxd.workers.broker_patience import FULL_PAUSE_SECONDS, Patience
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +26,8 @@ MAX_HEAD_LINE = 8 * 1024
 MAX_HEADERS = 100
 # The broker's "the manager is away" status: nothing was done, ask again.
 MANAGER_AWAY = 503
+# The broker's "the box's disk is full" status: nothing was done, ask again once there is room.
+DISK_FULL = Problem.FULL.http_status
 
 
 class BrokerRefused(Exception):
@@ -38,6 +41,10 @@ class BrokerGone(Exception):
 
 class _ManagerAway(Exception):
     """A 503: the broker is up, its manager is not; the words are the broker's."""
+
+
+class _DiskFull(Exception):
+    """A 507: the box's disk is full and nothing was done; the words are the broker's."""
 
 
 class BrokerGarbled(Exception):
@@ -108,6 +115,8 @@ async def _once(socket_path: str, method: str, path: str, payload: bytes | None)
         words = answer.get("error") if isinstance(answer, dict) else None
         if status == MANAGER_AWAY:
             raise _ManagerAway(words if isinstance(words, str) else "the box's manager is away")
+        if status == DISK_FULL:
+            raise _DiskFull(words if isinstance(words, str) else "the box's disk is full")
         raise BrokerRefused(words if isinstance(words, str) else f"the broker answered {status}")
     return answer
 
@@ -115,12 +124,23 @@ async def _once(socket_path: str, method: str, path: str, payload: bytes | None)
 async def request(socket_path: str, method: str, path: str, body: Any = None) -> Any:
     """The broker's JSON answer. A broker that went away, or whose manager is away, is asked
     again with the same body for up to broker_patience.PATIENCE_SECONDS: the keys in /call and
-    /ask bodies are what make asking again safe (the relay sends nothing else)."""
+    /ask bodies are what make asking again safe (the relay sends nothing else). A broker that
+    says the box's disk is full did nothing: it is asked again, as long as it takes, once a
+    second (the owner may take hours to free space; Droid's tool call waits meanwhile, as a
+    fake worker's step does)."""
     payload = None if body is None else json.dumps(body, ensure_ascii=False).encode("utf-8")
     patience = Patience()
+    told_full = False
     while True:
         try:
             return await _once(socket_path, method, path, payload)
+        except _DiskFull as full:
+            if not told_full:
+                told_full = True
+                log.warning("%s %s: %s Waiting for room.", method, path, full)
+            await asyncio.sleep(FULL_PAUSE_SECONDS)
+            # The broker was there: the time it may be away starts again.
+            patience = Patience()
         except (*_LOST, _ManagerAway) as error:
             words = str(error) or type(error).__name__
             if patience.tries == 0:
