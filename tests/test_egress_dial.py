@@ -12,7 +12,6 @@ from boxd.broker.own_addresses import (
     parse_fib_trie,
     parse_if_inet6,
 )
-from boxd.broker.pipe import close
 from tests.egress_fixtures import LOOPBACK, echo, loopback_allowed, resolver_to, server
 
 PUBLIC = ipaddress.IPv4Address("93.184.216.34")
@@ -146,11 +145,12 @@ async def test_it_connects_to_the_checked_address_and_asks_the_resolver_once() -
     resolve = resolver_to({"example.com": [LOOPBACK]}, asked)
     dial = Dialer(HostRules(["example.com"]), resolve, own, loopback_allowed)
     async with server(echo) as port:
-        reader, writer = await dial.open(parse_authority(f"example.com:{port}"))
+        upstream = await dial.open(parse_authority(f"example.com:{port}"))
+        reader, writer = await asyncio.open_connection(sock=upstream)
         writer.write(b"hi")
         writer.write_eof()
         assert await reader.read() == b"hibye"
-        await close(writer)
+        writer.close()
     assert asked == ["example.com"]
 
 

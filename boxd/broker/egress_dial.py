@@ -21,6 +21,7 @@ from boxd.broker.address_screen import (
 from boxd.broker.egress_target import IPAddress, Target, make_target
 from boxd.broker.host_rules import HostRules
 from boxd.broker.own_addresses import RecentOwnAddresses
+from boxd.broker.pipe import tcp_socket
 
 # (name, port) -> the addresses to try, in order.
 Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
@@ -30,8 +31,6 @@ Refusal = Callable[[str, str], Awaitable[None]]
 
 RESOLVE_SECONDS = 10.0
 CONNECT_SECONDS = 10.0
-# Big buffers for the upstream side: a pipe copies in reads of this size.
-STREAM_LIMIT = 256 * 1024
 
 
 class Refused(Exception):
@@ -57,9 +56,6 @@ async def system_resolver(name: str, port: int) -> list[IPAddress]:
         if target.address is not None and target.address not in found:
             found.append(target.address)
     return found
-
-
-Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 class Dialer:
@@ -124,22 +120,29 @@ class Dialer:
             raise Unreachable(f"{name} has no address")
         return addresses
 
-    async def open(self, target: Target) -> Stream:
-        """A connection to the target, or Refused, or Unreachable (its message says why, after
-        "could not connect to <target>: ")."""
+    async def open(self, target: Target) -> socket.socket:
+        """A connected socket to the target, or Refused, or Unreachable (its message says why,
+        after "could not connect to <target>: ")."""
         failure = Unreachable("it did not answer")
+        loop = asyncio.get_running_loop()
         for address in await self.addresses(target):
+            family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+            sock = tcp_socket(socket.socket(family, socket.SOCK_STREAM))
             try:
                 async with asyncio.timeout(CONNECT_SECONDS):
-                    return await asyncio.open_connection(
-                        str(address), target.port, flags=socket.AI_NUMERICHOST, limit=STREAM_LIMIT
-                    )
+                    # By address: sock_connect resolves nothing (asyncio sees an IP literal).
+                    await loop.sock_connect(sock, (str(address), target.port))
+                return sock
             except TimeoutError:
                 failure = Unreachable(
                     f"it did not answer within {CONNECT_SECONDS:.0f} s", errno.ETIMEDOUT
                 )
             except OSError as error:
                 failure = Unreachable(_words(error), error.errno)
+            except BaseException:
+                sock.close()
+                raise
+            sock.close()
         raise failure
 
 
