@@ -110,7 +110,7 @@ class _Listener:
         self.loop = asyncio.get_running_loop()
         self.retry: asyncio.TimerHandle | None = None
         sock.setblocking(False)
-        # systemd listens with its own backlog; this keeps it (asyncio would listen with 100).
+        # Listening again sets the backlog: systemd's own default (asyncio's would be 100).
         sock.listen(LISTEN_BACKLOG)
         self.loop.add_reader(sock.fileno(), self._ready)
 

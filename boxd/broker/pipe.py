@@ -24,12 +24,15 @@ from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
-# What one direction holds at most between reading and writing: its pipe's size. Bigger moves
-# more per wake-up; 1 MiB is what an unprivileged process may ask for
-# (/proc/sys/fs/pipe-max-size). A pipe that may not grow (the user's pipe quota is spent) keeps
-# the kernel's 64 KiB and is only slower.
+# What one direction holds at most between reading and writing: its pipe's size. A pipe starts
+# at the kernel's default (64 KiB) and grows to PIPE_BYTES the first time a read fills it, so
+# only a bulk transfer takes the bigger one: pipes count against a per-user quota
+# (/proc/sys/fs/pipe-user-pages-soft, 64 MiB by default, shared by every broker), past which
+# the kernel makes new pipes tiny. 1 MiB is what an unprivileged process may ask for
+# (/proc/sys/fs/pipe-max-size); a pipe that may not grow works as it is, more slowly.
 PIPE_BYTES = 1024 * 1024
-_F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ, which Python 3.11 does not name
+_F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ and F_GETPIPE_SZ, which Python 3.11 does not name
+_F_GETPIPE_SZ = 1032
 _NONBLOCKING = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
 
 Ended = Callable[[OSError | None], None]
@@ -64,6 +67,8 @@ class _Direction:
         self.writing = False
         self.done = False
         self.pipe: tuple[int, int] | None = None
+        self.capacity = 0  # the pipe's size
+        self.may_grow = True
 
     def start(self) -> None:
         # The pipe is made when the first bytes arrive: the answer that opens a tunnel goes out
@@ -73,10 +78,16 @@ class _Direction:
     def _make_pipe(self) -> tuple[int, int]:
         read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.pipe = (read_end, write_end)
-        # When the user's pipe quota is spent the default size works, more slowly.
-        with contextlib.suppress(OSError):
-            fcntl.fcntl(write_end, _F_SETPIPE_SZ, PIPE_BYTES)
+        self.capacity = fcntl.fcntl(write_end, _F_GETPIPE_SZ)
         return self.pipe
+
+    def _grow(self) -> None:
+        """A read filled the pipe: this is a bulk transfer, which moves faster through a bigger
+        one. Asked once; refused when the user's pipe quota is spent, and then it stays."""
+        self.may_grow = False
+        assert self.pipe is not None
+        with contextlib.suppress(OSError):
+            self.capacity = fcntl.fcntl(self.pipe[1], _F_SETPIPE_SZ, PIPE_BYTES)
 
     def stop(self) -> None:
         self._stop_reading()
@@ -88,8 +99,13 @@ class _Direction:
 
     def _readable(self) -> None:
         try:
-            pipe = self.pipe or self._make_pipe()
-            count = os.splice(self.src.fileno(), pipe[1], PIPE_BYTES, flags=_NONBLOCKING)
+            # A side that closes without sending anything (a client that only opened a tunnel,
+            # an origin that hangs up unasked) needs no pipe: look before making one.
+            if self.pipe is None and not self.src.recv(1, socket.MSG_PEEK):
+                count = 0
+            else:
+                pipe = self.pipe or self._make_pipe()
+                count = os.splice(self.src.fileno(), pipe[1], PIPE_BYTES, flags=_NONBLOCKING)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as error:
@@ -97,6 +113,8 @@ class _Direction:
             return
         if count == 0:
             self.at_eof = True
+        elif count >= self.capacity and self.may_grow:
+            self._grow()
         self.held += count
         self._flush()
 
