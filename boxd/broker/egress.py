@@ -94,9 +94,16 @@ class Egress:
                 busy(connection, self.max_connections) if full else handle(connection)
             )
             self._connections.add(task)
-            task.add_done_callback(self._connections.discard)
+            task.add_done_callback(self._finished)
 
         self._listeners.append(_Listener(sock, serve))
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._connections.discard(task)
+        # The handlers end every connection's expected failures themselves; anything else is a
+        # bug, said here rather than when the task is collected.
+        if not task.cancelled() and task.exception() is not None:
+            log.error("egress connection failed", exc_info=task.exception())
 
 
 class _Listener:
