@@ -25,14 +25,16 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 # What one direction holds at most between reading and writing: its pipe's size. A pipe starts
-# at the kernel's default (64 KiB) and grows to PIPE_BYTES the first time a read fills it, so
-# only a bulk transfer takes the bigger one: pipes count against a per-user quota
-# (/proc/sys/fs/pipe-user-pages-soft, 64 MiB by default, shared by every broker), past which
-# the kernel makes new pipes tiny. 1 MiB is what an unprivileged process may ask for
+# at the kernel's default (16 slots, 64 KiB of full pages) and grows to PIPE_BYTES after a read
+# of GROW_AT or more, so only a bulk transfer takes the bigger one: pipes count against a
+# per-user quota (/proc/sys/fs/pipe-user-pages-soft, 64 MiB by default, shared by every
+# broker), past which the kernel makes new pipes tiny. GROW_AT is well below 64 KiB because a
+# pipe counts slots, not bytes: from a network card each slot holds about one packet, so 16 of
+# them can be full at some 23 KiB. 1 MiB is what an unprivileged process may ask for
 # (/proc/sys/fs/pipe-max-size); a pipe that may not grow works as it is, more slowly.
 PIPE_BYTES = 1024 * 1024
-_F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ and F_GETPIPE_SZ, which Python 3.11 does not name
-_F_GETPIPE_SZ = 1032
+GROW_AT = 16 * 1024
+_F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ, which Python 3.11 does not name
 _NONBLOCKING = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
 # Reads in a row from one wake-up, at most, so one busy tunnel does not starve the others.
 READS_PER_WAKE_UP = 8
@@ -69,7 +71,6 @@ class _Direction:
         self.writing = False
         self.done = False
         self.pipe: tuple[int, int] | None = None
-        self.capacity = 0  # the pipe's size
         self.may_grow = True
 
     def start(self) -> None:
@@ -80,16 +81,15 @@ class _Direction:
     def _make_pipe(self) -> tuple[int, int]:
         read_end, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.pipe = (read_end, write_end)
-        self.capacity = fcntl.fcntl(write_end, _F_GETPIPE_SZ)
         return self.pipe
 
     def _grow(self) -> None:
-        """A read filled the pipe: this is a bulk transfer, which moves faster through a bigger
-        one. Asked once; refused when the user's pipe quota is spent, and then it stays."""
+        """A big read: this is a bulk transfer, which moves faster through a bigger pipe. Asked
+        once; refused when the user's pipe quota is spent, and then the pipe stays as it is."""
         self.may_grow = False
         assert self.pipe is not None
         with contextlib.suppress(OSError):
-            self.capacity = fcntl.fcntl(self.pipe[1], _F_SETPIPE_SZ, PIPE_BYTES)
+            fcntl.fcntl(self.pipe[1], _F_SETPIPE_SZ, PIPE_BYTES)
 
     def stop(self) -> None:
         self._stop_reading()
@@ -118,7 +118,7 @@ class _Direction:
                 return
             if count == 0:
                 self.at_eof = True
-            elif count >= self.capacity and self.may_grow:
+            elif count >= GROW_AT and self.may_grow:
                 self._grow()
             self.held += count
             if not self._flush():
