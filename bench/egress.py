@@ -22,7 +22,8 @@ a process of its own, all on 127.0.0.1:
 
 Printed: for each way to the origin, the median time of DOWNLOADS downloads of 100 MB, MB/s,
 and the ratio to direct; then connection set-up (TCP connect, or connect + CONNECT + the
-proxy's 200) and a small GET round trip, p50 and p90 over SETUPS tries each, with ratios. The
+proxy's 200) and a small GET round trip, p50 and p90 over SETUPS tries each, with ratios; last
+the issue's goals as ratios (100 MB through boxd / direct, CONNECT set-up boxd / srt). The
 ways take turns within each round, so drift in the machine's speed touches all alike.
 """
 
@@ -211,7 +212,8 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
-def downloads(routes: dict[str, Way], origin: int, rounds: int) -> None:
+def downloads(routes: dict[str, Way], origin: int, rounds: int) -> dict[str, float]:
+    """Prints the table; returns each way's median seconds."""
     seconds: dict[str, list[float]] = {name: [] for name in routes}
     for _ in range(rounds):
         for name, way in routes.items():
@@ -228,11 +230,13 @@ def downloads(routes: dict[str, Way], origin: int, rounds: int) -> None:
         median = statistics.median(values)
         rate = BIG / 1e6 / median
         say(f"{name:<18} {median:>8.3f} {rate:>8.0f} {direct / median:>12.2f}")
+    return {name: statistics.median(values) for name, values in seconds.items()}
 
 
 def setups(
     routes: dict[str, Way], proxies: dict[str, tuple[str, int]], origin: int, n: int
-) -> None:
+) -> dict[str, float]:
+    """Prints the table; returns each measure's p50 in seconds."""
     local = ("127.0.0.1", origin)
     opens: dict[str, Callable[[], socket.socket]] = {"direct TCP connect": lambda: connect(local)}
     for name, proxy in proxies.items():
@@ -262,6 +266,22 @@ def setups(
             p50 = percentile(samples[name], 0.5)
             p90 = percentile(samples[name], 0.9)
             say(f"{label:<26} {p50 * 1e6:>8.0f} {p90 * 1e6:>8.0f} {p50 / base:>20.2f}")
+    return {name: percentile(values, 0.5) for name, values in samples.items()}
+
+
+def goals(speed: dict[str, float], setup: dict[str, float]) -> None:
+    """The issue's two egress goals as ratios: 100 MB through boxd at >= 0.8 of direct, and a
+    CONNECT's set-up p50 no slower than srt's in the same run."""
+    say("")
+    say("goals")
+    for way in ("boxd CONNECT", "boxd plain HTTP"):
+        ratio = speed["direct"] / speed[way]
+        say(f"  100 MB speed, {way} / direct: {ratio:.2f} (goal >= 0.80)")
+    if "srt CONNECT" in setup:
+        ratio = setup["boxd CONNECT"] / setup["srt CONNECT"]
+        say(f"  CONNECT set-up p50, boxd / srt: {ratio:.2f} (goal <= 1.00)")
+        ratio = speed["srt CONNECT"] / speed["boxd CONNECT"]
+        say(f"  100 MB speed, boxd CONNECT / srt CONNECT: {ratio:.2f}")
 
 
 def start(command: list[str], what: str) -> tuple[subprocess.Popen[str], int]:
@@ -317,11 +337,11 @@ def run(srt_dir: str | None, rounds: int, n: int) -> None:
         for name, way in routes.items():
             if fetch(way, "/small", origin) != 2:
                 sys.exit(f"{name}: GET /small did not answer ok")
-        downloads(routes, origin, rounds)
+        speed = downloads(routes, origin, rounds)
         proxies = {"boxd": ("127.0.0.1", boxd)}
         if srt is not None:
             proxies["srt"] = ("127.0.0.1", srt)
-        setups(routes, proxies, origin, n)
+        goals(speed, setups(routes, proxies, origin, n))
     finally:
         for process in processes:
             process.terminate()

@@ -85,11 +85,10 @@ async def egress(
     running = Running(proxy, refusals=refusals)
     sock = listening()
     running.port = sock.getsockname()[1]
-    server = await (proxy.serve_http(sock) if kind == "http" else proxy.serve_socks(sock))
+    await (proxy.serve_http(sock) if kind == "http" else proxy.serve_socks(sock))
     try:
         yield running
     finally:
-        server.close()
         await proxy.close()
 
 

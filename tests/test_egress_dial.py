@@ -1,9 +1,16 @@
 import asyncio
 import ipaddress
+import socket
 
 import pytest
 
-from boxd.broker.egress_dial import Dialer, Refused, Unreachable, system_resolver
+from boxd.broker.egress_dial import (
+    Dialer,
+    RecentAnswers,
+    Refused,
+    Unreachable,
+    system_resolver,
+)
 from boxd.broker.egress_target import IPAddress, make_target, parse_authority
 from boxd.broker.host_rules import HostRules
 from boxd.broker.own_addresses import (
@@ -12,7 +19,6 @@ from boxd.broker.own_addresses import (
     parse_fib_trie,
     parse_if_inet6,
 )
-from boxd.broker.pipe import close
 from tests.egress_fixtures import LOOPBACK, echo, loopback_allowed, resolver_to, server
 
 PUBLIC = ipaddress.IPv4Address("93.184.216.34")
@@ -146,11 +152,12 @@ async def test_it_connects_to_the_checked_address_and_asks_the_resolver_once() -
     resolve = resolver_to({"example.com": [LOOPBACK]}, asked)
     dial = Dialer(HostRules(["example.com"]), resolve, own, loopback_allowed)
     async with server(echo) as port:
-        reader, writer = await dial.open(parse_authority(f"example.com:{port}"))
+        upstream = await dial.open(parse_authority(f"example.com:{port}"))
+        reader, writer = await asyncio.open_connection(sock=upstream)
         writer.write(b"hi")
         writer.write_eof()
         assert await reader.read() == b"hibye"
-        await close(writer)
+        writer.close()
     assert asked == ["example.com"]
 
 
@@ -195,3 +202,45 @@ async def test_production_defaults_refuse_what_resolves_to_the_box() -> None:
     with pytest.raises(Refused) as caught:
         await dial.addresses(parse_authority("example.com:80"))
     assert "a loopback address: tasks never reach the box itself" in str(caught.value)
+
+
+async def test_answers_are_kept_a_second_and_shared_and_failures_are_not_kept() -> None:
+    asked: list[str] = []
+    release = asyncio.Event()
+
+    async def resolve(name: str, port: int) -> list[IPAddress]:
+        asked.append(name)
+        await release.wait()
+        if name == "nowhere.example.com" and asked.count(name) == 1:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [PUBLIC]
+
+    recent = RecentAnswers(resolve)
+    together = [asyncio.ensure_future(recent("example.com", port)) for port in (80, 443)]
+    # One asker gives up: the lookup goes on for the others.
+    quitter = asyncio.ensure_future(recent("example.com", 80))
+    await asyncio.sleep(0)
+    quitter.cancel()
+    release.set()
+    assert await asyncio.gather(*together) == [[PUBLIC], [PUBLIC]]
+    assert await recent("example.com", 22) == [PUBLIC]
+    assert asked == ["example.com"]
+    with pytest.raises(socket.gaierror):
+        await recent("nowhere.example.com", 80)
+    assert await recent("nowhere.example.com", 80) == [PUBLIC]
+    assert asked.count("nowhere.example.com") == 2
+    recent.MAX_AGE = -1.0  # every answer is old now
+    await recent("example.com", 80)
+    assert asked.count("example.com") == 2
+
+
+async def test_only_so_many_names_are_kept() -> None:
+    asked: list[str] = []
+    recent = RecentAnswers(
+        resolver_to({"a.example.com": [PUBLIC], "b.example.com": [PUBLIC]}, asked)
+    )
+    recent.MAX_NAMES = 1
+    await recent("a.example.com", 80)
+    await recent("b.example.com", 80)
+    await recent("a.example.com", 80)
+    assert asked == ["a.example.com", "b.example.com", "a.example.com"]

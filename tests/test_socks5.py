@@ -150,3 +150,15 @@ async def test_replies_never_tell_the_broker_address() -> None:
         answer = await asyncio.wait_for(reader.readexactly(12), 10)
         writer.close()
     assert answer == b"\x05\x00" + b"\x05\x00\x00\x01" + bytes(6)
+
+
+async def test_bytes_sent_with_the_request_are_not_lost() -> None:
+    # Clients that pipeline (greeting, request and first bytes at once) lose nothing: what the
+    # proxy read past the request goes out first.
+    async with server(echo) as origin, egress(["example.com"], "socks") as proxy:
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        writer.write(b"\x05\x01\x00" + b"\x05\x01\x00" + domain("example.com", origin) + b"early")
+        writer.write_eof()
+        answer = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+    assert answer == b"\x05\x00" + b"\x05\x00\x00\x01" + bytes(6) + b"earlybye"

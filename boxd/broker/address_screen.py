@@ -24,6 +24,7 @@ the embedded address), 6to4 (2002::/16) and Teredo (2001::/32, its server and cl
 address in them passes: NAT64 is how IPv6-only networks reach IPv4 hosts.
 """
 
+import functools
 import ipaddress
 from collections.abc import Callable
 
@@ -120,6 +121,12 @@ def _unscoped(address: IPAddress) -> IPAddress:
     return address
 
 
+# The verdicts below depend on the address alone; a task dials the same few addresses again and
+# again, and each verdict takes a dozen network look-ups.
+_VERDICTS = 4096
+
+
+@functools.lru_cache(maxsize=_VERDICTS)
 def never_reached(address: IPAddress) -> str | None:
     """Why no task reaches this address, even one its hosts list; None if some task may."""
     address = _unscoped(address)
@@ -135,6 +142,7 @@ def never_reached(address: IPAddress) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=_VERDICTS)
 def private_network(address: IPAddress) -> str | None:
     """Why a task reaches this address only when its hosts list it; None if it is public."""
     return _judge(_unscoped(address), PRIVATE, private_network)

@@ -6,9 +6,10 @@ DNS) and never reach the box itself. A refusal is reported to on_refusal, then a
 """
 
 import asyncio
+import errno
 import logging
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from boxd.broker.address_screen import AddressCheck, never_reached
@@ -16,6 +17,7 @@ from boxd.broker.egress_dial import Dialer, Refusal, Resolver
 from boxd.broker.egress_target import IPAddress
 from boxd.broker.host_rules import HostRules
 from boxd.broker.http_proxy import HttpProxy
+from boxd.broker.pipe import tcp_socket
 from boxd.broker.socks5 import Socks5Proxy
 from boxd.connection_limits import EGRESS_CONNECTIONS, LISTEN_BACKLOG
 
@@ -23,15 +25,19 @@ __all__ = ["Egress", "IPAddress", "Refusal", "Resolver", "task_hosts"]
 
 log = logging.getLogger(__name__)
 
-# Reads from the task's side of a connection: the proxies copy in chunks this big.
-STREAM_LIMIT = 256 * 1024
 # Connections open at once through both proxies (boxd/connection_limits.py). Each holds two
-# sockets and up to about a megabyte of buffers, so a task that opened them without end would
-# wear the broker down.
+# sockets and two kernel pipes (boxd/broker/pipe.py), so a task that opened them without end
+# would wear the broker down.
 MAX_CONNECTIONS = EGRESS_CONNECTIONS
+# What accept(2) fails with when the process or the system is out of descriptors or memory:
+# asyncio's servers stop accepting for a second then, and so does this one, rather than spin.
+_OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+ACCEPT_RETRY_SECONDS = 1.0
+# Connections accepted at most per wake-up of the listening socket.
+ACCEPT_BATCH = 64
 
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-Busy = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
+Handler = Callable[[socket.socket], Coroutine[Any, Any, None]]
+Busy = Callable[[socket.socket, int], Coroutine[Any, Any, None]]
 
 
 class Egress:
@@ -54,50 +60,96 @@ class Egress:
         dialer = Dialer(HostRules(hosts), resolver, own_addresses, address_check)
         self._http = HttpProxy(dialer, _still_refusing(on_refusal))
         self._socks = Socks5Proxy(dialer, _still_refusing(on_refusal))
-        self._servers: list[asyncio.Server] = []
+        self._listeners: list[_Listener] = []
         self._connections: set[asyncio.Task[None]] = set()
         self.max_connections = MAX_CONNECTIONS
 
-    async def serve_http(self, sock: socket.socket) -> asyncio.Server:
-        """Serves the HTTP proxy on an already-listening socket (the one systemd passes)."""
-        return await self._serve(self._http.handle, self._http.busy, sock)
+    @property
+    def open_connections(self) -> int:
+        """Connections being served now, through both proxies."""
+        return len(self._connections)
 
-    async def serve_socks(self, sock: socket.socket) -> asyncio.Server:
+    async def serve_http(self, sock: socket.socket) -> None:
+        """Serves the HTTP proxy on an already-listening socket (the one systemd passes)."""
+        self._serve(self._http.handle, self._http.busy, sock)
+
+    async def serve_socks(self, sock: socket.socket) -> None:
         """Serves SOCKS5 on an already-listening socket (the one systemd passes)."""
-        return await self._serve(self._socks.handle, self._socks.busy, sock)
+        self._serve(self._socks.handle, self._socks.busy, sock)
 
     async def close(self) -> None:
-        """Stops listening and ends every open connection: Server.close() alone leaves them
-        running in Python 3.11."""
-        for server in self._servers:
-            server.close()
+        """Stops listening (closing the listening sockets) and ends every open connection."""
+        for listener in self._listeners:
+            listener.close()
+        self._listeners.clear()
         for connection in self._connections:
             connection.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
-        for server in self._servers:
-            await server.wait_closed()
 
-    async def _serve(self, handle: Handler, busy: Busy, sock: socket.socket) -> asyncio.Server:
-        async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            task = asyncio.current_task()
-            assert task is not None  # asyncio runs each connection in a task of its own
+    def _serve(self, handle: Handler, busy: Busy, sock: socket.socket) -> None:
+        def serve(connection: socket.socket) -> None:
             full = len(self._connections) >= self.max_connections
             # Turned-away connections are tracked too, so close() ends them as well.
+            task: asyncio.Task[None] = asyncio.get_running_loop().create_task(
+                busy(connection, self.max_connections) if full else handle(connection)
+            )
             self._connections.add(task)
-            try:
-                if full:
-                    await busy(reader, writer, self.max_connections)
-                else:
-                    await handle(reader, writer)
-            finally:
-                self._connections.discard(task)
+            task.add_done_callback(self._finished)
 
+        self._listeners.append(_Listener(sock, serve))
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._connections.discard(task)
+        # The handlers end every connection's expected failures themselves; anything else is a
+        # bug, said here rather than when the task is collected.
+        if not task.cancelled() and task.exception() is not None:
+            log.error("egress connection failed", exc_info=task.exception())
+
+
+class _Listener:
+    """Accepts connections on a listening socket straight from the event loop's readiness
+    callback, and hands each to `serve`: no asyncio transport or stream is built for them, as a
+    tunnel's bytes go from socket to socket (boxd.broker.pipe), and no task waits on accept."""
+
+    def __init__(self, sock: socket.socket, serve: Callable[[socket.socket], None]) -> None:
+        self.sock = sock
+        self.serve = serve
+        self.loop = asyncio.get_running_loop()
+        self.retry: asyncio.TimerHandle | None = None
         sock.setblocking(False)
-        server = await asyncio.start_server(
-            tracked, sock=sock, limit=STREAM_LIMIT, backlog=LISTEN_BACKLOG
-        )
-        self._servers.append(server)
-        return server
+        # Listening again sets the backlog: systemd's own default (asyncio's would be 100).
+        sock.listen(LISTEN_BACKLOG)
+        self.loop.add_reader(sock.fileno(), self._ready)
+
+    def _ready(self) -> None:
+        # A burst is taken in one go, as asyncio's own servers do.
+        for _ in range(ACCEPT_BATCH):
+            try:
+                connection, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as error:
+                if error.errno not in _OUT_OF_RESOURCES:
+                    raise
+                # Out of descriptors or memory: pause rather than spin, as asyncio's servers do.
+                log.warning("egress proxy cannot accept connections for now: %s", error)
+                self.loop.remove_reader(self.sock.fileno())
+                self.retry = self.loop.call_later(ACCEPT_RETRY_SECONDS, self._resume)
+                return
+            self.serve(tcp_socket(connection))
+
+    def _resume(self) -> None:
+        self.retry = None
+        self.loop.add_reader(self.sock.fileno(), self._ready)
+
+    def close(self) -> None:
+        if self.retry is not None:
+            self.retry.cancel()
+        else:
+            self.loop.remove_reader(self.sock.fileno())
+        self.sock.close()
 
 
 def _still_refusing(on_refusal: Refusal) -> Refusal:

@@ -68,6 +68,10 @@ def check_name(raw: str) -> str | None:
 
 
 def make_target(host: str, port: int) -> Target:
+    # An IPv4 address ends in a digit and an IPv6 one has colons: anything else is a name,
+    # known without ip_address's two failed parses (most of a name's cost here).
+    if ":" not in host and not host[-1:].isdigit():
+        return Target(check_name(host), None, port, raw=host[:MAX_NAME])
     try:
         address = ipaddress.ip_address(host)
     except ValueError:

@@ -9,10 +9,12 @@ import asyncio
 import contextlib
 import errno
 import logging
+import socket
 
 from boxd.broker.egress_dial import Dialer, Refusal, Refused, Unreachable
-from boxd.broker.pipe import close, pipe
+from boxd.broker.pipe import pipe
 from boxd.broker.proxy_request import BadRequest, parse_request, read_head
+from boxd.broker.socket_reader import SocketReader
 
 log = logging.getLogger(__name__)
 
@@ -43,38 +45,39 @@ def answer(status: int, text: str) -> bytes:
     return head.encode() + body
 
 
+ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
+
+
 class HttpProxy:
     def __init__(self, dialer: Dialer, on_refusal: Refusal) -> None:
         self.dialer = dialer
         self.on_refusal = on_refusal
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def handle(self, sock: socket.socket) -> None:
+        """Serves one connection; closes it."""
         try:
-            error = await self._serve(reader, writer)
+            error = await self._serve(sock)
             if error is not None:
-                await say(reader, writer, *error)
+                await say(sock, *error)
         except OSError as failure:
             # The task hung up or reset: nothing is left to answer.
             log.debug("egress HTTP connection ended: %s", failure)
         finally:
-            await close(writer)
+            sock.close()
 
-    async def busy(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, most: int
-    ) -> None:
+    async def busy(self, sock: socket.socket, most: int) -> None:
         """Answers a connection over the task's limit, without reading its request."""
         text = f"boxd's proxy has {most} connections of this task open, its most; close some"
         try:
-            await say(reader, writer, 503, text)
+            await say(sock, 503, text)
         except OSError as failure:
             log.debug("egress HTTP connection ended: %s", failure)
         finally:
-            await close(writer)
+            sock.close()
 
-    async def _serve(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> tuple[int, str] | None:
+    async def _serve(self, sock: socket.socket) -> tuple[int, str] | None:
         """Serves one request; returns the error to answer, if it ends in one."""
+        reader = SocketReader(sock)
         try:
             request = parse_request(await read_head(reader))
         except BadRequest as error:
@@ -91,27 +94,24 @@ class HttpProxy:
             status = 504 if failure.code == errno.ETIMEDOUT else 502
             return status, f"boxd could not connect to {target}: {failure}"
         try:
+            # Bytes the task sent after the head (a TLS hello, a request body) go first.
             if request.connect:
-                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                await pipe(sock, upstream, to_task=ESTABLISHED, to_upstream=reader.rest())
             else:
-                upstream[1].write(request.forward_head())
-            await pipe((reader, writer), upstream)
+                await pipe(sock, upstream, to_upstream=request.forward_head() + reader.rest())
         finally:
-            await close(upstream[1])
+            upstream.close()
         return None
 
 
-async def say(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, status: int, text: str
-) -> None:
+async def say(sock: socket.socket, status: int, text: str) -> None:
     """Answers, then reads what the task still sends for a moment before the caller closes:
     closing with unread bytes makes the kernel send a reset, which can destroy the answer
-    before the task reads it."""
-    writer.write(answer(status, text))
-    if writer.can_write_eof():
-        writer.write_eof()
-    await writer.drain()
+    before the task reads it. A task that reads nothing gets LINGER_SECONDS, no more."""
+    loop = asyncio.get_running_loop()
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(LINGER_SECONDS):
-            while await reader.read(LINGER_READ):
+            await loop.sock_sendall(sock, answer(status, text))
+            sock.shutdown(socket.SHUT_WR)
+            while await loop.sock_recv(sock, LINGER_READ):
                 pass

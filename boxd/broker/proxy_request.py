@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from boxd.broker.egress_target import BadTarget, Target, parse_authority
+from boxd.broker.socket_reader import SocketReader
 from boxd.connection_limits import HEAD_SECONDS
 
 MAX_HEAD = 64 * 1024
@@ -74,24 +75,26 @@ class ProxyRequest:
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-async def read_head(reader: asyncio.StreamReader) -> list[str]:
-    """The request line and header lines, without line ends; BadRequest past MAX_HEAD."""
+async def read_head(reader: SocketReader) -> list[str]:
+    """The request line and header lines, without line ends; BadRequest past MAX_HEAD. What
+    follows the head stays in the reader."""
     lines: list[str] = []
     size = 0
+    start = 0  # where the line being read begins in the reader's buffer
     async with asyncio.timeout(HEAD_SECONDS):
         while True:
-            try:
-                line = await reader.readuntil(b"\n")
-            except asyncio.LimitOverrunError:
-                line = b""
-                size = MAX_HEAD + 1
-            except asyncio.IncompleteReadError as error:
-                if not lines and not error.partial:
+            end = reader.buffer.find(b"\n", start)
+            if end == -1:
+                if size + len(reader.buffer) - start > MAX_HEAD:
+                    raise BadRequest(f"the request head is over {MAX_HEAD // 1024} KiB", 431)
+                if await reader.more():
+                    continue
+                if not lines and start == len(reader.buffer):
                     # Nothing was asked (a port probe, a client that gave up): nothing to answer.
-                    raise ConnectionAbortedError(
-                        "the task closed before sending a request"
-                    ) from None
-                raise BadRequest("the connection closed in the middle of the request") from None
+                    raise ConnectionAbortedError("the task closed before sending a request")
+                raise BadRequest("the connection closed in the middle of the request")
+            line = reader.buffer[start : end + 1]
+            start = end + 1
             size += len(line)
             if size > MAX_HEAD:
                 raise BadRequest(f"the request head is over {MAX_HEAD // 1024} KiB", 431)
@@ -101,6 +104,7 @@ async def read_head(reader: asyncio.StreamReader) -> list[str]:
                 raise BadRequest("the request head has control characters in it")
             if not text:
                 if lines:
+                    del reader.buffer[:start]
                     return lines
                 continue  # RFC 9112 lets a server ignore empty lines before a request
             lines.append(text)

@@ -6,14 +6,17 @@ on_refusal; the task itself reads 0x02, "connection not allowed by ruleset".
 """
 
 import asyncio
+import contextlib
 import errno
 import ipaddress
 import logging
+import socket
 import struct
 
 from boxd.broker.egress_dial import Dialer, Refusal, Refused, Unreachable
 from boxd.broker.egress_target import MAX_NAME, Target, make_target
-from boxd.broker.pipe import close, pipe
+from boxd.broker.pipe import pipe
+from boxd.broker.socket_reader import SocketReader
 from boxd.connection_limits import HEAD_SECONDS
 
 log = logging.getLogger(__name__)
@@ -58,18 +61,18 @@ def reply(code: int) -> bytes:
     return bytes([VERSION, code, 0, IPV4, 0, 0, 0, 0, 0, 0])
 
 
-async def _greet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _greet(reader: SocketReader) -> None:
     version, count = await reader.readexactly(2)
     if version != VERSION:
         raise _Unsupported(f"the client speaks SOCKS version {version}, not 5", None)
     methods = await reader.readexactly(count)
     if NO_AUTH not in methods:
-        writer.write(bytes([VERSION, NO_ACCEPTABLE_METHOD]))
+        await _send(reader.sock, bytes([VERSION, NO_ACCEPTABLE_METHOD]))
         raise _Unsupported("the client offered no method without authentication", None)
-    writer.write(bytes([VERSION, NO_AUTH]))
+    await _send(reader.sock, bytes([VERSION, NO_AUTH]))
 
 
-async def _request(reader: asyncio.StreamReader) -> tuple[int, Target]:
+async def _request(reader: SocketReader) -> tuple[int, Target]:
     version, command, _, kind = await reader.readexactly(4)
     if version != VERSION:
         raise _Unsupported(f"the request is SOCKS version {version}, not 5", GENERAL_FAILURE)
@@ -86,57 +89,65 @@ async def _request(reader: asyncio.StreamReader) -> tuple[int, Target]:
     return command, make_target(host, port)
 
 
+async def _send(sock: socket.socket, data: bytes) -> None:
+    """A reply of a few bytes: the socket's buffer takes it at once, unless the task stopped
+    reading with its buffer full, and then it gets HEAD_SECONDS."""
+    async with asyncio.timeout(HEAD_SECONDS):
+        await asyncio.get_running_loop().sock_sendall(sock, data)
+
+
 class Socks5Proxy:
     def __init__(self, dialer: Dialer, on_refusal: Refusal) -> None:
         self.dialer = dialer
         self.on_refusal = on_refusal
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def handle(self, sock: socket.socket) -> None:
+        """Serves one connection; closes it."""
         try:
-            await self._serve(reader, writer)
+            await self._serve(sock)
         except (OSError, asyncio.IncompleteReadError, TimeoutError) as error:
             log.debug("egress SOCKS connection ended: %s", error)
         except _Unsupported as error:
-            if error.code is not None:
-                writer.write(reply(error.code))
             log.debug("egress SOCKS connection refused: %s", error)
+            if error.code is not None:
+                with contextlib.suppress(OSError, TimeoutError):
+                    await _send(sock, reply(error.code))
         finally:
-            await close(writer)
+            sock.close()
 
-    async def busy(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, most: int
-    ) -> None:
+    async def busy(self, sock: socket.socket, most: int) -> None:
         """Closes a connection over the task's limit: SOCKS has no words to say why."""
         log.warning("egress SOCKS connection closed: the task has %d open, its most", most)
-        await close(writer)
+        sock.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, sock: socket.socket) -> None:
+        reader = SocketReader(sock)
         # The greeting and request are a few bytes; a client that sends nothing is not kept.
         async with asyncio.timeout(HEAD_SECONDS):
-            await _greet(reader, writer)
+            await _greet(reader)
             command, target = await _request(reader)
         if command != CONNECT:
             what = _COMMANDS.get(command, f"command {command}")
             await self.on_refusal(
                 str(target), f"SOCKS5 {what} is not supported; this proxy only connects (CONNECT)"
             )
-            writer.write(reply(COMMAND_NOT_SUPPORTED))
+            await _send(sock, reply(COMMAND_NOT_SUPPORTED))
             return
         try:
             upstream = await self.dialer.open(target)
         except Refused as refusal:
             await self.on_refusal(str(target), str(refusal))
-            writer.write(reply(NOT_ALLOWED))
+            await _send(sock, reply(NOT_ALLOWED))
             return
         except Unreachable as failure:
             log.debug("egress SOCKS target unreachable: %s", failure)
             code = HOST_UNREACHABLE
             if failure.code is not None:
                 code = _UNREACHABLE_CODES.get(failure.code, HOST_UNREACHABLE)
-            writer.write(reply(code))
+            await _send(sock, reply(code))
             return
         try:
-            writer.write(reply(SUCCEEDED))
-            await pipe((reader, writer), upstream)
+            # Bytes the client sent right after its request (pipelined) go first.
+            await pipe(sock, upstream, to_task=reply(SUCCEEDED), to_upstream=reader.rest())
         finally:
-            await close(upstream[1])
+            upstream.close()
