@@ -11,10 +11,13 @@ from typing import Any
 from boxd.connection_limits import (
     BODY_SECONDS,
     BROKER_CONNECTIONS,
+    EGRESS_CONNECTIONS,
     GATEWAY_CONNECTIONS,
     HEAD_SECONDS,
     LISTEN_BACKLOG,
+    MODEL_GATEWAY_CONNECTIONS,
     STALL_SECONDS,
+    TURNED_AWAY,
     body_words,
 )
 from tests.vm.box_api import boxctl, finish, start_fake, wait_for_step
@@ -27,8 +30,17 @@ IDLE = 2000
 SLACK = 4.0
 # Descriptors beyond the cap: the system bus, the journal, the loop, a few turned away.
 OVERHEAD = 100
-# LimitNOFILE= of boxd-web.service and box-broker@.service.
-NOFILE = 2048
+# What a tunnel through the egress proxy holds: its two sockets and its two pipes' four ends.
+TUNNEL_FDS = 6
+# Descriptors each service may need at its caps, all doors full and each turning some away.
+NEEDED = {
+    "boxd-web.service": GATEWAY_CONNECTIONS + TURNED_AWAY + OVERHEAD,
+    "box-broker@": BROKER_CONNECTIONS
+    + 2 * MODEL_GATEWAY_CONNECTIONS
+    + TUNNEL_FDS * EGRESS_CONNECTIONS
+    + 4 * TURNED_AWAY
+    + OVERHEAD,
+}
 # Steps of almost 1 MB each: GET /task and GET /api/tasks/{id} answer some 8 MB.
 BIG_STEPS = 8
 
@@ -132,7 +144,8 @@ def test_slow_and_silent_clients_are_bounded_on_the_gateway_and_a_broker(
     # Neither service can run out of descriptors before its caps are reached.
     for unit in ("boxd-web.service", f"box-broker@{task_id}.service"):
         limit = machine.run("systemctl", "show", "-P", "LimitNOFILE", unit).stdout.strip()
-        assert limit == str(NOFILE), (unit, limit)
+        needed = NEEDED[unit if unit.startswith("boxd") else "box-broker@"]
+        assert int(limit) >= needed, (unit, limit, needed)
     # Both still serve, and the task carries on.
     assert machine.run("systemctl", "is-active", "boxd-web.service").stdout.strip() == "active"
     shown = json.loads(boxctl(machine, "show", task_id, "--json").stdout)
