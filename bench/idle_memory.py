@@ -73,13 +73,14 @@ def import_profile() -> tuple[float, list[tuple[float, str]]]:
         for line in done.stderr.splitlines():
             found = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)", line)
             if found:
-                rows.append((int(found[2]) / 1000, len(found[3]), found[4]))
+                # One space after the bar, then two for each level down.
+                rows.append((int(found[2]) / 1000, (len(found[3]) - 1) // 2, found[4]))
         total = next(ms for ms, _, name in rows if name == "boxd.broker.main")
         runs.append((total, rows))
     runs.sort(key=lambda one: one[0])
     total, rows = runs[len(runs) // 2]
-    # The broker's own imports and, one level down, what they bring: third parties by package.
-    top = sorted(((ms, name) for ms, depth, name in rows if depth in (2, 4)), reverse=True)
+    # What the broker's own modules import, three levels down from it: the packages they bring.
+    top = sorted(((ms, name) for ms, depth, name in rows if depth in (1, 2, 3)), reverse=True)
     return total, top[:12]
 
 

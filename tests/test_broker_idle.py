@@ -7,6 +7,7 @@ exit and start over and over, and a connection that comes just as it exits is an
 next broker on the same socket, as systemd hands it over."""
 
 import asyncio
+import json
 import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Iterator
@@ -27,9 +28,11 @@ from boxd.broker.idle import (
     IdleWatch,
     idle_seconds,
 )
+from boxd.broker.main import LateDoors
+from boxd.broker.refusal_log import RefusalLog
 from boxd.connection_guard import Bounds, Guard
 from boxd.socket_activation import Door
-from tests.test_broker_and_fake_worker import until
+from tests.test_broker_and_fake_worker import MemoryLog, MemoryWaiter, until
 from tests.test_broker_stopping import Gate, broker, post
 
 __all__ = ["broker"]  # the fixture, shared with the stopping tests
@@ -304,3 +307,51 @@ def test_the_idle_time_setting() -> None:
         idle_seconds({IDLE_VARIABLE: "1.5"})
     with pytest.raises(ValueError, match=f"at least {SHORTEST_IDLE_MS} ms, not 100"):
         idle_seconds({IDLE_VARIABLE: "100"})
+
+
+# --- the doors made on their first connection ---------------------------------------------------
+
+
+class Refusals:
+    """The manager's side of LogRefusal, in memory."""
+
+    def __init__(self) -> None:
+        self.logged: list[dict[str, Any]] = []
+
+    async def call(self, member: str, *args: str) -> Any:
+        assert member == "LogRefusal"
+        self.logged.append(json.loads(args[0]))
+        return {}
+
+
+async def test_the_first_connection_to_a_late_door_is_answered_by_the_server_it_starts(
+    tmp_path: Path,
+) -> None:
+    """The egress proxy and the model gateway are made when their first connection comes: that
+    connection waits in the socket's queue meanwhile, and is answered, not dropped."""
+    manager = Refusals()
+    log = MemoryLog("")
+    refusals = RefusalLog(manager)
+    late = LateDoors(log.task, manager, MemoryWaiter(log), 1.0, dict, refusals)
+    proxy = Listening(tmp_path / "proxy.sock")
+    gateway = Listening(tmp_path / "model.sock")
+    late.watch(proxy(), late.serve_http)
+    late.watch(gateway(), late.serve_gateway)
+    await spin()
+    assert late.egress is None and late.gateway is None
+    reader, writer = await asyncio.open_unix_connection(proxy.path)
+    writer.write(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+    answer = await asyncio.wait_for(reader.read(), 10)
+    assert answer.startswith(b"HTTP/1.1 403"), answer[:200]
+    assert late.egress is not None and late.gateway is None
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=gateway.path)) as session,
+        session.post("http://box/v1/messages", json={"messages": []}) as response,
+    ):
+        said = await response.json()
+    assert response.status == 400
+    assert said["error"]["message"].startswith(f"task {log.task['id']} names no model")
+    await late.close()
+    await refusals.close()
+    assert [entry["target"] for entry in manager.logged] == ["example.com:443"]
+    assert not late.failed.done()

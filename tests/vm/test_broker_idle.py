@@ -143,7 +143,7 @@ def test_an_idle_broker_exits_and_the_next_step_starts_it_again(
     # Its next step, on a new connection, starts it again and is logged.
     ended = finish(machine, task_id)
     assert ended["state"] == "done", ended
-    assert [s["text"] for s in ended["steps"]] == ["before the nap", "after the nap"]
+    assert [s["text"] for s in ended["steps"]] == ["before the nap", "slept 8 s", "after the nap"]
     assert starts(machine, task_id) == started + 1, broker_journal(machine, task_id)
 
 
