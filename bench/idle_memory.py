@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.in_machine import PYTHON
 from bench.load import (
     BOXCTL,
     MEMORY_SOURCE,
@@ -54,7 +55,6 @@ IDLE_MS = 3000
 WARM_TRIES = 5
 IMPORT_TRIES = 5
 DROP_IN = Path("/etc/systemd/system/box-broker@.service.d/60-bench-idle.conf")
-PYTHON = "/opt/boxd/venv/bin/python"
 POLL_SECONDS = 0.05
 KINDS = ("GET /tools", "POST /step")
 
@@ -246,6 +246,9 @@ def table(result: dict[str, Any]) -> str:
 
 
 def run_in_machine(tasks: int, idle_ms: int) -> int:
+    """As bench.in_machine's, but with the bench package beside this file: it uses bench.load's
+    measures, and runs as `python -m bench.idle_memory`."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.vm.machine import Machine, install_boxd
 
     here = Path(__file__).resolve().parent
@@ -254,7 +257,7 @@ def run_in_machine(tasks: int, idle_ms: int) -> int:
         token = machine.run(BOXCTL, "token", "create", "--name", "bench").stdout.strip()
         target = machine.root / "tmp" / "bench-idle" / "bench"
         target.mkdir(parents=True)
-        for name in ("__init__.py", "load.py", "idle_memory.py"):
+        for name in ("__init__.py", "in_machine.py", "load.py", "idle_memory.py"):
             shutil.copy(here / name, target / name)
         done = machine.run(
             "sh",
@@ -280,7 +283,6 @@ def main() -> None:
         result = measure(arguments.inside, arguments.tasks, arguments.idle_ms)
         print(json.dumps(result) if arguments.json else table(result))
         return
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     sys.exit(run_in_machine(arguments.tasks, arguments.idle_ms))
 
 
