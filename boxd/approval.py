@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, StrictBool, StrictStr, field_validator
 
 from boxd.caps import MAX_LABEL, cents, text
-from boxd.task_request import plain
+from boxd.plain_errors import plain
 
 MAX_KEY = 200
 MAX_QUESTION = 2000

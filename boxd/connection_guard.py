@@ -80,10 +80,24 @@ class _Connection(asyncio.Protocol):
         self.reading_body = False
         self.buffered = 0
         self.stalled_since: float | None = None
+        # A request was answered and nothing of another has come since: a keep-alive connection
+        # at rest, which an idle broker may close (boxd/broker/idle.py). Not yet on a new one.
+        self.rested = False
 
     @property
     def busy(self) -> bool:
         return self.handling > 0 and not self.reading_body
+
+    @property
+    def resting(self) -> bool:
+        transport = self.transport
+        return (
+            self.rested
+            and self.handling == 0
+            and transport is not None
+            and not transport.is_closing()
+            and transport.get_write_buffer_size() == 0
+        )
 
     def wait_from(self, now: float) -> None:
         self.waiting_since = now
@@ -102,6 +116,7 @@ class _Connection(asyncio.Protocol):
             self.inner.connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        self.rested = False
         self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:
@@ -264,6 +279,16 @@ class Guard:
     def open_connections(self) -> int:
         return sum(len(listener.open) for listener in self._listeners)
 
+    def resting(self) -> set[int]:
+        """The descriptors of the keep-alive connections at rest: their last request answered
+        whole, nothing of another heard since."""
+        return {
+            connection.transport.get_extra_info("socket").fileno()
+            for listener in self._listeners
+            for connection in listener.open
+            if connection.resting and connection.transport is not None
+        }
+
     async def _check_often(self) -> None:
         while True:
             await asyncio.sleep(self.bounds.check_seconds)
@@ -335,6 +360,7 @@ def _in_hand(guard: Guard) -> Middleware:
         finally:
             connection.handling -= 1
             if connection.handling == 0:
+                connection.rested = True
                 connection.wait_from(asyncio.get_running_loop().time())
 
     return middleware

@@ -3,13 +3,18 @@
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import ErrorDetails
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from boxd.errors import BoxError, Problem
 from boxd.strict_json import loads
 
 # Validators raise PydanticCustomError with this type when their text already says it all.
 PLAIN = "box"
+
+
+def plain(message: str) -> PydanticCustomError:
+    """A validator's error whose text says it all."""
+    return PydanticCustomError(PLAIN, message)
 
 
 def _where(error: ErrorDetails) -> str:

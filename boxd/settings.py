@@ -18,8 +18,8 @@ from pydantic import (
 
 from boxd.errors import BoxError
 from boxd.hosts import check_hosts
-from boxd.plain_errors import invalid
-from boxd.task_request import MAX_PATH, budget_cents, plain
+from boxd.plain_errors import invalid, plain
+from boxd.task_request import MAX_PATH, budget_cents
 
 MAX_AGENT_FOLDERS = 50
 

@@ -1,7 +1,10 @@
 """The listening sockets systemd passed in, and serving an aiohttp app on them until stopped,
 with slow and silent clients bounded (boxd/connection_guard.py)."""
 
+import select
 import socket
+import weakref
+from typing import Any
 
 from aiohttp import web
 from systemd import daemon
@@ -11,27 +14,49 @@ from boxd.errors import Problem, die
 from boxd.stopping import until_stopped
 
 
-def passed_sockets(unit: str) -> dict[str, list[socket.socket]]:
+class Door(socket.socket):
+    """A listening socket systemd passed, which knows the connections it accepted while they are
+    open, from the moment they are accepted: asyncio's servers accept through it, so this holds
+    whatever serves the socket (aiohttp or a proxy)."""
+
+    def __init__(self, fileno: int) -> None:
+        super().__init__(fileno=fileno)
+        # Connections accepted so far: a change says one came, even if it went before a look.
+        self.accepted = 0
+        self._open: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        connection, address = super().accept()
+        self.accepted += 1
+        self._open.add(connection)
+        return connection, address
+
+    def open_connections(self) -> set[int]:
+        """The descriptors of the connections it accepted that are still open."""
+        return {fd for fd in (c.fileno() for c in list(self._open)) if fd != -1}
+
+    def queued(self) -> bool:
+        """Whether a connection waits in the kernel's queue to be accepted."""
+        poll = select.poll()
+        poll.register(self.fileno(), select.POLLIN)
+        return bool(poll.poll(0))
+
+
+def passed_sockets(unit: str) -> dict[str, list[Door]]:
     """The sockets systemd passed, by their FileDescriptorName (a socket unit's own name unless
     it sets one)."""
-    named: dict[str, list[socket.socket]] = {}
+    named: dict[str, list[Door]] = {}
     for fd, name in daemon.listen_fds_with_names().items():
-        named.setdefault(name, []).append(socket.socket(fileno=fd))
+        named.setdefault(name, []).append(Door(fd))
     if not named:
         die(Problem.FAILED, f"this service is started by {unit}, which passes its socket")
     return named
 
 
-async def serve(
-    app: web.Application,
-    unit: str,
-    connections: int,
-    sockets: list[socket.socket] | None = None,
-) -> None:
-    """Serves the app on `sockets`, or on every socket systemd passed, each with at most
-    `connections` open at once."""
-    if sockets is None:
-        sockets = [s for group in passed_sockets(unit).values() for s in group]
+async def serve(app: web.Application, unit: str, connections: int) -> None:
+    """Serves the app on every socket systemd passed, each with at most `connections` open at
+    once, until stopped."""
+    sockets: list[socket.socket] = [s for group in passed_sockets(unit).values() for s in group]
     guard = Guard(app, Bounds(connections))
     await guard.start(sockets)
     await until_stopped()

@@ -16,13 +16,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
 from boxd.caps import MAX_LABEL, MAX_TOOLS
 from boxd.claude_models import resolve_model
 from boxd.errors import BoxError
 from boxd.hosts import check_hosts
-from boxd.plain_errors import PLAIN, invalid
+from boxd.plain_errors import invalid, plain
 from boxd.strict_json import loads
 
 MAX_TITLE = 200
@@ -40,10 +39,6 @@ class Autonomy(StrEnum):
     LOW = "low"
     MEDIUM = "medium"
     HIGH = "high"
-
-
-def plain(message: str) -> PydanticCustomError:
-    return PydanticCustomError(PLAIN, message)
 
 
 def _hosts(value: object) -> list[str]:

@@ -123,6 +123,11 @@ class Calls:
             log.info("letting %d tool call(s) finish before the broker stops", len(self._tools))
             await asyncio.wait(set(self._tools), timeout=seconds)
 
+    def busy(self) -> bool:
+        """Whether a call is running its tool or waiting for the owner, its caller there or
+        not (a caller that hung up does not cut off a shared call): the broker is not idle."""
+        return bool(self._running)
+
     def reserved(self) -> dict[str, float]:
         """key -> cost of the calls this broker is running or waiting on now."""
         return dict(self._reserved)

@@ -157,6 +157,14 @@ class ModelGateway:
         await guard.start([sock])
         self._guards.append(guard)
 
+    def resting(self) -> set[int]:
+        """The descriptors of keep-alive connections at rest (boxd/broker/idle.py)."""
+        return set[int]().union(*(guard.resting() for guard in self._guards))
+
+    def busy(self) -> bool:
+        """Whether a reply's cost is still being logged (its worker may have hung up)."""
+        return bool(self._logging)
+
     async def close(self) -> None:
         for guard in self._guards:
             await guard.close()

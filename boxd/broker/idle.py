@@ -1,0 +1,111 @@
+"""When a task's broker goes: once idle for BOX_BROKER_IDLE_MS it exits 0, and systemd starts it
+again on the next connection to any of its sockets, which stay open in systemd all along and
+queue what comes meanwhile. An idle task then costs boxd no process at all.
+
+Idle means nothing in hand, for the whole time:
+- no connection open on any of its doors (broker.sock, the egress proxies, the model gateway),
+  counted from the moment it is accepted: a request being read or answered, an /ask or an
+  over-budget /call waiting for the owner, a tunnel, a model reply streaming, a connection that
+  sent nothing yet. Only a keep-alive connection at rest on an HTTP door (its last request
+  answered whole, nothing of the next heard) does not count: the broker closes it as it exits,
+  as each door's own HEAD_SECONDS rule would, and the worker opens another for its next request;
+- no connection waiting in a socket's queue;
+- no connection accepted since the last look, even one that came and went in between;
+- nothing the broker still does by itself (`busy`): a call whose caller hung up, still running
+  its tool or waiting for the owner.
+
+The last look and the end of accepting happen in one step of the event loop: a connection is
+either accepted by this broker, which is then not idle, or left in the queue for the next one.
+A task poking its broker keeps it up; one poking just after each exit starts it once per idle
+period at most, never a crash loop (exit 0 is no failure to Restart=on-failure).
+"""
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Sequence
+
+from boxd.socket_activation import Door
+
+IDLE_VARIABLE = "BOX_BROKER_IDLE_MS"
+# A minute without anything in hand. A worker's keep-alive connection at rest does not count,
+# so a task whose agent thinks (its model reply streaming) or runs a tool keeps its broker;
+# one that waits on something else (a long build, `sleep`) gives the memory back.
+DEFAULT_IDLE_MS = 60_000
+# Below this, a task poking its broker just after each exit could start it more than
+# systemd's socket trigger limit allows (20 starts in 2 s, then the socket fails for good).
+SHORTEST_IDLE_MS = 500
+# How often the broker looks, as a share of the idle time, and at most.
+LOOKS_PER_IDLE = 10
+LONGEST_LOOK_SECONDS = 1.0
+
+
+def idle_seconds(environ: dict[str, str] | None = None) -> float | None:
+    """The idle time the broker's environment sets, in seconds; None when 0: never exit."""
+    given = (os.environ if environ is None else environ).get(IDLE_VARIABLE)
+    if given is None:
+        return DEFAULT_IDLE_MS / 1000
+    if not given.isdigit():
+        raise ValueError(
+            f"{IDLE_VARIABLE} must be a whole number of milliseconds (0: the broker never "
+            f"exits when idle), not {given[:40]!r}"
+        )
+    if int(given) == 0:
+        return None
+    if int(given) < SHORTEST_IDLE_MS:
+        raise ValueError(
+            f"{IDLE_VARIABLE} must be 0 or at least {SHORTEST_IDLE_MS} ms, not {given}: a task "
+            "could otherwise start its broker again faster than its socket allows"
+        )
+    return int(given) / 1000
+
+
+class IdleWatch:
+    """Watches a broker's doors. `resting` gives the descriptors of keep-alive connections at
+    rest (the HTTP doors' Guards'); `busy` says what the broker does without a connection."""
+
+    def __init__(
+        self,
+        seconds: float,
+        doors: Sequence[Door],
+        *,
+        resting: Callable[[], set[int]] = set,
+        busy: Sequence[Callable[[], bool]] = (),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.seconds = seconds
+        self.doors = list(doors)
+        self._resting = resting
+        self._busy = list(busy)
+        self._clock = clock
+        self.look_seconds = min(seconds / LOOKS_PER_IDLE, LONGEST_LOOK_SECONDS)
+
+    def accepted(self) -> int:
+        return sum(door.accepted for door in self.doors)
+
+    def in_hand(self) -> bool:
+        """Whether anything is in hand now (see the module's note)."""
+        if any(busy() for busy in self._busy):
+            return True
+        if any(door.queued() for door in self.doors):
+            return True
+        open_connections = set[int]().union(*(door.open_connections() for door in self.doors))
+        return bool(open_connections - self._resting())
+
+    async def wait(self) -> None:
+        """Returns once nothing was in hand for `seconds`, having stopped accepting on every
+        door in the same step: what comes after stays queued for the next broker."""
+        loop = asyncio.get_running_loop()
+        seen = self.accepted()
+        since = self._clock()
+        while True:
+            await asyncio.sleep(self.look_seconds)
+            now = self._clock()
+            accepted = self.accepted()
+            if accepted != seen or self.in_hand():
+                seen, since = accepted, now
+                continue
+            if now - since >= self.seconds:
+                for door in self.doors:
+                    loop.remove_reader(door)
+                return
