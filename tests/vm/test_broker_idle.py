@@ -13,6 +13,7 @@ import pytest
 
 from tests.vm.box_api import boxctl, finish, start_fake, wait_for_step
 from tests.vm.machine import Machine
+from tests.vm.outside_world import start_outside
 
 DROP_IN = "/etc/systemd/system/box-broker@.service.d/50-idle.conf"
 IDLE_MS = 1500
@@ -169,3 +170,36 @@ def test_an_approval_waiting_for_the_owner_keeps_the_broker_up(
     assert ended["state"] == "done", ended
     assert [s["text"] for s in ended["steps"]] == ["approved", "asked"]
     assert starts(machine, task_id) == started
+
+
+# A tunnel through the task's egress proxy, opened, then silent for three idle times and more,
+# then used: through the broker that opened it (bytes go by splice, boxd/broker/pipe.py, with no
+# request in hand on any HTTP door).
+HELD_TUNNEL = (
+    "import os, socket, time, urllib.parse; "
+    "proxy = urllib.parse.urlsplit(os.environ['HTTP_PROXY']); "
+    "s = socket.create_connection((proxy.hostname, proxy.port)); "
+    "s.sendall(b'CONNECT allowed.test:80 HTTP/1.1\\r\\nHost: allowed.test:80\\r\\n\\r\\n'); "
+    "print(s.recv(200).split(b'\\r\\n')[0].decode()); "
+    f"time.sleep({3 * IDLE_MS / 1000 + 1}); "
+    "s.sendall(b'GET /held HTTP/1.0\\r\\nHost: allowed.test\\r\\n\\r\\n'); "
+    "print(s.makefile('rb').read().split(b'\\r\\n\\r\\n')[-1].decode())"
+)
+
+
+def test_an_open_tunnel_keeps_the_broker_up(machine: Machine, token: str) -> None:
+    outside = start_outside(machine)
+    try:
+        task = start_fake(
+            machine, token, f'step ready\nsh python3 -c "{HELD_TUNNEL}"', hosts=["allowed.test"]
+        )
+        wait_for_step(machine, task["id"])
+        started = starts(machine, task["id"])
+        ended = finish(machine, task["id"])
+    finally:
+        outside.kill()
+        outside.wait()
+    assert ended["state"] == "done", ended
+    said = ended["steps"][-1]["text"]
+    assert "200" in said and "hello from 80 /held" in said, said
+    assert starts(machine, task["id"]) == started, broker_journal(machine, task["id"])
