@@ -27,7 +27,7 @@ from boxd.manager.pages import one_page, with_next
 from boxd.manager.records import Records
 from boxd.plain_errors import parse
 from boxd.step import Step
-from boxd.task import TaskState
+from boxd.task import Task, TaskState
 
 
 class BrokerMethods:
@@ -47,14 +47,15 @@ class BrokerMethods:
 
     async def log_step(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         step = parse(Step, args[1])
-        async with self.records.locks[args[0]]:
-            task = await self.records.task(args[0])
+
+        def log(task: Task) -> tuple[Task, str, dict[str, Any]]:
             if task.state.ended:
                 die(Problem.INVALID, f"task {task.id} has ended ({task.state}); it logs no more")
-            task = task.model_copy(update={"step": step.text})
-            event = await self.records.record(
-                task, EventKind.TASK_STEP, step.model_dump(mode="json")
-            )
+            changed = task.model_copy(update={"step": step.text})
+            return changed, EventKind.TASK_STEP, step.model_dump(mode="json")
+
+        async with self.records.locks[args[0]]:
+            event = await self.records.change(args[0], log)
         return event.model_dump(mode="json")
 
     async def begin_call(self, caller: Caller, args: list[str]) -> dict[str, Any]:

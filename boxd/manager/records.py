@@ -1,6 +1,7 @@
 """The tasks as recorded. Every change is written to the store, shown on the task's D-Bus
 object and announced by its Event signal, together; only a holder of the task's lock changes it."""
 
+from collections.abc import Callable
 from typing import Any
 
 from dbus_fast.aio import MessageBus
@@ -73,6 +74,21 @@ class Records:
             layer=layer,
             drop_layer=drop_layer,
         )
+        if show:
+            self._objects[task.id].update(task)
+        self._objects[task.id].tell(event)
+        return event
+
+    async def change(
+        self,
+        task_id: str,
+        change: Callable[[Task], tuple[Task, str, dict[str, Any]]],
+        *,
+        show: bool = True,
+    ) -> Event:
+        """Reads the task and records what `change` makes of it with one event, in one trip to
+        the store (Store.change_task); `show` puts the task's new properties on D-Bus."""
+        task, event = await self.store.change_task(check_task_id(task_id), change)
         if show:
             self._objects[task.id].update(task)
         self._objects[task.id].tell(event)
