@@ -9,7 +9,7 @@ connection runs (sqlite3's trace callback).
 import asyncio
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -68,7 +68,7 @@ def commits(statements: list[str]) -> int:
     return sum(statement == "COMMIT" for statement in statements)
 
 
-async def outcomes(writes: list[Awaitable[Any]]) -> list[Any]:
+async def outcomes(writes: Sequence[Awaitable[Any]]) -> list[Any]:
     return await asyncio.gather(*writes, return_exceptions=True)
 
 
@@ -161,9 +161,7 @@ async def test_a_full_disk_says_so_to_every_caller_of_the_group(tmp_path: Path) 
     assert db is not None
     pages = db.execute("PRAGMA page_count").fetchone()[0]
     db.execute(f"PRAGMA max_page_count = {pages}")
-    big = [
-        a_task(f"t00000000{n}").model_copy(update={"prompt": "x" * 50_000}) for n in range(1, 4)
-    ]
+    big = [a_task(f"t00000000{n}").model_copy(update={"prompt": "x" * 50_000}) for n in range(1, 4)]
     async with thread_held(store):
         writes = [store.save_task(t, EventKind.TASK_STATE, {"state": "queued"}) for t in big]
         answers = asyncio.create_task(outcomes(writes))
