@@ -45,7 +45,10 @@ RECORD_FULL = (
     "(undo tasks or remove workspaces you no longer need)."
 )
 
-_SCHEMA = """
+# The key of an event's data, as the index of tool.call lines has it.
+_KEY = "json_extract(CASE WHEN json_valid(data) THEN data END, '$.key')"
+
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS tasks (
     id TEXT PRIMARY KEY,
     created REAL NOT NULL,
@@ -60,6 +63,9 @@ CREATE TABLE IF NOT EXISTS events (
     data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_by_task ON events (task, kind, seq);
+-- A call's tool.call line by its key, looked up for every call: without it, every call read all
+-- the task's earlier ones. A damaged line (not JSON) has no key rather than failing the lookup.
+CREATE INDEX IF NOT EXISTS tool_calls_by_key ON events (task, {_KEY}) WHERE kind = 'tool.call';
 CREATE TABLE IF NOT EXISTS tokens (
     hash TEXT PRIMARY KEY,
     name TEXT NOT NULL,
@@ -417,7 +423,7 @@ class Store:
         def read(db: sqlite3.Connection) -> dict[str, Any] | None:
             row = db.execute(
                 "SELECT data FROM events WHERE task = ? AND kind = 'tool.call' "
-                "AND json_extract(data, '$.key') = ? ORDER BY seq LIMIT 1",
+                f"AND {_KEY} = ? ORDER BY seq LIMIT 1",
                 (task_id, key),
             ).fetchone()
             return None if row is None else dict(json.loads(row[0]))
