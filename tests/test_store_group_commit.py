@@ -18,8 +18,7 @@ import pytest
 
 from boxd.errors import BoxError, Problem
 from boxd.event import Event, EventKind
-from boxd.manager.store import RECORD_FULL, Store
-from boxd.task import Task
+from boxd.manager.store import RECORD_FULL, Ledger, Store
 from tests.test_store import a_task
 
 HOLD_SECONDS = 10.0
@@ -238,28 +237,34 @@ async def test_a_caller_that_goes_away_leaves_its_write_and_the_others(tmp_path:
     await store.close()
 
 
-async def test_change_task_reads_and_writes_in_one_commit(tmp_path: Path) -> None:
+async def test_a_transaction_reads_and_writes_in_one_commit(tmp_path: Path) -> None:
     store, statements = await opened(tmp_path / "box.db")
     task = a_task()
     await store.save_task(task, EventKind.TASK_STATE, {"state": "queued"})
 
-    def step(found: Task) -> tuple[Task, str, dict[str, Any]]:
-        return found.model_copy(update={"step": "one"}), EventKind.TASK_STEP, {"text": "one"}
+    def step(ledger: Ledger) -> str:
+        found = ledger.task(task.id)
+        assert found is not None
+        ledger.save_task(found.model_copy(update={"step": "one"}), EventKind.TASK_STEP, {})
+        ledger.save_task(found.model_copy(update={"step": "two"}), EventKind.TASK_STEP, {})
+        return "stepped"
 
-    def refuse(found: Task) -> tuple[Task, str, dict[str, Any]]:
+    def refuse(ledger: Ledger) -> None:
+        found = ledger.task(task.id)
+        assert found is not None
+        ledger.save_task(found, EventKind.TASK_STEP, {"text": "undone"})
         raise BoxError(Problem.INVALID, "not now")
 
     before = commits(statements)
-    changed, event = await store.change_task(task.id, step)
-    assert changed.step == "one" and event.kind == EventKind.TASK_STEP
-    assert await store.task(task.id) == changed
+    done, saved = await store.transact(step)
+    assert done == "stepped" and [t.step for t, _ in saved] == ["one", "two"]
+    assert [e.kind for _, e in saved] == [EventKind.TASK_STEP] * 2
     assert commits(statements) == before + 1
+    assert (await store.task(task.id)) == saved[-1][0]
     with pytest.raises(BoxError, match="not now"):
-        await store.change_task(task.id, refuse)
-    with pytest.raises(BoxError, match="no task t000000009") as missing:
-        await store.change_task("t000000009", step)
-    assert missing.value.problem == Problem.NOT_FOUND
-    assert [e.kind for e in await store.events(task.id)] == ["task.state", "task.step"]
+        await store.transact(refuse)
+    # What the refused work wrote before it refused is undone.
+    assert [e.data for e in await store.events(task.id, EventKind.TASK_STEP)] == [{}, {}]
     await store.close()
 
 

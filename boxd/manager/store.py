@@ -334,25 +334,33 @@ class Store:
         key, approvals), in one transaction: all of it is on disk, or none."""
 
         def write(db: sqlite3.Connection) -> Event:
-            return _save(db, task, kind, data, answer, approvals, layer, drop_layer)
+            return Ledger(db).save_task(
+                task,
+                kind,
+                data,
+                answer=answer,
+                approvals=approvals,
+                layer=layer,
+                drop_layer=drop_layer,
+            )
 
         return await self._write(write, journal.send)
 
-    async def change_task(
-        self, task_id: str, change: Callable[[Task], tuple[Task, str, dict[str, Any]]]
-    ) -> tuple[Task, Event]:
-        """Reads the task and writes what `change` makes of it with one event about it (as
-        save_task), in one write: the read and the write cross to the store's thread once. No
-        such task is a 404; `change` may refuse (die), and then nothing is written."""
+    async def transact(self, work: Callable[["Ledger"], T]) -> tuple[T, list[tuple[Task, Event]]]:
+        """Runs `work` on the record in one write (a group commit's savepoint): what it reads and
+        what it writes cross to the store's thread once, and no other write comes between.
+        Returns its result and the tasks it saved with their events, once on disk. If `work`
+        raises (die), nothing it wrote stays."""
 
-        def write(db: sqlite3.Connection) -> tuple[Task, Event]:
-            task = _read_task(db, task_id)
-            if task is None:
-                die(Problem.NOT_FOUND, f"no task {task_id}")
-            changed, kind, data = change(task)
-            return changed, _save(db, changed, kind, data)
+        def write(db: sqlite3.Connection) -> tuple[T, list[tuple[Task, Event]]]:
+            ledger = Ledger(db)
+            return work(ledger), ledger.saved
 
-        return await self._write(write, lambda done: journal.send(done[1]))
+        def tell_journal(done: tuple[T, list[tuple[Task, Event]]]) -> None:
+            for _, event in done[1]:
+                journal.send(event)
+
+        return await self._write(write, tell_journal)
 
     async def stack(self, workspace: str) -> list[tuple[int, str]]:
         """The workspace's layers as (number, task), newest first."""
@@ -409,54 +417,16 @@ class Store:
         return await self._run(read)
 
     async def answer(self, task_id: str, key: str) -> dict[str, Any] | None:
-        def read(db: sqlite3.Connection) -> dict[str, Any] | None:
-            row = db.execute(
-                "SELECT result FROM answers WHERE task = ? AND key = ?", (task_id, key)
-            ).fetchone()
-            return None if row is None else dict(json.loads(row[0]))
-
-        return await self._run(read)
+        return await self._run(lambda db: Ledger(db).answer(task_id, key))
 
     async def logged_call(self, task_id: str, key: str) -> dict[str, Any] | None:
-        """The `tool.call` line of the key's call, if one was begun (it may have been cut off)."""
-
-        def read(db: sqlite3.Connection) -> dict[str, Any] | None:
-            row = db.execute(
-                "SELECT data FROM events WHERE task = ? AND kind = 'tool.call' "
-                f"AND {_KEY} = ? ORDER BY seq LIMIT 1",
-                (task_id, key),
-            ).fetchone()
-            return None if row is None else dict(json.loads(row[0]))
-
-        return await self._run(read)
+        return await self._run(lambda db: Ledger(db).logged_call(task_id, key))
 
     async def reserving_approvals(self, task_id: str) -> list[Approval]:
-        """The task's approvals of calls whose cost is reserved: waiting for the owner, or
-        approved and not yet run (no answer logged for their key)."""
-
-        def read(db: sqlite3.Connection) -> list[Approval]:
-            rows = db.execute(
-                "SELECT a.id, a.record FROM approvals a "
-                "WHERE a.state IN ('pending', 'approved') AND a.task = ? "
-                "AND json_extract(a.record, '$.tool') IS NOT NULL "
-                "AND (a.state = 'pending' OR NOT EXISTS (SELECT 1 FROM answers n "
-                "WHERE n.task = a.task AND n.key = json_extract(a.record, '$.key'))) "
-                "ORDER BY a.rowid",
-                (task_id,),
-            ).fetchall()
-            found = (_approval(row[0], row[1]) for row in rows)
-            return [approval for approval in found if approval is not None]
-
-        return await self._run(read)
+        return await self._run(lambda db: Ledger(db).reserving_approvals(task_id))
 
     async def approval(self, approval_id: str) -> Approval | None:
-        def read(db: sqlite3.Connection) -> Approval | None:
-            row = db.execute(
-                "SELECT id, record FROM approvals WHERE id = ?", (approval_id,)
-            ).fetchone()
-            return None if row is None else _approval(row[0], row[1])
-
-        return await self._run(read)
+        return await self._run(lambda db: Ledger(db).approval(approval_id))
 
     async def approvals(
         self, state: ApprovalState | None = None, task_id: str | None = None
@@ -498,7 +468,7 @@ class Store:
     async def task(self, task_id: str) -> Task | None:
         """The task; a record that cannot be read comes back as the task failed, saying so."""
 
-        return await self._run(lambda db: _read_task(db, task_id))
+        return await self._run(lambda db: Ledger(db).task(task_id))
 
     async def tasks(self, states: tuple[TaskState, ...] = ()) -> list[Task]:
         """The tasks, oldest first; a record that cannot be read comes back as the task
@@ -622,17 +592,7 @@ class Store:
     # Settings.
 
     async def settings(self) -> Settings:
-        def read(db: sqlite3.Connection) -> Settings:
-            row = db.execute("SELECT record FROM settings WHERE id = 1").fetchone()
-            if row is None:
-                return Settings()
-            try:
-                return Settings.model_validate_json(row[0])
-            except (ValidationError, ValueError, TypeError) as error:
-                log.error("the settings in box.db are damaged, so the defaults apply: %s", error)
-                return Settings()
-
-        return await self._run(read)
+        return await self._run(lambda db: Ledger(db).settings())
 
     async def save_settings(self, settings: Settings) -> None:
         def write(db: sqlite3.Connection) -> None:
@@ -662,6 +622,117 @@ class Store:
             )
 
         await self._write(write)
+
+
+class Ledger:
+    """The record as read and written on the store's thread, in the transaction open on its
+    connection: what Store's methods do, and what Store.transact's work does in one go."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+        # The tasks saved here, with their events, in order.
+        self.saved: list[tuple[Task, Event]] = []
+
+    def task(self, task_id: str) -> Task | None:
+        """The task; a record that cannot be read comes back as the task failed, saying so."""
+        row = self._db.execute(
+            "SELECT id, created, record FROM tasks WHERE id = ?", (task_id,)
+        ).fetchone()
+        return None if row is None else _task(row)
+
+    def answer(self, task_id: str, key: str) -> dict[str, Any] | None:
+        row = self._db.execute(
+            "SELECT result FROM answers WHERE task = ? AND key = ?", (task_id, key)
+        ).fetchone()
+        return None if row is None else dict(json.loads(row[0]))
+
+    def logged_call(self, task_id: str, key: str) -> dict[str, Any] | None:
+        """The `tool.call` line of the key's call, if one was begun (it may have been cut off)."""
+        row = self._db.execute(
+            "SELECT data FROM events WHERE task = ? AND kind = 'tool.call' "
+            f"AND {_KEY} = ? ORDER BY seq LIMIT 1",
+            (task_id, key),
+        ).fetchone()
+        return None if row is None else dict(json.loads(row[0]))
+
+    def reserving_approvals(self, task_id: str) -> list[Approval]:
+        """The task's approvals of calls whose cost is reserved: waiting for the owner, or
+        approved and not yet run (no answer logged for their key)."""
+        rows = self._db.execute(
+            "SELECT a.id, a.record FROM approvals a "
+            "WHERE a.state IN ('pending', 'approved') AND a.task = ? "
+            "AND json_extract(a.record, '$.tool') IS NOT NULL "
+            "AND (a.state = 'pending' OR NOT EXISTS (SELECT 1 FROM answers n "
+            "WHERE n.task = a.task AND n.key = json_extract(a.record, '$.key'))) "
+            "ORDER BY a.rowid",
+            (task_id,),
+        ).fetchall()
+        found = (_approval(row[0], row[1]) for row in rows)
+        return [approval for approval in found if approval is not None]
+
+    def approval(self, approval_id: str) -> Approval | None:
+        row = self._db.execute(
+            "SELECT id, record FROM approvals WHERE id = ?", (approval_id,)
+        ).fetchone()
+        return None if row is None else _approval(row[0], row[1])
+
+    def settings(self) -> Settings:
+        row = self._db.execute("SELECT record FROM settings WHERE id = 1").fetchone()
+        if row is None:
+            return Settings()
+        try:
+            return Settings.model_validate_json(row[0])
+        except (ValidationError, ValueError, TypeError) as error:
+            log.error("the settings in box.db are damaged, so the defaults apply: %s", error)
+            return Settings()
+
+    def save_task(
+        self,
+        task: Task,
+        kind: str,
+        data: dict[str, Any],
+        *,
+        answer: tuple[str, dict[str, Any]] | None = None,
+        approvals: tuple[Approval, ...] = (),
+        layer: int | None = None,
+        drop_layer: bool = False,
+    ) -> Event:
+        """Writes the task, one event about it, and what the event decides (the answer to a
+        key, approvals); in a transaction, so all of it is on disk, or none."""
+        record = _readable(task)
+        self._db.execute(
+            "INSERT INTO tasks (id, created, state, record) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET state = excluded.state, "
+            "record = excluded.record",
+            (task.id, task.createdAt, task.state.value, record),
+        )
+        event = _append(self._db, task.id, kind, data)
+        if answer is not None:
+            self._db.execute(
+                "INSERT INTO answers (task, key, result, seq) VALUES (?, ?, ?, ?)",
+                (task.id, answer[0], json.dumps(answer[1]), event.seq),
+            )
+        if layer is not None:
+            self._db.execute(
+                "INSERT INTO layers (workspace, number, task, active) VALUES (?, ?, ?, 1)",
+                (task.workspace, layer, task.id),
+            )
+        if drop_layer:
+            self._db.execute("UPDATE layers SET active = 0 WHERE task = ?", (task.id,))
+        for approval in approvals:
+            self._db.execute(
+                "INSERT INTO approvals (id, task, state, record) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET state = excluded.state, "
+                "record = excluded.record",
+                (
+                    approval.id,
+                    approval.task,
+                    approval.state.value,
+                    approval.model_dump_json(),
+                ),
+            )
+        self.saved.append((task, event))
+        return event
 
 
 def _commit_once(
@@ -717,52 +788,6 @@ def _add_column(db: sqlite3.Connection, table: str, column: str, kind: str) -> N
         db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
 
-def _save(
-    db: sqlite3.Connection,
-    task: Task,
-    kind: str,
-    data: dict[str, Any],
-    answer: tuple[str, dict[str, Any]] | None = None,
-    approvals: tuple[Approval, ...] = (),
-    layer: int | None = None,
-    drop_layer: bool = False,
-) -> Event:
-    """Store.save_task's write, in the transaction open on `db`."""
-    record = _readable(task)
-    db.execute(
-        "INSERT INTO tasks (id, created, state, record) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT (id) DO UPDATE SET state = excluded.state, "
-        "record = excluded.record",
-        (task.id, task.createdAt, task.state.value, record),
-    )
-    event = _append(db, task.id, kind, data)
-    if answer is not None:
-        db.execute(
-            "INSERT INTO answers (task, key, result, seq) VALUES (?, ?, ?, ?)",
-            (task.id, answer[0], json.dumps(answer[1]), event.seq),
-        )
-    if layer is not None:
-        db.execute(
-            "INSERT INTO layers (workspace, number, task, active) VALUES (?, ?, ?, 1)",
-            (task.workspace, layer, task.id),
-        )
-    if drop_layer:
-        db.execute("UPDATE layers SET active = 0 WHERE task = ?", (task.id,))
-    for approval in approvals:
-        db.execute(
-            "INSERT INTO approvals (id, task, state, record) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (id) DO UPDATE SET state = excluded.state, "
-            "record = excluded.record",
-            (
-                approval.id,
-                approval.task,
-                approval.state.value,
-                approval.model_dump_json(),
-            ),
-        )
-    return event
-
-
 def _readable(task: Task) -> str:
     """The task's record, once it is known to read back: a value that would not (an infinity,
     which pydantic writes as null) is refused before it reaches the disk."""
@@ -772,11 +797,6 @@ def _readable(task: Task) -> str:
     except ValidationError as error:
         die(Problem.INVALID, f"task {task.id} cannot be recorded as it is: {error}")
     return record
-
-
-def _read_task(db: sqlite3.Connection, task_id: str) -> Task | None:
-    row = db.execute("SELECT id, created, record FROM tasks WHERE id = ?", (task_id,)).fetchone()
-    return None if row is None else _task(row)
 
 
 def _task(row: tuple[Any, ...]) -> Task | None:
