@@ -15,6 +15,12 @@ checkout, makes a token, copies this file in and measures there; a minute or two
   Then the floor in 20 processes at once, each on its own database in its own task's directory.
 - The ratios: boxd p50 / floor p50, and floor ops/s / boxd steps/s.
 
+Each measure is taken in ROUNDS rounds, boxd's steps, its calls and the floor in turn, and pooled:
+on a shared machine the load changes by the second, and a floor measured once, after boxd,
+made the ratios wander. Under each of boxd's lines, the CPU time its parts spent per request,
+from their units' cgroups (cpu.stat): the manager, the brokers, dbus-daemon and journald. That
+figure hardly moves with the machine's load, where latencies do.
+
 Every client waits, after a few warm-up requests that are not counted, for one common start
 time, so the parallel runs overlap fully and Python's start-up is not timed. Every loop is
 bounded in count and in time; the tasks are stopped with `boxctl stop` at the end.
@@ -27,10 +33,12 @@ import json
 import os
 import shutil
 import sqlite3
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +58,17 @@ PROCESS_SECONDS = RUN_SECONDS + 60.0
 # Lead time before the common start, for every process to start Python and warm up.
 LEAD_SECONDS = 4.0
 KINDS = ("step", "call")
+# Each measure is taken in rounds, boxd's requests and the floor in turn, so a change in the
+# machine's load (a shared machine) falls on both alike.
+ROUNDS = 3
+# The parts of boxd whose CPU time a request costs, by their units' cgroups (cgroup v2
+# cpu.stat): the manager, the brokers (their slice), the bus and the journal.
+PARTS = {
+    "manager": "boxd.service",
+    "brokers": "box-broker@",
+    "dbus-daemon": "dbus.service",
+    "journald": "systemd-journald.service",
+}
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -142,6 +161,52 @@ def floor(directory: Path, name: str, count: int, at: float) -> None:
 # --- the orchestrator, run as root in the machine -----------------------------------------------
 
 
+# Where the cgroup v2 tree is: its own mount on a hybrid system (as in the test machine).
+CGROUP_V2 = next(
+    (
+        root
+        for root in (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
+        if (root / "cgroup.procs").exists()
+    ),
+    Path("/sys/fs/cgroup"),
+)
+
+
+def unit_property(unit: str, name: str) -> str:
+    done = subprocess.run(
+        ["systemctl", "show", "-p", name, "--value", unit],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def part_cgroups(broker_unit: str) -> dict[str, Path]:
+    """Each part's cgroup; the brokers' is the slice that holds every task's broker (made when
+    the first broker starts, as the socket's first connection starts it)."""
+    found = {}
+    for part, unit in PARTS.items():
+        if unit == "box-broker@":
+            slice_ = unit_property(broker_unit, "Slice")
+            group = unit_property(slice_, "ControlGroup") or f"/system.slice/{slice_}"
+        else:
+            group = unit_property(unit, "ControlGroup")
+        found[part] = CGROUP_V2 / group.lstrip("/")
+    return found
+
+
+def cpu_seconds(groups: dict[str, Path]) -> dict[str, float]:
+    used = dict.fromkeys(groups, 0.0)
+    for part, group in groups.items():
+        stat = group / "cpu.stat"
+        for line in stat.read_text().splitlines() if stat.exists() else ():
+            name, value = line.split()
+            if name == "usage_usec":
+                used[part] = int(value) / 1e6
+    return used
+
+
 @dataclass
 class Task:
     id: str
@@ -162,6 +227,19 @@ class Figures:
 
     latencies: list[float]
     seconds: float
+    # CPU seconds each of boxd's parts (PARTS) spent from the common start to the end.
+    cpu: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def pooled(cls, rounds: list["Figures"]) -> "Figures":
+        cpu = {part: sum(one.cpu.get(part, 0.0) for one in rounds) for part in PARTS}
+        latencies = [value for one in rounds for value in one.latencies]
+        return cls(latencies, sum(one.seconds for one in rounds), cpu)
+
+    def cpu_line(self) -> str:
+        each = {part: used / len(self.latencies) * 1e6 for part, used in self.cpu.items()}
+        parts = "   ".join(f"{part} {each[part]:5.0f}" for part in PARTS)
+        return f"{'':<56}CPU µs each: {parts}   all {sum(each.values()):5.0f}"
 
     @classmethod
     def of(cls, reports: list[dict[str, Any]]) -> "Figures":
@@ -318,40 +396,71 @@ async def stop_task(task: Task) -> None:
         print(f"boxctl stop {task.id}: {said.decode(errors='replace').strip()}")
 
 
+async def rounds(
+    commands: Callable[[str, int, str, float], list[list[str]]],
+    count: int,
+    processes: int,
+    groups: dict[str, Path],
+) -> dict[str, Figures]:
+    """`count` requests of each kind per process, and as many floor operations, in ROUNDS
+    rounds; `commands(kind, count, label, at)` are the processes of one kind's run."""
+    taken: dict[str, list[Figures]] = {kind: [] for kind in (*KINDS, "floor")}
+    for number in range(ROUNDS):
+        each = count // ROUNDS + (number < count % ROUNDS)
+        for kind in taken:
+            at = time.time() + LEAD_SECONDS
+            run = asyncio.create_task(
+                run_all(commands(kind, each, f"r{number}", at), each * processes)
+            )
+            # From the common start: the clients' warm-up (and a broker's start) is not counted.
+            await asyncio.sleep(max(0.0, at - time.time()))
+            before = cpu_seconds(groups)
+            figures = await run
+            after = cpu_seconds(groups)
+            figures.cpu = {part: after[part] - before[part] for part in groups}
+            taken[kind].append(figures)
+    return {kind: Figures.pooled(figures) for kind, figures in taken.items()}
+
+
 async def _measure(tasks: list[Task], one_count: int, each_count: int) -> None:
     one = tasks[0]
     print(f"broker round trips; BOX_HOME {BOX_HOME} is {file_system(BOX_HOME)}")
     print(f"{os.cpu_count()} CPUs; floor: SQLite insert + commit (WAL, synchronous=FULL), syncfs")
+    print(
+        f"each measure in {ROUNDS} rounds, boxd and the floor in turn; CPU µs each: the CPU time "
+        "of boxd's parts (their cgroups) per request, from the clients' common start"
+    )
     print()
+    groups = part_cgroups(f"box-broker@{one.id}.service")
+
+    def single(kind: str, count: int, label: str, at: float) -> list[list[str]]:
+        if kind == "floor":
+            return [floor_command(one.directory, "bench-floor.db", count, at)]
+        return [client_command(one, kind, count, f"one-{label}", at)]
 
     print(f"one task, {one_count} requests of each kind, one at a time")
-    single: dict[str, Figures] = {}
-    for kind in KINDS:
-        at = time.time() + LEAD_SECONDS
-        single[kind] = await run_all([client_command(one, kind, one_count, "one", at)], one_count)
-    at = time.time() + LEAD_SECONDS
-    single["floor"] = await run_all(
-        [floor_command(one.directory, "bench-floor.db", one_count, at)], one_count
-    )
-    print(single["step"].line("POST /step"))
-    print(single["call"].line(f"POST /call {TOOL}"))
-    print(single["floor"].line(f"floor in {one.directory}"))
+    alone = await rounds(single, one_count, 1, groups)
+    print(alone["step"].line("POST /step"))
+    print(alone["step"].cpu_line())
+    print(alone["call"].line(f"POST /call {TOOL}"))
+    print(alone["call"].cpu_line())
+    print(alone["floor"].line(f"floor in {one.directory}"))
     print()
+
+    def parallel(kind: str, count: int, label: str, at: float) -> list[list[str]]:
+        if kind == "floor":
+            return [floor_command(t.directory, "bench-floor.db", count, at) for t in tasks]
+        return [client_command(t, kind, count, f"many-{label}", at) for t in tasks]
 
     total = len(tasks) * each_count
     print(
         f"{len(tasks)} tasks at once, {each_count} requests of each kind per task ({total} in all)"
     )
-    many: dict[str, Figures] = {}
-    for kind in KINDS:
-        at = time.time() + LEAD_SECONDS
-        commands = [client_command(task, kind, each_count, "many", at) for task in tasks]
-        many[kind] = await run_all(commands, total)
-    at = time.time() + LEAD_SECONDS
-    commands = [floor_command(t.directory, "bench-floor.db", each_count, at) for t in tasks]
-    many["floor"] = await run_all(commands, total)
+    many = await rounds(parallel, each_count, len(tasks), groups)
     print(many["step"].line("POST /step, all clients"))
+    print(many["step"].cpu_line())
     print(many["call"].line(f"POST /call {TOOL}, all clients"))
+    print(many["call"].cpu_line())
     print(many["floor"].line(f"floor, {len(tasks)} processes, one database each"))
     print()
 
@@ -359,7 +468,7 @@ async def _measure(tasks: list[Task], one_count: int, each_count: int) -> None:
     at_once = f"{len(tasks)} tasks at once"
     ratios = [
         *(
-            (f"boxd {kind} p50 / floor p50, one task", single[kind].p50 / single["floor"].p50)
+            (f"boxd {kind} p50 / floor p50, one task", alone[kind].p50 / alone["floor"].p50)
             for kind in KINDS
         ),
         *(
@@ -368,7 +477,7 @@ async def _measure(tasks: list[Task], one_count: int, each_count: int) -> None:
         ),
         (
             "floor ops/s / boxd steps/s, one task",
-            single["floor"].per_second / single["step"].per_second,
+            alone["floor"].per_second / alone["step"].per_second,
         ),
         (
             f"floor ops/s / boxd steps/s, {at_once}",
@@ -388,6 +497,9 @@ def run_in_machine(one_count: int, task_count: int, each_count: int) -> None:
     with Machine() as machine:
         install_boxd(machine)
         token = machine.run("boxctl", "token", "create", "--name", "bench").stdout.strip()
+        # The default maxRunningTasks follows the cores (4 each): on a small machine the 20
+        # tasks would queue, not run at once.
+        machine.run("boxctl", "settings", "set", "maxRunningTasks", str(max(task_count, 1)))
         target = machine.root / "tmp" / "broker.py"
         shutil.copy(__file__, target)
         # The clients run as the tasks' users.

@@ -339,3 +339,33 @@ async def test_the_database_and_its_wal_and_shm_are_the_owners_alone(tmp_path: P
         files = [path, path.with_name(f"{path.name}-wal"), path.with_name(f"{path.name}-shm")]
         assert {f.name: f.stat().st_mode & 0o777 for f in files} == {f.name: 0o600 for f in files}
         await store.close()
+
+
+async def test_a_call_line_is_found_by_its_key_through_its_index(tmp_path: Path) -> None:
+    """Every call looks up its key's tool.call line: by the index, not by reading every line
+    the task logged before, and a damaged line does not fail the lookup of another key."""
+    store = Store(tmp_path / "box.db")
+    await store.open()
+    task = a_task()
+    for number in range(20):
+        begun = {"key": f"line-{number}", "tool": "echo.say", "input": {"text": "a"}}
+        await store.save_task(task, EventKind.TOOL_CALL, begun)
+    db = sqlite3.connect(tmp_path / "box.db")
+    db.execute(
+        "INSERT INTO events (task, kind, at, data) VALUES (?, 'tool.call', 0, '{oops')", (task.id,)
+    )
+    db.commit()
+    statements: list[str] = []
+    assert store._db is not None
+    store._db.set_trace_callback(statements.append)
+    assert await store.logged_call(task.id, "line-7") == {
+        "key": "line-7",
+        "tool": "echo.say",
+        "input": {"text": "a"},
+    }
+    assert await store.logged_call(task.id, "line-99") is None
+    (lookup,) = [s for s in statements if "tool.call" in s][:1]
+    plan = " ".join(str(row) for row in db.execute(f"EXPLAIN QUERY PLAN {lookup}"))
+    assert "tool_calls_by_key" in plan
+    db.close()
+    await store.close()

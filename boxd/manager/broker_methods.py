@@ -12,7 +12,8 @@ from boxd.broker_wire import CallResult, CallStart, CostRecord, ModelStart, NetR
 from boxd.caller import Caller
 from boxd.dbus import interface as api
 from boxd.errors import Problem, die
-from boxd.event import EventKind
+from boxd.event import Event, EventKind
+from boxd.ids import check_task_id
 from boxd.key_use import (
     CallUse,
     ModelUse,
@@ -24,7 +25,8 @@ from boxd.key_use import (
     logged_call_use,
 )
 from boxd.manager.pages import one_page, with_next
-from boxd.manager.records import Records
+from boxd.manager.records import Records, found, running
+from boxd.manager.store import Ledger
 from boxd.plain_errors import parse
 from boxd.step import Step
 from boxd.task import TaskState
@@ -47,14 +49,17 @@ class BrokerMethods:
 
     async def log_step(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         step = parse(Step, args[1])
-        async with self.records.locks[args[0]]:
-            task = await self.records.task(args[0])
+        task_id = check_task_id(args[0])
+
+        def log(ledger: Ledger) -> Event:
+            task = found(task_id, ledger.task(task_id))
             if task.state.ended:
                 die(Problem.INVALID, f"task {task.id} has ended ({task.state}); it logs no more")
             task = task.model_copy(update={"step": step.text})
-            event = await self.records.record(
-                task, EventKind.TASK_STEP, step.model_dump(mode="json")
-            )
+            return ledger.save_task(task, EventKind.TASK_STEP, step.model_dump(mode="json"))
+
+        async with self.records.locks[task_id]:
+            event = await self.records.transact(log)
         return event.model_dump(mode="json")
 
     async def begin_call(self, caller: Caller, args: list[str]) -> dict[str, Any]:
@@ -64,27 +69,32 @@ class BrokerMethods:
         approval if it asked for one."""
         call = parse(CallStart, args[1])
         wanted = CallUse(call.tool, input_hash(call.input), call.costCents)
-        async with self.records.locks[args[0]]:
-            task = await self.records.running(args[0])
-            approval, logged = await self._used(task.id, call.key, wanted)
-            answered = await self.records.store.answer(task.id, call.key)
+        task_id = check_task_id(args[0])
+
+        def begin(ledger: Ledger) -> dict[str, Any]:
+            task = running(found(task_id, ledger.task(task_id)))
+            approval, logged = _used(ledger, task.id, call.key, wanted)
+            answered = ledger.answer(task.id, call.key)
             # One tool.call line per key, however often a pending call is asked again.
             if answered is None and logged is None:
                 data = {**call.model_dump(mode="json"), "inputHash": wanted.inputHash}
-                await self.records.record(task, EventKind.TOOL_CALL, data, show=False)
+                ledger.save_task(task, EventKind.TOOL_CALL, data)
             reserved = {
                 other.key: other.costCents or 0.0
-                for other in await self.records.store.reserving_approvals(task.id)
+                for other in ledger.reserving_approvals(task.id)
                 # The same call under another key would share this call's run, not add to it.
                 if other.key != call.key
                 and (other.tool, other.inputHash) != (call.tool, wanted.inputHash)
             }
-        return {
-            "answered": answered,
-            "spentCents": task.costCents,
-            "reservedCents": reserved,
-            "approval": None if approval is None else approval.public(),
-        }
+            return {
+                "answered": answered,
+                "spentCents": task.costCents,
+                "reservedCents": reserved,
+                "approval": None if approval is None else approval.public(),
+            }
+
+        async with self.records.locks[task_id]:
+            return await self.records.transact(begin)
 
     async def begin_model(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         """A model request the gateway is about to forward: a 400 if its key was used for
@@ -92,72 +102,72 @@ class BrokerMethods:
         the owner or were approved and not yet run, the key's approval if the request asked for
         one (a retry waits for that answer), and where the model is (settings' modelBaseUrl)."""
         start = parse(ModelStart, args[1])
-        async with self.records.locks[args[0]]:
-            task = await self.records.running(args[0])
-            approval, _ = await self._used(task.id, start.key, ModelUse(start.requestHash))
-            reserved = {
-                other.key: other.costCents or 0.0
-                for other in await self.records.store.reserving_approvals(task.id)
-            }
-            settings = await self.records.store.settings()
-        return {
-            "spentCents": task.costCents,
-            "reservedCents": reserved,
-            "approval": None if approval is None else approval.public(),
-            "upstream": settings.modelBaseUrl,
-        }
+        task_id = check_task_id(args[0])
 
-    async def _used(
-        self, task_id: str, key: str, wanted: Use
-    ) -> tuple[Approval | None, dict[str, Any] | None]:
-        """The key's approval and `tool.call` line; a 400 if they show it used for another
-        thing than `wanted`."""
-        approval = await self.records.store.approval(approval_id(task_id, key))
-        logged = await self.records.store.logged_call(task_id, key)
-        taken = (
-            *(() if approval is None else (approval_use(approval),)),
-            *(() if logged is None else (logged_call_use(logged),)),
-        )
-        why = first_refusal(key, taken, wanted)
-        if why is not None:
-            die(Problem.INVALID, why)
-        return approval, logged
+        def begin(ledger: Ledger) -> dict[str, Any]:
+            task = running(found(task_id, ledger.task(task_id)))
+            approval, _ = _used(ledger, task.id, start.key, ModelUse(start.requestHash))
+            reserved = {
+                other.key: other.costCents or 0.0 for other in ledger.reserving_approvals(task.id)
+            }
+            return {
+                "spentCents": task.costCents,
+                "reservedCents": reserved,
+                "approval": None if approval is None else approval.public(),
+                "upstream": ledger.settings().modelBaseUrl,
+            }
+
+        async with self.records.locks[task_id]:
+            return await self.records.transact(begin)
 
     async def finish_call(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         result = parse(CallResult, args[1])
-        async with self.records.locks[args[0]]:
-            task = await self.records.task(args[0])
-            logged = await self.records.store.answer(task.id, result.key)
+        task_id = check_task_id(args[0])
+
+        def finish(ledger: Ledger) -> dict[str, Any]:
+            task = found(task_id, ledger.task(task_id))
+            logged = ledger.answer(task.id, result.key)
             if logged is None:
                 logged = result.answer()
                 charged = result.costCents if result.ok else 0
                 task = task.model_copy(update={"costCents": task.costCents + charged})
-                await self.records.record(
+                ledger.save_task(
                     task,
                     EventKind.TOOL_RESULT,
                     {**result.model_dump(mode="json", exclude_none=True), "costCents": charged},
                     answer=(result.key, logged),
                 )
-        return {"answered": logged, "spentCents": task.costCents}
+            return {"answered": logged, "spentCents": task.costCents}
+
+        async with self.records.locks[task_id]:
+            return await self.records.transact(finish)
 
     async def log_cost(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         cost = parse(CostRecord, args[1])
-        async with self.records.locks[args[0]]:
-            task = await self.records.running(args[0])
+        task_id = check_task_id(args[0])
+
+        def log(ledger: Ledger) -> Event:
+            task = running(found(task_id, ledger.task(task_id)))
             task = task.model_copy(update={"costCents": task.costCents + cost.cents})
-            event = await self.records.record(
+            return ledger.save_task(
                 task, EventKind.COST, cost.model_dump(mode="json", exclude_none=True)
             )
+
+        async with self.records.locks[task_id]:
+            event = await self.records.transact(log)
         return event.model_dump(mode="json")
 
     async def log_refusal(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         """The task's proxy refused a connection: the log says where to and why."""
         refusal = parse(NetRefusal, args[1])
-        async with self.records.locks[args[0]]:
-            task = await self.records.task(args[0])
-            event = await self.records.record(
-                task, EventKind.NET_REFUSED, refusal.model_dump(mode="json"), show=False
-            )
+        task_id = check_task_id(args[0])
+
+        def log(ledger: Ledger) -> Event:
+            task = found(task_id, ledger.task(task_id))
+            return ledger.save_task(task, EventKind.NET_REFUSED, refusal.model_dump(mode="json"))
+
+        async with self.records.locks[task_id]:
+            event = await self.records.transact(log)
         return event.model_dump(mode="json")
 
     async def ask(self, caller: Caller, args: list[str]) -> dict[str, Any]:
@@ -169,8 +179,11 @@ class BrokerMethods:
             die(Problem.INVALID, "a model request's question names its inputHash and no tool")
         if question.model is None and question.inputHash is not None:
             die(Problem.INVALID, "inputHash is for a model request's question, with its model")
-        async with self.records.locks[args[0]]:
-            task = await self.records.task(args[0])
+        task_id = check_task_id(args[0])
+
+        def ask(ledger: Ledger) -> tuple[Approval, bool]:
+            """The key's approval, and whether it is new."""
+            task = found(task_id, ledger.task(task_id))
             wanted: Use
             if question.model is not None:
                 wanted = ModelUse(str(question.inputHash))
@@ -180,14 +193,14 @@ class BrokerMethods:
                 )
             else:
                 # The approval binds the input the key's tool.call line logged.
-                logged = await self.records.store.logged_call(task.id, question.key)
+                logged = ledger.logged_call(task.id, question.key)
                 begun = None if logged is None else logged_call_use(logged).inputHash
                 wanted = CallUse(question.tool, begun, question.costCents)
-            found, logged = await self._used(task.id, question.key, wanted)
+            asked, logged = _used(ledger, task.id, question.key, wanted)
             if isinstance(wanted, CallUse) and logged is None:
                 die(Problem.INVALID, f"key {question.key} began no call to approve")
-            if found is not None:
-                return found.public()
+            if asked is not None:
+                return asked, False
             if task.state.ended:
                 die(Problem.INVALID, f"task {task.id} has ended ({task.state}); it asks no more")
             approval = Approval(
@@ -206,9 +219,13 @@ class BrokerMethods:
             )
             if task.state == TaskState.RUNNING:
                 task = task.model_copy(update={"state": TaskState.WAITING})
-            await self.records.record(
-                task, EventKind.APPROVAL, approval.public(), approvals=(approval,)
-            )
+            ledger.save_task(task, EventKind.APPROVAL, approval.public(), approvals=(approval,))
+            return approval, True
+
+        async with self.records.locks[task_id]:
+            approval, new = await self.records.transact(ask)
+        if not new:
+            return approval.public()
         self.records.bus.send(
             Message.new_signal(
                 api.ROOT_PATH,
@@ -219,3 +236,20 @@ class BrokerMethods:
             )
         )
         return approval.public()
+
+
+def _used(
+    ledger: Ledger, task_id: str, key: str, wanted: Use
+) -> tuple[Approval | None, dict[str, Any] | None]:
+    """The key's approval and `tool.call` line; a 400 if they show it used for another thing
+    than `wanted`."""
+    approval = ledger.approval(approval_id(task_id, key))
+    logged = ledger.logged_call(task_id, key)
+    taken = (
+        *(() if approval is None else (approval_use(approval),)),
+        *(() if logged is None else (logged_call_use(logged),)),
+    )
+    why = first_refusal(key, taken, wanted)
+    if why is not None:
+        die(Problem.INVALID, why)
+    return approval, logged

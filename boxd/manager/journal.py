@@ -48,6 +48,9 @@ def story(event: Event) -> str:
 def send(event: Event) -> None:
     journal.send(
         story(event),
+        # Named here, or python-systemd walks the stack to find them for every event.
+        CODE_FILE=__file__,
+        CODE_FUNC="send",
         SYSLOG_IDENTIFIER="boxd",
         BOX_TASK=event.task,
         BOX_EVENT=event.kind,

@@ -1,7 +1,8 @@
 """The tasks as recorded. Every change is written to the store, shown on the task's D-Bus
 object and announced by its Event signal, together; only a holder of the task's lock changes it."""
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from dbus_fast.aio import MessageBus
 
@@ -12,8 +13,24 @@ from boxd.errors import Problem, die
 from boxd.event import Event
 from boxd.ids import check_task_id
 from boxd.manager.keyed_locks import KeyedLocks
-from boxd.manager.store import Store
+from boxd.manager.store import Ledger, Store
 from boxd.task import Task
+
+T = TypeVar("T")
+
+
+def found(task_id: str, task: Task | None) -> Task:
+    """The task read, or a 404 naming it."""
+    if task is None:
+        die(Problem.NOT_FOUND, f"no task {task_id}")
+    return task
+
+
+def running(task: Task) -> Task:
+    """The task, or a 400 if it has ended."""
+    if task.state.ended:
+        die(Problem.INVALID, f"task {task.id} has ended ({task.state})")
+    return task
 
 
 class Records:
@@ -25,16 +42,10 @@ class Records:
         self._published = False
 
     async def task(self, task_id: str) -> Task:
-        task = await self.store.task(check_task_id(task_id))
-        if task is None:
-            die(Problem.NOT_FOUND, f"no task {task_id}")
-        return task
+        return found(task_id, await self.store.task(check_task_id(task_id)))
 
     async def running(self, task_id: str) -> Task:
-        task = await self.task(task_id)
-        if task.state.ended:
-            die(Problem.INVALID, f"task {task.id} has ended ({task.state})")
-        return task
+        return running(await self.task(task_id))
 
     def export(self, task: Task) -> None:
         if task.id not in self._objects:
@@ -77,3 +88,13 @@ class Records:
             self._objects[task.id].update(task)
         self._objects[task.id].tell(event)
         return event
+
+    async def transact(self, work: Callable[[Ledger], T]) -> T:
+        """Runs `work` on the record in one trip to the store (Store.transact); then shows the
+        tasks it saved on D-Bus and tells their events. Only a holder of each task's lock may
+        change it."""
+        value, saved = await self.store.transact(work)
+        for task, event in saved:
+            self._objects[task.id].update(task)
+            self._objects[task.id].tell(event)
+        return value

@@ -3,6 +3,11 @@ tokens and settings.
 
 All access runs on one thread of its own: commits wait for fsync, and the event loop must not.
 A method returns only after its transaction is on disk.
+
+Writes commit in groups: the writes that arrive while a commit is under way are gathered and
+committed together, in one transaction and one fsync, each in a SAVEPOINT of its own so one that
+fails is undone alone and its caller alone gets the error. Every caller is answered only after
+the commit that holds its write.
 """
 
 import asyncio
@@ -10,16 +15,18 @@ import json
 import logging
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
 from boxd.approval import Approval, ApprovalState
-from boxd.errors import Problem, die
+from boxd.errors import BoxError, Problem, die
 from boxd.event import Event
 from boxd.full_disk import is_full
 from boxd.ids import is_task_id
@@ -38,7 +45,10 @@ RECORD_FULL = (
     "(undo tasks or remove workspaces you no longer need)."
 )
 
-_SCHEMA = """
+# The key of an event's data, as the index of tool.call lines has it.
+_KEY = "json_extract(CASE WHEN json_valid(data) THEN data END, '$.key')"
+
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS tasks (
     id TEXT PRIMARY KEY,
     created REAL NOT NULL,
@@ -53,6 +63,9 @@ CREATE TABLE IF NOT EXISTS events (
     data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_by_task ON events (task, kind, seq);
+-- A call's tool.call line by its key, looked up for every call: without it, every call read all
+-- the task's earlier ones. A damaged line (not JSON) has no key rather than failing the lookup.
+CREATE INDEX IF NOT EXISTS tool_calls_by_key ON events (task, {_KEY}) WHERE kind = 'tool.call';
 CREATE TABLE IF NOT EXISTS tokens (
     hash TEXT PRIMARY KEY,
     name TEXT NOT NULL,
@@ -101,11 +114,35 @@ CREATE TABLE IF NOT EXISTS agents (
 """
 
 
+@dataclass
+class _Write(Generic[T]):
+    """One write waiting for its group's commit."""
+
+    work: Callable[[sqlite3.Connection], T]
+    # Run on the store's thread once the write is on disk and its caller answered (the journal).
+    then: Callable[[T], None] | None
+    answer: "asyncio.Future[T]"
+
+
+class _GroupFailed(Exception):
+    """What the whole group's transaction met (a full disk, a failed COMMIT): every write in it
+    is undone, and every caller gets `error`."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class Store:
     def __init__(self, path: Path) -> None:
         self._path = path
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
         self._db: sqlite3.Connection | None = None
+        # Writes waiting for the next group commit, and whether one is queued on the thread to
+        # take them; both shared by the event loop and the store's thread.
+        self._waiting: list[_Write[Any]] = []
+        self._commit_queued = False
+        self._waiting_lock = threading.Lock()
         # Whether the reserve is missing: given up since it was last made, or never made (boxd
         # started on a full disk).
         self.reserve_used = False
@@ -148,6 +185,89 @@ class Store:
             return done
 
         return await loop.run_in_executor(self._thread, on_thread)
+
+    async def _write(
+        self, work: Callable[[sqlite3.Connection], T], then: Callable[[T], None] | None = None
+    ) -> T:
+        """Runs `work` in the next group commit and returns its result once that commit is on
+        disk. `work` must not begin or end a transaction of its own: the group's is open."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[T] = loop.create_future()
+        write = _Write(work, then, answer)
+        with self._waiting_lock:
+            self._waiting.append(write)
+            queue = not self._commit_queued
+            self._commit_queued = True
+        if queue:
+            # One commit queued at a time: the writes that come while it waits or runs go in
+            # the one after it.
+            try:
+                self._thread.submit(self._commit_waiting, loop)
+            except RuntimeError:
+                # The store was closed: no commit will come for the writes waiting.
+                with self._waiting_lock:
+                    group, self._waiting = self._waiting, []
+                    self._commit_queued = False
+                closed = RuntimeError("the store is closed")
+                _answer(group, [(None, closed)] * len(group))
+        return await answer
+
+    def _commit_waiting(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the store's thread: commits every write waiting now, in one transaction."""
+        with self._waiting_lock:
+            group, self._waiting = self._waiting, []
+            self._commit_queued = False
+        try:
+            outcomes = self._commit_group(group, loop)
+        except Exception as unexpected:
+            # Whatever happened, no caller waits for ever.
+            log.exception("a group commit failed")
+            outcomes = [(None, unexpected)] * len(group)
+        # One wake-up of the event loop answers the whole group.
+        loop.call_soon_threadsafe(_answer, group, outcomes)
+        for write, (value, error) in zip(group, outcomes, strict=True):
+            if error is None and write.then is not None:
+                try:
+                    write.then(value)
+                except Exception:
+                    log.exception("after a write was committed")
+
+    def _commit_group(
+        self, group: list[_Write[Any]], loop: asyncio.AbstractEventLoop
+    ) -> list[tuple[Any, BaseException | None]]:
+        """Each write's (result, None) or (None, error)."""
+        if self._db is None:
+            return [(None, RuntimeError("the store is not open"))] * len(group)
+        try:
+            try:
+                outcomes = _commit_once(self._db, group)
+            except _GroupFailed as failed:
+                if not is_full(failed.error):
+                    raise
+                # The disk is full: the reserve gives the record room to say so, once.
+                self.reserve_used = True
+                if not give_up_reserve(self._path):
+                    raise _GroupFailed(BoxError(Problem.FULL, RECORD_FULL)) from None
+                log.warning(
+                    "The box's disk is full: boxd gave up the space it keeps in reserve "
+                    "(%s) to go on recording",
+                    reserve_path(self._path),
+                )
+                if self.on_full is not None:
+                    loop.call_soon_threadsafe(self.on_full)
+                try:
+                    outcomes = _commit_once(self._db, group)
+                except _GroupFailed as again:
+                    if is_full(again.error):
+                        raise _GroupFailed(BoxError(Problem.FULL, RECORD_FULL)) from None
+                    raise
+        except _GroupFailed as failed:
+            return [(None, failed.error)] * len(group)
+        if self.reserve_used:
+            # The record could grow again: space was freed, so the reserve is made again
+            # at once, before the disk fills anew, with no task's end needed to notice.
+            self._remake_reserve()
+        return outcomes
 
     def _remake_reserve(self) -> None:
         try:
@@ -214,43 +334,33 @@ class Store:
         key, approvals), in one transaction: all of it is on disk, or none."""
 
         def write(db: sqlite3.Connection) -> Event:
-            record = _readable(task)
-            with _transaction(db):
-                db.execute(
-                    "INSERT INTO tasks (id, created, state, record) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (id) DO UPDATE SET state = excluded.state, "
-                    "record = excluded.record",
-                    (task.id, task.createdAt, task.state.value, record),
-                )
-                event = _append(db, task.id, kind, data)
-                if answer is not None:
-                    db.execute(
-                        "INSERT INTO answers (task, key, result, seq) VALUES (?, ?, ?, ?)",
-                        (task.id, answer[0], json.dumps(answer[1]), event.seq),
-                    )
-                if layer is not None:
-                    db.execute(
-                        "INSERT INTO layers (workspace, number, task, active) VALUES (?, ?, ?, 1)",
-                        (task.workspace, layer, task.id),
-                    )
-                if drop_layer:
-                    db.execute("UPDATE layers SET active = 0 WHERE task = ?", (task.id,))
-                for approval in approvals:
-                    db.execute(
-                        "INSERT INTO approvals (id, task, state, record) VALUES (?, ?, ?, ?) "
-                        "ON CONFLICT (id) DO UPDATE SET state = excluded.state, "
-                        "record = excluded.record",
-                        (
-                            approval.id,
-                            approval.task,
-                            approval.state.value,
-                            approval.model_dump_json(),
-                        ),
-                    )
-            journal.send(event)
-            return event
+            return Ledger(db).save_task(
+                task,
+                kind,
+                data,
+                answer=answer,
+                approvals=approvals,
+                layer=layer,
+                drop_layer=drop_layer,
+            )
 
-        return await self._run(write)
+        return await self._write(write, journal.send)
+
+    async def transact(self, work: Callable[["Ledger"], T]) -> tuple[T, list[tuple[Task, Event]]]:
+        """Runs `work` on the record in one write (a group commit's savepoint): what it reads and
+        what it writes cross to the store's thread once, and no other write comes between.
+        Returns its result and the tasks it saved with their events, once on disk. If `work`
+        raises (die), nothing it wrote stays."""
+
+        def write(db: sqlite3.Connection) -> tuple[T, list[tuple[Task, Event]]]:
+            ledger = Ledger(db)
+            return work(ledger), ledger.saved
+
+        def tell_journal(done: tuple[T, list[tuple[Task, Event]]]) -> None:
+            for _, event in done[1]:
+                journal.send(event)
+
+        return await self._write(write, tell_journal)
 
     async def stack(self, workspace: str) -> list[tuple[int, str]]:
         """The workspace's layers as (number, task), newest first."""
@@ -269,10 +379,9 @@ class Store:
         """A removed workspace's layers leave every stack, so a new one of that name is new."""
 
         def write(db: sqlite3.Connection) -> None:
-            with _transaction(db):
-                db.execute("UPDATE layers SET active = 0 WHERE workspace = ?", (workspace,))
+            db.execute("UPDATE layers SET active = 0 WHERE workspace = ?", (workspace,))
 
-        await self._run(write)
+        await self._write(write)
 
     async def dropped_layers(self, workspace: str) -> list[tuple[int, str]]:
         """Layers that left the workspace's stack (undone or kept) whose files may remain, as
@@ -308,54 +417,16 @@ class Store:
         return await self._run(read)
 
     async def answer(self, task_id: str, key: str) -> dict[str, Any] | None:
-        def read(db: sqlite3.Connection) -> dict[str, Any] | None:
-            row = db.execute(
-                "SELECT result FROM answers WHERE task = ? AND key = ?", (task_id, key)
-            ).fetchone()
-            return None if row is None else dict(json.loads(row[0]))
-
-        return await self._run(read)
+        return await self._run(lambda db: Ledger(db).answer(task_id, key))
 
     async def logged_call(self, task_id: str, key: str) -> dict[str, Any] | None:
-        """The `tool.call` line of the key's call, if one was begun (it may have been cut off)."""
-
-        def read(db: sqlite3.Connection) -> dict[str, Any] | None:
-            row = db.execute(
-                "SELECT data FROM events WHERE task = ? AND kind = 'tool.call' "
-                "AND json_extract(data, '$.key') = ? ORDER BY seq LIMIT 1",
-                (task_id, key),
-            ).fetchone()
-            return None if row is None else dict(json.loads(row[0]))
-
-        return await self._run(read)
+        return await self._run(lambda db: Ledger(db).logged_call(task_id, key))
 
     async def reserving_approvals(self, task_id: str) -> list[Approval]:
-        """The task's approvals of calls whose cost is reserved: waiting for the owner, or
-        approved and not yet run (no answer logged for their key)."""
-
-        def read(db: sqlite3.Connection) -> list[Approval]:
-            rows = db.execute(
-                "SELECT a.id, a.record FROM approvals a "
-                "WHERE a.state IN ('pending', 'approved') AND a.task = ? "
-                "AND json_extract(a.record, '$.tool') IS NOT NULL "
-                "AND (a.state = 'pending' OR NOT EXISTS (SELECT 1 FROM answers n "
-                "WHERE n.task = a.task AND n.key = json_extract(a.record, '$.key'))) "
-                "ORDER BY a.rowid",
-                (task_id,),
-            ).fetchall()
-            found = (_approval(row[0], row[1]) for row in rows)
-            return [approval for approval in found if approval is not None]
-
-        return await self._run(read)
+        return await self._run(lambda db: Ledger(db).reserving_approvals(task_id))
 
     async def approval(self, approval_id: str) -> Approval | None:
-        def read(db: sqlite3.Connection) -> Approval | None:
-            row = db.execute(
-                "SELECT id, record FROM approvals WHERE id = ?", (approval_id,)
-            ).fetchone()
-            return None if row is None else _approval(row[0], row[1])
-
-        return await self._run(read)
+        return await self._run(lambda db: Ledger(db).approval(approval_id))
 
     async def approvals(
         self, state: ApprovalState | None = None, task_id: str | None = None
@@ -390,23 +461,14 @@ class Store:
 
     async def append_event(self, task_id: str, kind: str, data: dict[str, Any]) -> Event:
         def write(db: sqlite3.Connection) -> Event:
-            with _transaction(db):
-                event = _append(db, task_id, kind, data)
-            journal.send(event)
-            return event
+            return _append(db, task_id, kind, data)
 
-        return await self._run(write)
+        return await self._write(write, journal.send)
 
     async def task(self, task_id: str) -> Task | None:
         """The task; a record that cannot be read comes back as the task failed, saying so."""
 
-        def read(db: sqlite3.Connection) -> Task | None:
-            row = db.execute(
-                "SELECT id, created, record FROM tasks WHERE id = ?", (task_id,)
-            ).fetchone()
-            return None if row is None else _task(row)
-
-        return await self._run(read)
+        return await self._run(lambda db: Ledger(db).task(task_id))
 
     async def tasks(self, states: tuple[TaskState, ...] = ()) -> list[Task]:
         """The tasks, oldest first; a record that cannot be read comes back as the task
@@ -474,38 +536,36 @@ class Store:
         first..last that `taken` does not say another account already has."""
 
         def write(db: sqlite3.Connection) -> int:
-            with _transaction(db):
-                row = db.execute("SELECT uid FROM task_uids WHERE task = ?", (task_id,)).fetchone()
-                if row is not None:
-                    return int(row[0])
-                row = db.execute(
-                    "SELECT MAX(uid) FROM task_uids WHERE uid BETWEEN ? AND ?", (first, last)
-                ).fetchone()
-                uid = first if row[0] is None else int(row[0]) + 1
-                while uid <= last and taken(uid):
-                    uid += 1
-                if uid > last:
-                    die(
-                        Problem.FAILED,
-                        f"this box has handed out every task user id from {first} to {last}: "
-                        "no new task can start",
-                    )
-                db.execute("INSERT INTO task_uids (task, uid) VALUES (?, ?)", (task_id, uid))
-                return uid
+            row = db.execute("SELECT uid FROM task_uids WHERE task = ?", (task_id,)).fetchone()
+            if row is not None:
+                return int(row[0])
+            row = db.execute(
+                "SELECT MAX(uid) FROM task_uids WHERE uid BETWEEN ? AND ?", (first, last)
+            ).fetchone()
+            uid = first if row[0] is None else int(row[0]) + 1
+            while uid <= last and taken(uid):
+                uid += 1
+            if uid > last:
+                die(
+                    Problem.FAILED,
+                    f"this box has handed out every task user id from {first} to {last}: "
+                    "no new task can start",
+                )
+            db.execute("INSERT INTO task_uids (task, uid) VALUES (?, ?)", (task_id, uid))
+            return uid
 
-        return await self._run(write)
+        return await self._write(write)
 
     # Tokens: only their hashes are kept.
 
     async def add_token(self, token_hash: str, name: str, role: str, user: str | None) -> None:
         def write(db: sqlite3.Connection) -> None:
-            with _transaction(db):
-                db.execute(
-                    "INSERT INTO tokens (hash, name, role, created, user) VALUES (?, ?, ?, ?, ?)",
-                    (token_hash, name, role, time.time(), user),
-                )
+            db.execute(
+                "INSERT INTO tokens (hash, name, role, created, user) VALUES (?, ?, ?, ?, ?)",
+                (token_hash, name, role, time.time(), user),
+            )
 
-        await self._run(write)
+        await self._write(write)
 
     async def token(self, token_hash: str) -> TokenRecord | None:
         def read(db: sqlite3.Connection) -> TokenRecord | None:
@@ -525,36 +585,24 @@ class Store:
 
     async def remove_token(self, token_hash: str) -> None:
         def write(db: sqlite3.Connection) -> None:
-            with _transaction(db):
-                db.execute("DELETE FROM tokens WHERE hash = ?", (token_hash,))
+            db.execute("DELETE FROM tokens WHERE hash = ?", (token_hash,))
 
-        await self._run(write)
+        await self._write(write)
 
     # Settings.
 
     async def settings(self) -> Settings:
-        def read(db: sqlite3.Connection) -> Settings:
-            row = db.execute("SELECT record FROM settings WHERE id = 1").fetchone()
-            if row is None:
-                return Settings()
-            try:
-                return Settings.model_validate_json(row[0])
-            except (ValidationError, ValueError, TypeError) as error:
-                log.error("the settings in box.db are damaged, so the defaults apply: %s", error)
-                return Settings()
-
-        return await self._run(read)
+        return await self._run(lambda db: Ledger(db).settings())
 
     async def save_settings(self, settings: Settings) -> None:
         def write(db: sqlite3.Connection) -> None:
-            with _transaction(db):
-                db.execute(
-                    "INSERT INTO settings (id, record) VALUES (1, ?) "
-                    "ON CONFLICT (id) DO UPDATE SET record = excluded.record",
-                    (settings.model_dump_json(),),
-                )
+            db.execute(
+                "INSERT INTO settings (id, record) VALUES (1, ?) "
+                "ON CONFLICT (id) DO UPDATE SET record = excluded.record",
+                (settings.model_dump_json(),),
+            )
 
-        await self._run(write)
+        await self._write(write)
 
     # The agents' pause.
 
@@ -567,32 +615,171 @@ class Store:
 
     async def save_agents_paused(self, paused: bool) -> None:
         def write(db: sqlite3.Connection) -> None:
-            with _transaction(db):
-                db.execute(
-                    "INSERT INTO agents (id, paused) VALUES (1, ?) "
-                    "ON CONFLICT (id) DO UPDATE SET paused = excluded.paused",
-                    (int(paused),),
-                )
+            db.execute(
+                "INSERT INTO agents (id, paused) VALUES (1, ?) "
+                "ON CONFLICT (id) DO UPDATE SET paused = excluded.paused",
+                (int(paused),),
+            )
 
-        await self._run(write)
+        await self._write(write)
 
 
-class _transaction:
-    """BEGIN IMMEDIATE ... COMMIT, so a writer never meets a busy upgrade half-way."""
+class Ledger:
+    """The record as read and written on the store's thread, in the transaction open on its
+    connection: what Store's methods do, and what Store.transact's work does in one go."""
 
     def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
+        # The tasks saved here, with their events, in order.
+        self.saved: list[tuple[Task, Event]] = []
 
-    def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
+    def task(self, task_id: str) -> Task | None:
+        """The task; a record that cannot be read comes back as the task failed, saying so."""
+        row = self._db.execute(
+            "SELECT id, created, record FROM tasks WHERE id = ?", (task_id,)
+        ).fetchone()
+        return None if row is None else _task(row)
 
-    def __exit__(self, kind: object, error: object, trace: object) -> None:
-        if error is None:
-            self._db.execute("COMMIT")
+    def answer(self, task_id: str, key: str) -> dict[str, Any] | None:
+        row = self._db.execute(
+            "SELECT result FROM answers WHERE task = ? AND key = ?", (task_id, key)
+        ).fetchone()
+        return None if row is None else dict(json.loads(row[0]))
+
+    def logged_call(self, task_id: str, key: str) -> dict[str, Any] | None:
+        """The `tool.call` line of the key's call, if one was begun (it may have been cut off)."""
+        row = self._db.execute(
+            "SELECT data FROM events WHERE task = ? AND kind = 'tool.call' "
+            f"AND {_KEY} = ? ORDER BY seq LIMIT 1",
+            (task_id, key),
+        ).fetchone()
+        return None if row is None else dict(json.loads(row[0]))
+
+    def reserving_approvals(self, task_id: str) -> list[Approval]:
+        """The task's approvals of calls whose cost is reserved: waiting for the owner, or
+        approved and not yet run (no answer logged for their key)."""
+        rows = self._db.execute(
+            "SELECT a.id, a.record FROM approvals a "
+            "WHERE a.state IN ('pending', 'approved') AND a.task = ? "
+            "AND json_extract(a.record, '$.tool') IS NOT NULL "
+            "AND (a.state = 'pending' OR NOT EXISTS (SELECT 1 FROM answers n "
+            "WHERE n.task = a.task AND n.key = json_extract(a.record, '$.key'))) "
+            "ORDER BY a.rowid",
+            (task_id,),
+        ).fetchall()
+        found = (_approval(row[0], row[1]) for row in rows)
+        return [approval for approval in found if approval is not None]
+
+    def approval(self, approval_id: str) -> Approval | None:
+        row = self._db.execute(
+            "SELECT id, record FROM approvals WHERE id = ?", (approval_id,)
+        ).fetchone()
+        return None if row is None else _approval(row[0], row[1])
+
+    def settings(self) -> Settings:
+        row = self._db.execute("SELECT record FROM settings WHERE id = 1").fetchone()
+        if row is None:
+            return Settings()
+        try:
+            return Settings.model_validate_json(row[0])
+        except (ValidationError, ValueError, TypeError) as error:
+            log.error("the settings in box.db are damaged, so the defaults apply: %s", error)
+            return Settings()
+
+    def save_task(
+        self,
+        task: Task,
+        kind: str,
+        data: dict[str, Any],
+        *,
+        answer: tuple[str, dict[str, Any]] | None = None,
+        approvals: tuple[Approval, ...] = (),
+        layer: int | None = None,
+        drop_layer: bool = False,
+    ) -> Event:
+        """Writes the task, one event about it, and what the event decides (the answer to a
+        key, approvals); in a transaction, so all of it is on disk, or none."""
+        record = _readable(task)
+        self._db.execute(
+            "INSERT INTO tasks (id, created, state, record) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET state = excluded.state, "
+            "record = excluded.record",
+            (task.id, task.createdAt, task.state.value, record),
+        )
+        event = _append(self._db, task.id, kind, data)
+        if answer is not None:
+            self._db.execute(
+                "INSERT INTO answers (task, key, result, seq) VALUES (?, ?, ?, ?)",
+                (task.id, answer[0], json.dumps(answer[1]), event.seq),
+            )
+        if layer is not None:
+            self._db.execute(
+                "INSERT INTO layers (workspace, number, task, active) VALUES (?, ?, ?, 1)",
+                (task.workspace, layer, task.id),
+            )
+        if drop_layer:
+            self._db.execute("UPDATE layers SET active = 0 WHERE task = ?", (task.id,))
+        for approval in approvals:
+            self._db.execute(
+                "INSERT INTO approvals (id, task, state, record) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET state = excluded.state, "
+                "record = excluded.record",
+                (
+                    approval.id,
+                    approval.task,
+                    approval.state.value,
+                    approval.model_dump_json(),
+                ),
+            )
+        self.saved.append((task, event))
+        return event
+
+
+def _commit_once(
+    db: sqlite3.Connection, group: list[_Write[Any]]
+) -> list[tuple[Any, BaseException | None]]:
+    """One transaction for the group, a SAVEPOINT for each write: a write that raises is rolled
+    back alone and keeps its error; one that meets a full disk, or that SQLite answered by
+    rolling back the whole transaction, fails the group (_GroupFailed)."""
+    outcomes: list[tuple[Any, BaseException | None]] = []
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        for write in group:
+            db.execute("SAVEPOINT write")
+            try:
+                value = write.work(db)
+            except Exception as error:
+                if is_full(error) or not db.in_transaction:
+                    raise
+                db.execute("ROLLBACK TO write")
+                db.execute("RELEASE write")
+                outcomes.append((None, error))
+            else:
+                db.execute("RELEASE write")
+                outcomes.append((value, None))
+        db.execute("COMMIT")
+    except Exception as error:
         # SQLite rolls back by itself on some errors (SQLITE_FULL among them); a second
         # ROLLBACK would fail and hide the first error.
-        elif self._db.in_transaction:
-            self._db.execute("ROLLBACK")
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise _GroupFailed(error) from error
+    return outcomes
+
+
+def _answer(group: list[_Write[Any]], outcomes: list[tuple[Any, BaseException | None]]) -> None:
+    """On the event loop: every caller of the group gets its own outcome."""
+    for write, (value, error) in zip(group, outcomes, strict=True):
+        if write.answer.done():
+            # The caller went away (cancelled); its write stands.
+            continue
+        if error is None:
+            write.answer.set_result(value)
+        elif isinstance(error, BoxError):
+            # Each caller raises its own, so one's traceback is not added to another's.
+            write.answer.set_exception(BoxError(error.problem, error.message))
+        else:
+            write.answer.set_exception(error)
 
 
 def _add_column(db: sqlite3.Connection, table: str, column: str, kind: str) -> None:
