@@ -2,11 +2,15 @@
 
 import json
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from tests.vm.machine import Machine
 
 BOXCTL = "/opt/boxd/venv/bin/boxctl"
+BROKER_UNIT = "box-broker@.service"
 API = "http://127.0.0.1:7700"
 
 
@@ -102,3 +106,31 @@ def lose_worker_with_boxd(machine: Machine, task_id: str) -> None:
     machine.run("sh", "-c", f"while systemctl is-active -q {unit}; do sleep 0.05; done")
     machine.run("systemctl", "reset-failed", unit)
     machine.run("systemctl", "start", "boxd.service")
+
+
+def set_unit_environment(machine: Machine, unit: str, variable: str, value: str | None) -> None:
+    """Units of `unit` (a service, or a template such as box-broker@.service) started from now on
+    get variable=value from a drop-in of the test's; None removes it."""
+    drop_in = _drop_in(machine, unit, variable)
+    if value is None:
+        drop_in.unlink(missing_ok=True)
+    else:
+        drop_in.parent.mkdir(parents=True, exist_ok=True)
+        drop_in.write_text(f"[Service]\nEnvironment={variable}={value}\n")
+    machine.run("systemctl", "daemon-reload")
+
+
+@contextmanager
+def unit_environment(machine: Machine, unit: str, variable: str, value: str) -> Iterator[None]:
+    """set_unit_environment for the block; what was set before (or nothing) comes back after."""
+    drop_in = _drop_in(machine, unit, variable)
+    before = drop_in.read_text().split("=", 2)[2].strip() if drop_in.exists() else None
+    set_unit_environment(machine, unit, variable, value)
+    try:
+        yield
+    finally:
+        set_unit_environment(machine, unit, variable, before)
+
+
+def _drop_in(machine: Machine, unit: str, variable: str) -> Path:
+    return machine.root / "etc/systemd/system" / f"{unit}.d" / f"50-{variable.lower()}.conf"

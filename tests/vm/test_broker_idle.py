@@ -11,11 +11,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.vm.box_api import boxctl, finish, start_fake, wait_for_step
+from tests.vm.box_api import (
+    BROKER_UNIT,
+    boxctl,
+    finish,
+    start_fake,
+    unit_environment,
+    wait_for_step,
+)
 from tests.vm.machine import Machine
 from tests.vm.outside_world import start_outside
 
-DROP_IN = "/etc/systemd/system/box-broker@.service.d/50-idle.conf"
 IDLE_MS = 1500
 IDLE_LINE = "nothing in hand for 1.5 s"
 CURL = "curl -sf --unix-socket $BOX_SOCKET http://box/tools >/dev/null || exit 1"
@@ -23,14 +29,8 @@ CURL = "curl -sf --unix-socket $BOX_SOCKET http://box/tools >/dev/null || exit 1
 
 @pytest.fixture(scope="module", autouse=True)
 def short_idle_time(machine: Machine) -> Iterator[None]:
-    machine.run("mkdir", "-p", DROP_IN.rsplit("/", 1)[0])
-    machine.run(
-        "sh", "-c", f"printf '[Service]\\nEnvironment=BOX_BROKER_IDLE_MS={IDLE_MS}\\n' > {DROP_IN}"
-    )
-    machine.run("systemctl", "daemon-reload")
-    yield
-    machine.run("rm", "-f", DROP_IN)
-    machine.run("systemctl", "daemon-reload")
+    with unit_environment(machine, BROKER_UNIT, "BOX_BROKER_IDLE_MS", str(IDLE_MS)):
+        yield
 
 
 def unit(task_id: str) -> str:

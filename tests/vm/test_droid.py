@@ -17,7 +17,15 @@ import pytest
 from boxd.droid_release import droid_binary
 from boxd.model_key import KEY_REFUSED
 from boxd.pricing import Tokens, price_cents
-from tests.vm.box_api import boxctl, finish, http, lose_worker_with_boxd, wait_for_step
+from tests.vm.box_api import (
+    BROKER_UNIT,
+    boxctl,
+    finish,
+    http,
+    lose_worker_with_boxd,
+    set_unit_environment,
+    wait_for_step,
+)
 from tests.vm.machine import Machine, booted_box
 from tests.vm.model_server import BASE_URL, DEFAULT_USAGE, ModelServer
 from tests.vm.npm_registry import NpmRegistry, droid_state, install_droid, restart_boxd
@@ -26,8 +34,6 @@ from tests.vm.test_broker_calls import bookings, pending
 
 KEY = f"sk-ant-api03-{secrets.token_hex(24)}"
 MODEL = "claude-sonnet-4-6"
-DROP_IN_DIR = "/etc/systemd/system/box-broker@.service.d"
-DROP_IN = f"{DROP_IN_DIR}/50-approval-wait.conf"
 PAY = {"to": "ada", "cents": 30, "memo": "droid test"}
 
 
@@ -53,9 +59,7 @@ def model(machine: Machine) -> Iterator[ModelServer]:
 
 def approval_wait(machine: Machine, ms: int) -> None:
     """How long the next tasks' brokers wait for the owner before answering `pending`."""
-    machine.run("mkdir", "-p", DROP_IN_DIR)
-    machine.run("tee", DROP_IN, input=f"[Service]\nEnvironment=BOX_APPROVAL_WAIT_MS={ms}\n")
-    machine.run("systemctl", "daemon-reload")
+    set_unit_environment(machine, BROKER_UNIT, "BOX_APPROVAL_WAIT_MS", str(ms))
 
 
 def start_droid(machine: Machine, token: str, prompt: str, **fields: Any) -> dict[str, Any]:

@@ -16,28 +16,22 @@ from typing import Any
 
 import pytest
 
-from tests.vm.box_api import boxctl, finish, http, start_fake
+from tests.vm.box_api import boxctl, finish, http, start_fake, unit_environment
 from tests.vm.machine import Machine
 from tests.vm.test_personal_folders import folder, keep, tree
 
 PAUSES = "/run/boxd-pauses"
-DROP_IN = "/etc/systemd/system/boxd.service.d/50-pauses.conf"
 OTHER = "other"
 SECRET = "a secret of the other account"
 
 
 @pytest.fixture(scope="module", autouse=True)
 def pause_points(machine: Machine) -> Iterator[None]:
-    machine.run("mkdir", "-p", PAUSES, "/etc/systemd/system/boxd.service.d")
+    machine.run("mkdir", "-p", PAUSES)
     machine.run("chmod", "0755", PAUSES)
-    machine.run(
-        "sh", "-c", f"printf '[Service]\\nEnvironment=BOXD_PAUSE_DIR={PAUSES}\\n' > {DROP_IN}"
-    )
-    machine.run("systemctl", "daemon-reload")
-    machine.run("systemctl", "restart", "boxd.service")
-    yield
-    machine.run("rm", "-f", DROP_IN)
-    machine.run("systemctl", "daemon-reload")
+    with unit_environment(machine, "boxd.service", "BOXD_PAUSE_DIR", PAUSES):
+        machine.run("systemctl", "restart", "boxd.service")
+        yield
     machine.run("systemctl", "restart", "boxd.service")
 
 

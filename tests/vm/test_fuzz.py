@@ -18,12 +18,11 @@ from yarl import URL
 from tests.fuzz_bodies import FUZZ, Body, broken_bodies, fill_path, segments, send
 from tests.test_fuzz_broker import BODIES
 from tests.test_fuzz_gateway import FUZZED
-from tests.vm.box_api import http, start_fake
+from tests.vm.box_api import BROKER_UNIT, http, start_fake, unit_environment
 from tests.vm.browser import _forwarder, _stop
 from tests.vm.machine import Machine
 
 GATEWAY_PORT = 7700
-DROP_IN = "/etc/systemd/system/box-broker@.service.d/50-fuzz-approval-wait.conf"
 UNITS = ("boxd.service", "boxd-web.service")
 # Fewer than the unit tests': every example crosses into a machine on two shared cores.
 SHORT = settings(FUZZ, max_examples=40)
@@ -32,12 +31,8 @@ SHORT = settings(FUZZ, max_examples=40)
 @pytest.fixture(scope="module", autouse=True)
 def short_approval_wait(machine: Machine) -> Iterator[None]:
     """A fuzzed /ask waits 0.2 s for the owner, not 150 s, before it answers pending."""
-    machine.run("mkdir", "-p", DROP_IN.rsplit("/", 1)[0])
-    machine.run("tee", DROP_IN, input="[Service]\nEnvironment=BOX_APPROVAL_WAIT_MS=200\n")
-    machine.run("systemctl", "daemon-reload")
-    yield
-    machine.run("rm", "-f", DROP_IN)
-    machine.run("systemctl", "daemon-reload")
+    with unit_environment(machine, BROKER_UNIT, "BOX_APPROVAL_WAIT_MS", "200"):
+        yield
 
 
 def _restarts(machine: Machine, unit: str) -> tuple[str, int]:

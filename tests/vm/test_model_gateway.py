@@ -16,11 +16,13 @@ import pytest
 from boxd.model_key import KEY_REFUSED, NO_KEY
 from boxd.pricing import Tokens, price_cents
 from tests.vm.box_api import (
+    BROKER_UNIT,
     boxctl,
     database_bytes,
     finish,
     http,
     start_fake,
+    unit_environment,
     wait_for_step,
 )
 from tests.vm.machine import Machine, booted_box
@@ -28,7 +30,6 @@ from tests.vm.model_server import BASE_URL, ModelServer
 from tests.vm.npm_registry import install_droid
 from tests.vm.outside_world import arrived, start_outside
 
-DROP_IN = "/etc/systemd/system/box-broker@.service.d/50-approval-wait.conf"
 KEY = f"sk-ant-api03-{secrets.token_hex(24)}"
 MODEL = "claude-sonnet-4-6"
 USAGE = {
@@ -46,22 +47,16 @@ DEAR = {"input_tokens": 3_000_000, "output_tokens": 10}
 def model(machine: Machine) -> Iterator[ModelServer]:
     """The model server, the box pointed at it with a key in its vault, and brokers that
     answer `pending` after 1.5 s."""
-    machine.run("mkdir", "-p", DROP_IN.rsplit("/", 1)[0])
-    machine.run(
-        "sh", "-c", f"printf '[Service]\\nEnvironment=BOX_APPROVAL_WAIT_MS=1500\\n' > {DROP_IN}"
-    )
-    machine.run("systemctl", "daemon-reload")
-    outside = start_outside(machine)
-    server = ModelServer(machine).start()
-    boxctl(machine, "settings", "set", "modelBaseUrl", BASE_URL)
-    set_key(machine)
-    yield server
-    server.stop()
-    outside.kill()
+    with unit_environment(machine, BROKER_UNIT, "BOX_APPROVAL_WAIT_MS", "1500"):
+        outside = start_outside(machine)
+        server = ModelServer(machine).start()
+        boxctl(machine, "settings", "set", "modelBaseUrl", BASE_URL)
+        set_key(machine)
+        yield server
+        server.stop()
+        outside.kill()
     boxctl(machine, "vault", "rm", "ANTHROPIC_API_KEY", check=False)
     boxctl(machine, "settings", "set", "modelBaseUrl", "https://api.anthropic.com")
-    machine.run("rm", "-f", DROP_IN)
-    machine.run("systemctl", "daemon-reload")
 
 
 def set_key(machine: Machine) -> None:
