@@ -1,10 +1,12 @@
 """The broker over its Unix socket with the standard library only: one HTTP/1.0 request per
 connection, JSON in and out, the answer read up to a cap.
 
-The MCP relay talks to the broker through this rather than `broker_client` (aiohttp): Droid
-waits for its MCP servers before its first model request, on every start and resume, and
-importing aiohttp costs the relay several times what the rest of it does (bench/mcp_relay.py).
-HTTP/1.0 keeps the client small: the broker answers with a length, or closes after the body.
+The MCP relay and the workers' broker_client talk to the broker through this rather than
+aiohttp, whose import costs several times what the rest of them does: Droid waits for its MCP
+servers before its first model request, on every start and resume (bench/mcp_relay.py), and a
+task's first step waits for its worker's imports (bench/start_latency.py). HTTP/1.0 keeps the
+client small: the broker answers with a length, or closes after the body; a connection of its
+own for each request costs a Unix socket's connect, well under a millisecond.
 """
 
 import asyncio
@@ -48,7 +50,7 @@ BROKER_FAILURES = (BrokerRefused, BrokerGone, BrokerGarbled)
 
 # What a connection that breaks looks like: refused while systemd restarts the broker, reset or
 # cut short when it is killed mid-answer.
-_LOST = (ConnectionError, FileNotFoundError, asyncio.IncompleteReadError)
+LOST = (ConnectionError, FileNotFoundError, asyncio.IncompleteReadError)
 
 
 async def _head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
@@ -83,7 +85,12 @@ async def _body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
     return bytes(body)
 
 
-async def _once(socket_path: str, method: str, path: str, payload: bytes | None) -> Any:
+async def exchange(
+    socket_path: str, method: str, path: str, payload: bytes | None
+) -> tuple[int, Any]:
+    """One request on a connection of its own: the broker's status and its JSON answer. A
+    connection refused or cut off raises one of LOST; an answer that is not HTTP with JSON in
+    it, BrokerGarbled."""
     reader, writer = await asyncio.open_unix_connection(socket_path, limit=MAX_HEAD_LINE)
     try:
         head = f"{method} {path} HTTP/1.0\r\nHost: box\r\n"
@@ -101,14 +108,24 @@ async def _once(socket_path: str, method: str, path: str, payload: bytes | None)
     finally:
         writer.close()
     try:
-        answer = json.loads(body)
+        return status, json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise BrokerGarbled(f"the broker answered {status} without JSON: {body[:200]!r}") from None
-    if status >= 400:
+
+
+def error_words(answer: Any, status: int) -> str:
+    """The broker's own words for a refusal, or its status when it gave none."""
+    words = answer.get("error") if isinstance(answer, dict) else None
+    return words if isinstance(words, str) else f"the broker answered {status}"
+
+
+async def _once(socket_path: str, method: str, path: str, payload: bytes | None) -> Any:
+    status, answer = await exchange(socket_path, method, path, payload)
+    if status == MANAGER_AWAY:
         words = answer.get("error") if isinstance(answer, dict) else None
-        if status == MANAGER_AWAY:
-            raise _ManagerAway(words if isinstance(words, str) else "the box's manager is away")
-        raise BrokerRefused(words if isinstance(words, str) else f"the broker answered {status}")
+        raise _ManagerAway(words if isinstance(words, str) else "the box's manager is away")
+    if status >= 400:
+        raise BrokerRefused(error_words(answer, status))
     return answer
 
 
@@ -121,7 +138,7 @@ async def request(socket_path: str, method: str, path: str, body: Any = None) ->
     while True:
         try:
             return await _once(socket_path, method, path, payload)
-        except (*_LOST, _ManagerAway) as error:
+        except (*LOST, _ManagerAway) as error:
             words = str(error) or type(error).__name__
             if patience.tries == 0:
                 log.warning(
