@@ -25,6 +25,7 @@ from boxd.ids import new_task_id, task_user
 from boxd.manager import at_rest, netns, task_home
 from boxd.manager.admission import next_to_start
 from boxd.manager.approval_answers import ApprovalAnswers
+from boxd.manager.at_once import at_once
 from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.damaged import DAMAGED
 from boxd.manager.diffs import diff_page
@@ -68,16 +69,20 @@ from boxd.manager.tokens import (
     token_hash,
     token_role,
 )
-from boxd.manager.users import FIRST_UID, LAST_UID, ensure_user, id_taken, remove_user
+from boxd.manager.users import (
+    FIRST_UID,
+    LAST_UID,
+    ensure_user,
+    id_taken,
+    remove_user,
+    task_uid,
+)
 from boxd.manager.vault import Vault
 from boxd.manager.worker_unit import (
     ALL_TASKS_SLICE,
     WORK_GROUP,
     all_tasks_properties,
-    broker_service_unit,
-    broker_socket_unit,
-    egress_socket_units,
-    model_socket_unit,
+    broker_units,
     task_slice,
     worker_properties,
     worker_unit,
@@ -800,31 +805,34 @@ class Box:
             die(Problem.FAILED, str(error))
 
     async def _prepare_view(self, task: Task, layers: list[str]) -> None:
-        """The task's user and its view of the workspace; for a personal task, a manifest of
-        what it saw, to find conflicts when the owner keeps it. Under the workspace's lock."""
+        """The task's user, its home, its view of the workspace and its network namespace, made
+        at once: none needs another once the user's uid is known, and a file given to that uid
+        before useradd has run belongs to no one else, since no one else ever gets it. For a
+        personal task, then a manifest of what it saw, to find conflicts when the owner keeps
+        it. Under the workspace's lock. A failure is raised once every step is over, so the
+        task's end undoes them all."""
         user = task_user(task.id)
         directory = task_dir(self.home, task.id)
         directory.mkdir(mode=at_rest.TASK, exist_ok=True)
         at_rest.restrict(directory, at_rest.TASK)
-        uid, _ = await ensure_user(
-            user, directory, partial(self.store.claim_uid, task.id, FIRST_UID, LAST_UID, id_taken)
+        uid = await task_uid(
+            user, partial(self.store.claim_uid, task.id, FIRST_UID, LAST_UID, id_taken)
         )
-        await task_home.prepare(self.home, task.id, uid)
-        await self.layers.mount(task.id, task.workspace, layers, uid)
+        await at_once(
+            ensure_user(user, directory, uid),
+            task_home.prepare(self.home, task.id, uid),
+            self.layers.mount(task.id, task.workspace, layers, uid),
+            netns.ensure(task.id),
+        )
         manifest = task_manifest(self.home, task.id)
         if task.folders and not manifest.exists():
             seen = await asyncio.to_thread(take_manifest, task_work_dir(self.home, task.id))
             await asyncio.to_thread(save_manifest, seen, manifest)
 
     async def _start_units(self, task: Task) -> None:
-        await netns.ensure(task.id)
-        await self.systemd.start_unit(broker_socket_unit(task.id))
-        for egress in egress_socket_units(task.id):
-            await self.systemd.start_unit(egress)
-        await self.systemd.start_unit(model_socket_unit(task.id))
-        # Started now rather than on the worker's first connection, so the broker's start-up
-        # overlaps the worker's instead of following it.
-        await self.systemd.start_unit(broker_service_unit(task.id))
+        """Starts the worker, and with it, in the same job, its broker and the broker's sockets
+        (worker_unit.worker_properties): one call to systemd rather than one per unit. The
+        broker's start-up overlaps the worker's rather than waiting for its first connection."""
         unit = worker_unit(task.id)
         self.systemd.watch(unit, partial(self._check_soon, task.id))
         settings = await self.store.settings()
@@ -934,12 +942,7 @@ class Box:
         was cut off. Runs beside the task's lock, never under it: a broker told to stop first
         lets its running tools record their results (FinishCall), which takes that lock."""
         try:
-            for name in (
-                broker_socket_unit(task.id),
-                *egress_socket_units(task.id),
-                model_socket_unit(task.id),
-                broker_service_unit(task.id),
-            ):
+            for name in broker_units(task.id):
                 await self._let_go(name)
             await task_home.remove(self.home, task.id)
             if task.state != TaskState.DONE:
