@@ -74,20 +74,28 @@ async def _run(*argv: str) -> str | None:
 
 
 async def task_uid(name: str, claim_uid: Callable[[], Awaitable[int]]) -> int:
-    """The uid of the task's user: the one it has if it was made already (boxd restarted), or
-    the one `claim_uid` hands out. Known before the user is made, so the task's files can be
-    given to it while useradd runs: no one else ever gets that number."""
+    """The uid of the task's user: the one it has if it was made already (ahead, as a spare, or
+    before boxd restarted), or the one `claim_uid` hands out. Known before the user is made, so
+    the task's files can be given to it while useradd runs: no one else ever gets that number."""
     ids = await asyncio.to_thread(user_ids, name)
     return ids[0] if ids is not None else await claim_uid()
 
 
+async def _made(name: str, uid: int) -> bool:
+    ids = await asyncio.to_thread(user_ids, name)
+    if ids is not None and ids[0] != uid:
+        die(Problem.FAILED, f"user {name} has uid {ids[0]}, not the {uid} boxd gave it")
+    return ids is not None
+
+
 async def ensure_user(name: str, home: Path, uid: int) -> None:
     """Makes the user with this uid (and its group, same number), unless it is there."""
+    # Looked for before the lock too: a user made ahead (spares.py) need not wait for the
+    # useradd of another.
+    if await _made(name, uid):
+        return
     async with _lock:
-        ids = await asyncio.to_thread(user_ids, name)
-        if ids is not None:
-            if ids[0] != uid:
-                die(Problem.FAILED, f"user {name} has uid {ids[0]}, not the {uid} boxd gave it")
+        if await _made(name, uid):
             return
         if not await asyncio.to_thread(_group_exists, name):
             failed = await _run("groupadd", "--system", "--gid", str(uid), name)

@@ -66,6 +66,7 @@ class BrokerClient:
     def __init__(self, socket_path: str, patience_seconds: float | None = None) -> None:
         self._socket_path = socket_path
         self._patience_seconds = patience_seconds
+        self._connections = unix_http.Connections(socket_path)
         # How many steps the log holds that this worker knows of (from GET /task, then its own).
         self._steps_known = 0
         # Whether the worker said it waits for room on the full disk (it says so once).
@@ -80,8 +81,7 @@ class BrokerClient:
         error: BaseException | None,
         trace: TracebackType | None,
     ) -> None:
-        # Each request has had a connection of its own (unix_http): none is left open.
-        return None
+        self._connections.close()
 
     def _patience(self) -> Patience:
         return Patience(self._patience_seconds)
@@ -103,7 +103,7 @@ class BrokerClient:
     async def _once(self, method: str, path: str, body: Any) -> Any:
         payload = None if body is None else json.dumps(body, ensure_ascii=False).encode("utf-8")
         try:
-            status, answer = await unix_http.exchange(self._socket_path, method, path, payload)
+            status, answer = await self._connections.exchange(method, path, payload)
         except unix_http.LOST as error:
             raise _Lost(str(error) or type(error).__name__) from None
         if status == MANAGER_AWAY:

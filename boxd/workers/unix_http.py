@@ -1,12 +1,11 @@
-"""The broker over its Unix socket with the standard library only: one HTTP/1.0 request per
-connection, JSON in and out, the answer read up to a cap.
+"""The broker over its Unix socket with the standard library only: JSON in and out, the answer
+read up to a cap; one HTTP/1.0 request per connection (`request`, `exchange`), or connections
+kept open between requests (`Connections`, HTTP/1.1).
 
 The MCP relay and the workers' broker_client talk to the broker through this rather than
 aiohttp, whose import costs several times what the rest of them does: Droid waits for its MCP
 servers before its first model request, on every start and resume (bench/mcp_relay.py), and a
-task's first step waits for its worker's imports (bench/start_latency.py). HTTP/1.0 keeps the
-client small: the broker answers with a length, or closes after the body; a connection of its
-own for each request costs a Unix socket's connect, well under a millisecond.
+task's first step waits for its worker's imports (bench/start_latency.py).
 """
 
 import asyncio
@@ -76,6 +75,8 @@ async def _body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
         if int(length) > MAX_ANSWER:
             raise BrokerGarbled(f"the broker's answer is over {MAX_ANSWER:,} bytes")
         return await reader.readexactly(int(length))
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        return await _chunks(reader)
     # No length: HTTP/1.0 says the body ends where the connection does.
     body = bytearray()
     while chunk := await reader.read(64 * 1024):
@@ -83,6 +84,57 @@ async def _body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
         if len(body) > MAX_ANSWER:
             raise BrokerGarbled(f"the broker's answer is over {MAX_ANSWER:,} bytes")
     return bytes(body)
+
+
+async def _chunks(reader: asyncio.StreamReader) -> bytes:
+    """A chunked body (HTTP/1.1), as the broker streams GET /task's pages of steps."""
+    body = bytearray()
+    while True:
+        size_line = (await reader.readuntil(b"\n")).split(b";", 1)[0].strip()
+        try:
+            size = int(size_line, 16)
+        except ValueError:
+            words = f"the broker's answer has a bad chunk size: {size_line[:40]!r}"
+            raise BrokerGarbled(words) from None
+        if size == 0:
+            # Trailers, if any, up to the empty line that ends the answer.
+            while (await reader.readuntil(b"\n")) not in (b"\r\n", b"\n"):
+                pass
+            return bytes(body)
+        if len(body) + size > MAX_ANSWER:
+            raise BrokerGarbled(f"the broker's answer is over {MAX_ANSWER:,} bytes")
+        body += await reader.readexactly(size)
+        await reader.readuntil(b"\n")
+
+
+async def _ask(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    request: bytes,
+) -> tuple[int, dict[str, str], bytes]:
+    writer.write(request)
+    await writer.drain()
+    try:
+        status, headers = await _head(reader)
+    except (asyncio.LimitOverrunError, ValueError) as error:
+        raise BrokerGarbled(
+            f"the broker's answer has a line over {MAX_HEAD_LINE:,} bytes"
+        ) from error
+    return status, headers, await _body(reader, headers)
+
+
+def _request(method: str, path: str, payload: bytes | None, version: str) -> bytes:
+    head = f"{method} {path} {version}\r\nHost: box\r\n"
+    if payload is not None:
+        head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+    return head.encode("ascii") + b"\r\n" + (payload or b"")
+
+
+def _json(status: int, body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise BrokerGarbled(f"the broker answered {status} without JSON: {body[:200]!r}") from None
 
 
 async def exchange(
@@ -93,24 +145,57 @@ async def exchange(
     it, BrokerGarbled."""
     reader, writer = await asyncio.open_unix_connection(socket_path, limit=MAX_HEAD_LINE)
     try:
-        head = f"{method} {path} HTTP/1.0\r\nHost: box\r\n"
-        if payload is not None:
-            head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
-        writer.write(head.encode("ascii") + b"\r\n" + (payload or b""))
-        await writer.drain()
-        try:
-            status, headers = await _head(reader)
-        except (asyncio.LimitOverrunError, ValueError) as error:
-            raise BrokerGarbled(
-                f"the broker's answer has a line over {MAX_HEAD_LINE:,} bytes"
-            ) from error
-        body = await _body(reader, headers)
+        status, _, body = await _ask(reader, writer, _request(method, path, payload, "HTTP/1.0"))
     finally:
         writer.close()
-    try:
-        return status, json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise BrokerGarbled(f"the broker answered {status} without JSON: {body[:200]!r}") from None
+    return status, _json(status, body)
+
+
+Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+class Connections:
+    """Connections to the broker kept open between requests (HTTP/1.1), as a worker's steps
+    follow one another: one each for requests at the same time (a Droid worker's pending /ask
+    beside its steps), each used again once its answer is read. The same errors as `exchange`;
+    a connection that failed is closed, never used again."""
+
+    def __init__(self, socket_path: str) -> None:
+        self._socket_path = socket_path
+        self._idle: list[Streams] = []
+
+    async def exchange(self, method: str, path: str, payload: bytes | None) -> tuple[int, Any]:
+        streams = self._idle_one() or await asyncio.open_unix_connection(
+            self._socket_path, limit=MAX_HEAD_LINE
+        )
+        reader, writer = streams
+        try:
+            status, headers, body = await _ask(
+                reader, writer, _request(method, path, payload, "HTTP/1.1")
+            )
+        except BaseException:
+            writer.close()
+            raise
+        if headers.get("connection", "").lower() == "close" or reader.at_eof():
+            writer.close()
+        else:
+            self._idle.append(streams)
+        return status, _json(status, body)
+
+    def _idle_one(self) -> Streams | None:
+        """An idle connection the broker has not closed meanwhile (it does when it stops, or
+        restarts after a crash): one it has is dropped rather than fail the next request."""
+        while self._idle:
+            reader, writer = self._idle.pop()
+            if not reader.at_eof() and not writer.is_closing():
+                return reader, writer
+            writer.close()
+        return None
+
+    def close(self) -> None:
+        for _, writer in self._idle:
+            writer.close()
+        self._idle.clear()
 
 
 def error_words(answer: Any, status: int) -> str:
