@@ -67,13 +67,22 @@ async def test_a_spare_that_could_not_be_made_is_undone_and_making_stops() -> No
     assert spares.take() is None
 
 
-def test_leftovers_are_task_users_of_boxd_with_no_task() -> None:
-    users = [
+def test_leftovers_are_task_users_groups_and_namespaces_of_boxd_with_no_task() -> None:
+    accounts = [
         ("root", 0),
         ("box-t000000001", FIRST_UID),  # a task's: kept
         ("box-t000000002", FIRST_UID + 1),  # no task: a spare left behind
         ("box-t000000003", 1003),  # not a uid of boxd's
         ("box-web", FIRST_UID + 2),  # not a task id
         ("boxd-broker", 999),
+        # A group whose useradd was cut off, and a spare's group beside its user.
+        ("box-t000000004", FIRST_UID + 3),
+        ("box-t000000002", FIRST_UID + 1),
     ]
-    assert leftovers(users, {"t000000001"}) == ["t000000002"]
+    # A namespace whose spare was cut off before its user was made; a task's.
+    namespaces = ["t000000005", "t000000001", "not-a-task"]
+    assert leftovers(accounts, namespaces, {"t000000001"}) == [
+        "t000000002",
+        "t000000004",
+        "t000000005",
+    ]

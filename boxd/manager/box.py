@@ -232,8 +232,17 @@ class Box:
 
     async def _renew_spares(self) -> None:
         """Removes the spares an earlier manager left (spares.py says why), then makes new."""
-        users = await asyncio.to_thread(lambda: [(u.pw_name, u.pw_uid) for u in pwd.getpwall()])
-        for task_id in leftovers(users, self._known_at_open):
+
+        def accounts() -> list[tuple[str, int]]:
+            users = [(user.pw_name, user.pw_uid) for user in pwd.getpwall()]
+            return users + [(group.gr_name, group.gr_gid) for group in grp.getgrall()]
+
+        found = leftovers(
+            await asyncio.to_thread(accounts),
+            await asyncio.to_thread(netns.task_ids),
+            self._known_at_open,
+        )
+        for task_id in found:
             if await self.store.task(task_id) is None:
                 log.info("removing spare task user %s, left by an earlier run", task_user(task_id))
                 await self.spares.drop_leftovers([task_id])

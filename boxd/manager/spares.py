@@ -78,20 +78,18 @@ class Spares:
             await self._drop_quietly(task_id)
 
 
-def leftovers(users: Iterable[tuple[str, int]], tasks: set[str]) -> list[str]:
-    """The ids of spares an earlier manager made and no task took: task users (box-<id>, with a
-    uid of boxd's) whose id has no task."""
-    found = []
-    for name, uid in users:
-        task_id = name.removeprefix("box-")
-        if (
-            name.startswith("box-")
-            and is_task_id(task_id)
-            and FIRST_UID <= uid <= LAST_UID
-            and task_id not in tasks
-        ):
-            found.append(task_id)
-    return sorted(found)
+def leftovers(
+    accounts: Iterable[tuple[str, int]], namespaces: Iterable[str], tasks: set[str]
+) -> list[str]:
+    """The ids of spares an earlier manager made, or began to make, and no task took: task
+    users and groups (box-<id>, with an id of boxd's) and task namespaces whose id has no task."""
+    found = {
+        name.removeprefix("box-")
+        for name, number in accounts
+        if name.startswith("box-") and FIRST_UID <= number <= LAST_UID
+    }
+    found.update(namespaces)
+    return sorted(task_id for task_id in found if is_task_id(task_id) and task_id not in tasks)
 
 
 def _words(error: Exception) -> str:
