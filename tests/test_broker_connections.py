@@ -98,10 +98,30 @@ async def test_a_connection_the_broker_closed_while_idle_is_not_used(tmp_path: P
         again = Broker()
         runner = await serve(again, path)
         # The worker's event loop has seen the idle connection closed (read to its end here).
-        (idle, _writer) = connections._idle[0]
+        (idle, _writer), _timer = connections._idle[0]
         assert await asyncio.wait_for(idle.read(), 5) == b""
         assert (await connections.exchange("POST", "/step", b"{}"))[0] == 200
         assert len(again.transports) == 1
+    finally:
+        connections.close()
+        await runner.cleanup()
+
+
+async def test_a_connection_left_unused_is_closed(tmp_path: Path) -> None:
+    """As aiohttp's client did: a broker is not held by a worker that has gone quiet."""
+    broker = Broker()
+    path = str(tmp_path / "broker.sock")
+    runner = await serve(broker, path)
+    connections = Connections(path, idle_seconds=0.05)
+    try:
+        await connections.exchange("POST", "/step", b"{}")
+        assert connections.idle() == 1
+        (reader, _writer), _timer = connections._idle[0]
+        # Closed by the worker itself once its idle time is up (its own end reads empty).
+        await asyncio.wait_for(reader.read(), 5)
+        assert connections.idle() == 0
+        assert (await connections.exchange("POST", "/step", b"{}"))[0] == 200
+        assert len(set(broker.transports)) == 2
     finally:
         connections.close()
         await runner.cleanup()

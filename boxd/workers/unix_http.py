@@ -154,15 +154,22 @@ async def exchange(
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
+# How long a connection may sit idle before the worker closes it, as aiohttp's client did: a
+# broker holding no connection of a worker that has gone quiet is free to count itself idle.
+IDLE_SECONDS = 15.0
+
+
 class Connections:
     """Connections to the broker kept open between requests (HTTP/1.1), as a worker's steps
     follow one another: one each for requests at the same time (a Droid worker's pending /ask
-    beside its steps), each used again once its answer is read. The same errors as `exchange`;
-    a connection that failed is closed, never used again."""
+    beside its steps), each used again once its answer is read, and closed after IDLE_SECONDS
+    unused. The same errors as `exchange`; a connection that failed is closed, never used
+    again."""
 
-    def __init__(self, socket_path: str) -> None:
+    def __init__(self, socket_path: str, idle_seconds: float = IDLE_SECONDS) -> None:
         self._socket_path = socket_path
-        self._idle: list[Streams] = []
+        self._idle_seconds = idle_seconds
+        self._idle: list[tuple[Streams, asyncio.TimerHandle]] = []
 
     async def exchange(self, method: str, path: str, payload: bytes | None) -> tuple[int, Any]:
         streams = self._idle_one() or await asyncio.open_unix_connection(
@@ -179,21 +186,35 @@ class Connections:
         if headers.get("connection", "").lower() == "close" or reader.at_eof():
             writer.close()
         else:
-            self._idle.append(streams)
+            timer = asyncio.get_running_loop().call_later(self._idle_seconds, self._expire, streams)
+            self._idle.append((streams, timer))
         return status, _json(status, body)
 
     def _idle_one(self) -> Streams | None:
         """An idle connection the broker has not closed meanwhile (it does when it stops, or
         restarts after a crash): one it has is dropped rather than fail the next request."""
         while self._idle:
-            reader, writer = self._idle.pop()
+            (reader, writer), timer = self._idle.pop()
+            timer.cancel()
             if not reader.at_eof() and not writer.is_closing():
                 return reader, writer
             writer.close()
         return None
 
+    def _expire(self, streams: Streams) -> None:
+        for entry in self._idle:
+            if entry[0] is streams:
+                self._idle.remove(entry)
+                streams[1].close()
+                return
+
+    def idle(self) -> int:
+        """How many connections are open and unused."""
+        return len(self._idle)
+
     def close(self) -> None:
-        for _, writer in self._idle:
+        for (_, writer), timer in self._idle:
+            timer.cancel()
             writer.close()
         self._idle.clear()
 
