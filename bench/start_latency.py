@@ -5,6 +5,12 @@ Run as root from the repository: `make bench` (or `python -m bench.start_latency
 test machine, installs this checkout, and runs the measurement inside it, where it prints p50
 and p90 of both and their ratio. The two are interleaved, one of each in turn, so drift in the
 machine's speed touches both alike.
+
+Then where the time went, from the same POSTs: until the answer (the manager's part: the
+task recorded, its user, view and namespace, its units' job queued), until systemd forked the
+broker's and the worker's processes (ExecMainStartTimestamp), and until the worker's program
+ran (its sandbox set up: Type=exec's ActiveEnterTimestamp). What follows the last of these,
+up to the step, is the broker's and the worker's own start-up and the step itself.
 """
 
 import argparse
@@ -24,6 +30,8 @@ from dbus_fast.aio import MessageBus
 from boxd.dbus.bus_daemon import add_match
 
 RUNS = 50
+# The task's script: one step, then a moment for its units' timestamps to be read.
+SCRIPT = "step first\nsleep 0.5"
 SANDBOX = [
     "-p",
     "ProtectSystem=strict",
@@ -34,6 +42,55 @@ SANDBOX = [
     "-p",
     "NoNewPrivileges=yes",
 ]
+
+
+def monotonic() -> float:
+    """CLOCK_MONOTONIC, the clock of systemd's *TimestampMonotonic properties."""
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+async def started_at(bus: MessageBus, unit: str, name: str) -> float | None:
+    """A unit's timestamp property (CLOCK_MONOTONIC, seconds), or None if it is not there."""
+    found = await bus.call(
+        Message(
+            destination="org.freedesktop.systemd1",
+            path="/org/freedesktop/systemd1",
+            interface="org.freedesktop.systemd1.Manager",
+            member="GetUnit",
+            signature="s",
+            body=[unit],
+        )
+    )
+    if found is None or found.message_type != MessageType.METHOD_RETURN:
+        return None
+    interface = "Service" if name.startswith("ExecMain") else "Unit"
+    value = await bus.call(
+        Message(
+            destination="org.freedesktop.systemd1",
+            path=found.body[0],
+            interface="org.freedesktop.DBus.Properties",
+            member="Get",
+            signature="ss",
+            body=[f"org.freedesktop.systemd1.{interface}", name],
+        )
+    )
+    if value is None or value.message_type != MessageType.METHOD_RETURN:
+        return None
+    micro: int = value.body[0].value
+    return micro / 1e6 if micro else None
+
+
+# Marks on the way to the first step: (unit, its timestamp property, what it says).
+MARKS = {
+    "answer": ("", "", "POST answered, the task running (the manager's part)"),
+    "broker": ("box-broker@{}.service", "ExecMainStartTimestampMonotonic", "broker forked"),
+    "worker": ("box-task-{}.service", "ExecMainStartTimestampMonotonic", "worker forked"),
+    "sandboxed": (
+        "box-task-{}.service",
+        "ActiveEnterTimestampMonotonic",
+        "worker's program running (its sandbox set up)",
+    ),
+}
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -52,7 +109,7 @@ async def measure(token: str, runs: int) -> None:
             return
         event = json.loads(message.body[2])
         if event["kind"] == "task.step":
-            first_step.setdefault(event["task"], time.perf_counter())
+            first_step.setdefault(event["task"], monotonic())
         elif event["kind"] == "task.state" and event["data"]["state"] in ("done", "failed"):
             ended.add(event["task"])
         news.set()
@@ -71,21 +128,30 @@ async def measure(token: str, runs: int) -> None:
 
     boxd: list[float] = []
     floor: list[float] = []
+    # Where the time went: seconds from the POST to each mark, by mark.
+    marks: dict[str, list[float]] = {name: [] for name in MARKS}
     headers = {"Authorization": f"Bearer {token}"}
-    body = {"title": "latency", "prompt": "step first", "worker": "fake"}
+    body = {"title": "latency", "prompt": SCRIPT, "worker": "fake"}
     user = ""
     async with aiohttp.ClientSession() as http:
         for _ in range(runs):
-            started = time.perf_counter()
+            started = monotonic()
             async with http.post(
                 "http://127.0.0.1:7700/api/tasks", json=body, headers=headers
             ) as response:
                 task = await response.json()
+            answered = monotonic()
             if response.status != 201 or task["state"] != "running":
                 sys.exit(f"the task did not start: {task}")
             task_id: str = task["id"]
             await until(lambda: task_id in first_step)  # noqa: B023
             boxd.append(first_step[task_id] - started)
+            marks["answer"].append(answered - started)
+            for mark, (unit, name, _what) in MARKS.items():
+                if unit:
+                    at = await started_at(bus, unit.format(task_id), name)
+                    if at is not None:
+                        marks[mark].append(at - started)
             await until(lambda: task_id in ended)  # noqa: B023
             user = task["user"]
 
@@ -117,6 +183,10 @@ async def measure(token: str, runs: int) -> None:
     print(line("systemd-run --wait -p Type=exec -p User=box-... /bin/true", floor))
     ratio = statistics.median(boxd) / statistics.median(floor)
     print(f"ratio of p50s (boxd / systemd-run): {ratio:.2f}")
+    print("where the time went, from the POST:")
+    for mark, values in marks.items():
+        if values:
+            print(line(f"  {MARKS[mark][2]}", values))
 
 
 def run_in_machine(runs: int) -> None:

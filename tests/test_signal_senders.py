@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dbus_fast import Message
+from dbus_fast import Message, Variant
 
 from boxd.broker.approvals import ApprovalWaiter
 from boxd.cli.follow import follow
@@ -17,7 +17,7 @@ from boxd.dbus.interface import BUS_NAME, MANAGER, TASK, task_path
 from boxd.dbus.name_owner import NameOwner
 from boxd.manager.records import Records
 from boxd.manager.store import Store
-from boxd.manager.systemd import Systemd, unit_path
+from boxd.manager.systemd import CLD_EXITED, Systemd, unit_path
 from tests.fake_bus import FakeBus, owner_changed, signal
 from tests.test_store import a_task
 
@@ -195,3 +195,68 @@ def test_task_objects_wait_for_the_name() -> None:
     records.publish()
     records.export(a_task("t000000002"))
     assert fake.exported == [task_path("t000000001"), task_path("t000000002")]
+
+
+def unit_state(unit: str, active: str, sub: str) -> Message:
+    return signal(
+        SYSTEMD,
+        unit_path(unit),
+        "org.freedesktop.DBus.Properties",
+        "PropertiesChanged",
+        "sa{sv}as",
+        [
+            "org.freedesktop.systemd1.Unit",
+            {"ActiveState": Variant("s", active), "SubState": Variant("s", sub)},
+            [],
+        ],
+    )
+
+
+def service_exit(unit: str, result: str, code: int, status: int) -> Message:
+    return signal(
+        SYSTEMD,
+        unit_path(unit),
+        "org.freedesktop.DBus.Properties",
+        "PropertiesChanged",
+        "sa{sv}as",
+        [
+            "org.freedesktop.systemd1.Service",
+            {
+                "Result": Variant("s", result),
+                "ExecMainCode": Variant("i", code),
+                "ExecMainStatus": Variant("i", status),
+            },
+            [],
+        ],
+    )
+
+
+async def test_the_manager_reads_a_unit_only_for_changes_that_may_be_its_end() -> None:
+    """A worker's start announces several changes; each used to cost four calls to read the
+    unit while the task's broker and worker were starting. Only a possible end is read."""
+    fake = FakeBus({SYSTEMD_NAME: SYSTEMD, BUS_NAME: BOXD})
+    systemd = Systemd(fake.bus)
+    await systemd.subscribe()
+    changed: list[str] = []
+    systemd.watch("box-task-x.service", lambda: changed.append("x"))
+    unit = "box-task-x.service"
+    for message in (
+        unit_state(unit, "activating", "start"),
+        service_exit(unit, "success", 0, 0),
+        unit_state(unit, "active", "running"),
+        unit_state(unit, "deactivating", "stop-sigterm"),
+    ):
+        fake.deliver(message)
+    assert changed == []
+    ends = (
+        unit_state(unit, "active", "exited"),
+        unit_state(unit, "inactive", "dead"),
+        unit_state(unit, "failed", "failed"),
+        service_exit(unit, "success", CLD_EXITED, 0),
+        service_exit(unit, "exit-code", 0, 0),
+        # Without the values, the unit is read.
+        unit_changed(SYSTEMD, unit),
+    )
+    for message in ends:
+        fake.deliver(message)
+    assert changed == ["x"] * len(ends)

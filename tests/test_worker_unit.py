@@ -111,3 +111,24 @@ def test_the_worker_starts_isolated_with_a_home_of_its_own() -> None:
         assert value.startswith(f"{home}/"), name
     work = properties["WorkingDirectory"].value
     assert not any(e.partition("=")[2].startswith(work) for e in environment)
+
+
+def test_the_worker_starts_with_its_broker_in_one_job_and_after_the_sockets() -> None:
+    """One StartTransientUnit starts all six units: the worker wants its broker and the broker's
+    sockets, and is ordered after the sockets, so its first connection finds them listening. It
+    is not ordered after the broker, whose start-up overlaps its own, and does not require it: a
+    broker restarted after a crash must not take the worker down with it."""
+    properties = dict(worker_properties(Path("/var/lib/box"), _task(), Settings()))
+    sockets = [
+        "box-broker@t000000001.socket",
+        "box-egress-http@t000000001.socket",
+        "box-egress-socks@t000000001.socket",
+        "box-model@t000000001.socket",
+    ]
+    assert properties["Wants"].value == [*sockets, "box-broker@t000000001.service"]
+    assert properties["After"].value == sockets
+    assert "Requires" not in properties and "BindsTo" not in properties
+    # The sockets the broker's unit serves are the ones the worker waits for.
+    broker = (Path(__file__).parents[1] / "units/box-broker@.service").read_text()
+    served = broker.split("Sockets=", 1)[1].splitlines()[0].split()
+    assert [name.replace("%i", "t000000001") for name in served] == sockets

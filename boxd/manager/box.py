@@ -5,6 +5,7 @@ task's lock; what brokers ask is in broker_methods, the owner's answers in appro
 import asyncio
 import grp
 import logging
+import pwd
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -25,6 +26,7 @@ from boxd.ids import new_task_id, task_user
 from boxd.manager import at_rest, netns, task_home
 from boxd.manager.admission import next_to_start
 from boxd.manager.approval_answers import ApprovalAnswers
+from boxd.manager.at_once import at_once
 from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.damaged import DAMAGED
 from boxd.manager.diffs import diff_page
@@ -57,6 +59,7 @@ from boxd.manager.pages import one_page, with_next
 from boxd.manager.pairing import LIFETIME, Pairings, check_device_name
 from boxd.manager.records import Records
 from boxd.manager.screen_sessions import ScreenSessions
+from boxd.manager.spares import Spares, leftovers
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError
 from boxd.manager.tokens import (
@@ -68,16 +71,20 @@ from boxd.manager.tokens import (
     token_hash,
     token_role,
 )
-from boxd.manager.users import FIRST_UID, LAST_UID, ensure_user, id_taken, remove_user
+from boxd.manager.users import (
+    FIRST_UID,
+    LAST_UID,
+    ensure_user,
+    id_taken,
+    remove_user,
+    task_uid,
+)
 from boxd.manager.vault import Vault
 from boxd.manager.worker_unit import (
     ALL_TASKS_SLICE,
     WORK_GROUP,
     all_tasks_properties,
-    broker_service_unit,
-    broker_socket_unit,
-    egress_socket_units,
-    model_socket_unit,
+    broker_units,
     task_slice,
     worker_properties,
     worker_unit,
@@ -138,6 +145,10 @@ class Box:
         self.droid = DroidInstall(systemd, self._start_queued_soon)
         self.pairings = Pairings()
         self.screen = ScreenSessions(store)
+        self.spares = Spares(self._make_spare, self._drop_spare)
+        self._known_at_open: set[str] = set()
+        # Tasks whose id was a spare, until their start: their user and namespace are made.
+        self._made_ahead: set[str] = set()
 
     # Start-up and recovery.
 
@@ -152,6 +163,7 @@ class Box:
         await self._limit_all_tasks(await self.store.settings())
         self.store.on_full = self._free_disk_soon
         for task in await self.store.tasks():
+            self._known_at_open.add(task.id)
             self.records.export(task)
             if task.state in (TaskState.RUNNING, TaskState.WAITING):
                 self._places.add(task.id)
@@ -214,6 +226,36 @@ class Box:
                 await self._let_go(worker_unit(task.id))
         await self.droid.begin()
         await self._start_queued()
+        job = asyncio.create_task(self._renew_spares())
+        self._background.add(job)
+        job.add_done_callback(self._background.discard)
+
+    async def _renew_spares(self) -> None:
+        """Removes the spares an earlier manager left (spares.py says why), then makes new."""
+
+        def accounts() -> list[tuple[str, int]]:
+            users = [(user.pw_name, user.pw_uid) for user in pwd.getpwall()]
+            return users + [(group.gr_name, group.gr_gid) for group in grp.getgrall()]
+
+        found = leftovers(
+            await asyncio.to_thread(accounts),
+            await asyncio.to_thread(netns.task_ids),
+            self._known_at_open,
+        )
+        for task_id in found:
+            if await self.store.task(task_id) is None:
+                log.info("removing spare task user %s, left by an earlier run", task_user(task_id))
+                await self.spares.drop_leftovers([task_id])
+        self.spares.fill_soon()
+
+    async def _make_spare(self, task_id: str) -> None:
+        uid = await self.store.claim_uid(task_id, FIRST_UID, LAST_UID, id_taken)
+        directory = task_dir(self.home, task_id)
+        await at_once(ensure_user(task_user(task_id), directory, uid), netns.ensure(task_id))
+
+    async def _drop_spare(self, task_id: str) -> None:
+        await self._remove_user(task_id)
+        await netns.remove(task_id)
 
     def routes(self) -> dict[api.Method, Handler]:
         return {
@@ -305,7 +347,6 @@ class Box:
             allowlist = settings.networkDefault == NetworkDefault.ALLOWLIST
             hosts = list(settings.defaultHosts) if allowlist else []
         droid = request.worker == Worker.DROID
-        task_id = new_task_id()
         workspace = request.workspace
         folders: list[str] | None = None
         if personal is not None:
@@ -322,63 +363,76 @@ class Box:
         # nor be recorded, and would leave a user, units and a layer half-made.
         if await asyncio.to_thread(disk_full, self.home):
             die(Problem.FULL, NO_ROOM_TO_START)
-        shared: list[dict[str, Any]] = []
-        if request.files is not None:
-            # Shared files make a workspace of their own; the log keeps names and sizes only.
-            workspace = f"files-{task_id}"
-            await self.workspaces.create(workspace, files=True)
-            shared = [{"name": f.name, "size": len(f.content)} for f in request.files]
-        task = Task(
-            id=task_id,
-            title=request.title,
-            prompt=request.prompt,
-            state=TaskState.QUEUED,
-            user=task_user(task_id),
-            workspace=workspace,
-            worker=request.worker,
-            tools=list(request.tools),
-            hosts=hosts,
-            source=_source(caller, request.source),
-            model=request.model or (resolve_model(DEFAULT_MODEL) if droid else None),
-            budgetCents=(
-                request.budgetCents
-                if request.budgetCents is not None
-                else settings.defaultBudgetCents
-            ),
-            seat=request.seat,
-            droid=request.droid if droid else None,
-            folder=folders[0] if folders else None,
-            folders=folders,
-            app=caller.name if caller.role == Role.APP else None,
-            requester=caller.name if caller.role == Role.MEMBER else None,
-            createdAt=time.time(),
-        )
+        # A spare id comes with its user and network namespace made (spares.py).
+        spare = self.spares.take()
+        task_id = spare or new_task_id()
+        recorded = False
         try:
+            shared: list[dict[str, Any]] = []
             if request.files is not None:
-                await self.workspaces.put(workspace, {f.name: f.content for f in request.files})
-            await self.store.save_task(
-                task,
-                EventKind.TASK_STATE,
-                {
-                    "state": task.state.value,
-                    "title": task.title,
-                    "by": caller.name,
-                    **({"files": shared} if shared else {}),
-                },
+                # Shared files make a workspace of their own; the log keeps names and sizes only.
+                workspace = f"files-{task_id}"
+                await self.workspaces.create(workspace, files=True)
+                shared = [{"name": f.name, "size": len(f.content)} for f in request.files]
+            task = Task(
+                id=task_id,
+                title=request.title,
+                prompt=request.prompt,
+                state=TaskState.QUEUED,
+                user=task_user(task_id),
+                workspace=workspace,
+                worker=request.worker,
+                tools=list(request.tools),
+                hosts=hosts,
+                source=_source(caller, request.source),
+                model=request.model or (resolve_model(DEFAULT_MODEL) if droid else None),
+                budgetCents=(
+                    request.budgetCents
+                    if request.budgetCents is not None
+                    else settings.defaultBudgetCents
+                ),
+                seat=request.seat,
+                droid=request.droid if droid else None,
+                folder=folders[0] if folders else None,
+                folders=folders,
+                app=caller.name if caller.role == Role.APP else None,
+                requester=caller.name if caller.role == Role.MEMBER else None,
+                createdAt=time.time(),
             )
-        except (BoxError, OSError) as error:
-            # Not recorded: the shared files' workspace would belong to no task.
-            if request.files is not None:
-                await self.workspaces.remove_unrecorded(workspace)
-            if isinstance(error, OSError) and is_full(error):
-                die(Problem.FULL, NO_ROOM_TO_START)
-            raise
+            try:
+                if request.files is not None:
+                    await self.workspaces.put(workspace, {f.name: f.content for f in request.files})
+                await self.store.save_task(
+                    task,
+                    EventKind.TASK_STATE,
+                    {
+                        "state": task.state.value,
+                        "title": task.title,
+                        "by": caller.name,
+                        **({"files": shared} if shared else {}),
+                    },
+                )
+            except (BoxError, OSError) as error:
+                # Not recorded: the shared files' workspace would belong to no task.
+                if request.files is not None:
+                    await self.workspaces.remove_unrecorded(workspace)
+                if isinstance(error, OSError) and is_full(error):
+                    die(Problem.FULL, NO_ROOM_TO_START)
+                raise
+            recorded = True
+        finally:
+            if spare is not None and not recorded:
+                self.spares.give_back(spare)
+        if spare is not None:
+            self._made_ahead.add(task_id)
         self.records.export(task)
         await self._start_queued()
         # Another request's admission may have taken this task and still be starting it.
         starting = self._starts.get(task.id)
         if starting is not None:
             await starting.wait()
+        if spare is not None:
+            self.spares.fill_soon()
         return (await self.records.task(task.id)).public()
 
     async def get_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
@@ -800,31 +854,37 @@ class Box:
             die(Problem.FAILED, str(error))
 
     async def _prepare_view(self, task: Task, layers: list[str]) -> None:
-        """The task's user and its view of the workspace; for a personal task, a manifest of
-        what it saw, to find conflicts when the owner keeps it. Under the workspace's lock."""
+        """The task's user, its home, its view of the workspace and its network namespace, made
+        at once: none needs another once the user's uid is known, and a file given to that uid
+        before useradd has run belongs to no one else, since no one else ever gets it. For a
+        personal task, then a manifest of what it saw, to find conflicts when the owner keeps
+        it. Under the workspace's lock. A failure is raised once every step is over, so the
+        task's end undoes them all."""
         user = task_user(task.id)
         directory = task_dir(self.home, task.id)
         directory.mkdir(mode=at_rest.TASK, exist_ok=True)
         at_rest.restrict(directory, at_rest.TASK)
-        uid, _ = await ensure_user(
-            user, directory, partial(self.store.claim_uid, task.id, FIRST_UID, LAST_UID, id_taken)
+        uid = await task_uid(
+            user, partial(self.store.claim_uid, task.id, FIRST_UID, LAST_UID, id_taken)
         )
-        await task_home.prepare(self.home, task.id, uid)
-        await self.layers.mount(task.id, task.workspace, layers, uid)
+        # A spare's user and namespace were made ahead, in this run (spares.py).
+        made_ahead = task.id in self._made_ahead
+        self._made_ahead.discard(task.id)
+        await at_once(
+            ensure_user(user, directory, uid),
+            task_home.prepare(self.home, task.id, uid),
+            self.layers.mount(task.id, task.workspace, layers, uid),
+            *([] if made_ahead else [netns.ensure(task.id)]),
+        )
         manifest = task_manifest(self.home, task.id)
         if task.folders and not manifest.exists():
             seen = await asyncio.to_thread(take_manifest, task_work_dir(self.home, task.id))
             await asyncio.to_thread(save_manifest, seen, manifest)
 
     async def _start_units(self, task: Task) -> None:
-        await netns.ensure(task.id)
-        await self.systemd.start_unit(broker_socket_unit(task.id))
-        for egress in egress_socket_units(task.id):
-            await self.systemd.start_unit(egress)
-        await self.systemd.start_unit(model_socket_unit(task.id))
-        # Started now rather than on the worker's first connection, so the broker's start-up
-        # overlaps the worker's instead of following it.
-        await self.systemd.start_unit(broker_service_unit(task.id))
+        """Starts the worker, and with it, in the same job, its broker and the broker's sockets
+        (worker_unit.worker_properties): one call to systemd rather than one per unit. The
+        broker's start-up overlaps the worker's rather than waiting for its first connection."""
         unit = worker_unit(task.id)
         self.systemd.watch(unit, partial(self._check_soon, task.id))
         settings = await self.store.settings()
@@ -934,12 +994,7 @@ class Box:
         was cut off. Runs beside the task's lock, never under it: a broker told to stop first
         lets its running tools record their results (FinishCall), which takes that lock."""
         try:
-            for name in (
-                broker_socket_unit(task.id),
-                *egress_socket_units(task.id),
-                model_socket_unit(task.id),
-                broker_service_unit(task.id),
-            ):
+            for name in broker_units(task.id):
                 await self._let_go(name)
             await task_home.remove(self.home, task.id)
             if task.state != TaskState.DONE:

@@ -71,6 +71,25 @@ class UnitStatus:
         )
 
 
+def may_have_ended(interface: str, changed: dict[str, Variant]) -> bool:
+    """Whether a watched unit's change may be its end, and so worth reading its state for (those
+    who watch act on ends only). A worker's start announces half a dozen changes, and reading
+    the unit for each took four calls, in the manager and in systemd, while the task's broker
+    and worker were starting beside them. A signal that does not carry the values is read."""
+    if interface == _UNIT:
+        active, sub = changed.get("ActiveState"), changed.get("SubState")
+        if active is None or sub is None:
+            return True
+        state: tuple[object, object] = (active.value, sub.value)
+        return state[0] in ("inactive", "failed") or state == ("active", "exited")
+    code, result = changed.get("ExecMainCode"), changed.get("Result")
+    if code is None or result is None:
+        return True
+    # ExecMainCode stays 0 until the main process has ended.
+    ended: bool = code.value != 0 or result.value != "success"
+    return ended
+
+
 class Systemd:
     def __init__(self, bus: MessageBus) -> None:
         self._bus = bus
@@ -160,7 +179,8 @@ class Systemd:
                 for name in _EXIT_PROPERTIES:
                     if name in message.body[1]:
                         exit[name] = message.body[1][name].value
-            self._watched[message.path]()
+            if may_have_ended(message.body[0], message.body[1]):
+                self._watched[message.path]()
         return None
 
     async def start_unit(self, name: str) -> None:

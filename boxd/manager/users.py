@@ -73,17 +73,31 @@ async def _run(*argv: str) -> str | None:
     return None if process.returncode == 0 else stderr.decode(errors="replace").strip()
 
 
-async def ensure_user(
-    name: str, home: Path, claim_uid: Callable[[], Awaitable[int]]
-) -> tuple[int, int]:
-    """The user's uid and gid, making the user (and its group, same number) if need be, with
-    the uid `claim_uid` hands out."""
+async def task_uid(name: str, claim_uid: Callable[[], Awaitable[int]]) -> int:
+    """The uid of the task's user: the one it has if it was made already (ahead, as a spare, or
+    before boxd restarted), or the one `claim_uid` hands out. Known before the user is made, so
+    the task's files can be given to it while useradd runs: no one else ever gets that number."""
+    ids = await asyncio.to_thread(user_ids, name)
+    return ids[0] if ids is not None else await claim_uid()
+
+
+async def _made(name: str, uid: int) -> bool:
+    ids = await asyncio.to_thread(user_ids, name)
+    if ids is not None and ids[0] != uid:
+        die(Problem.FAILED, f"user {name} has uid {ids[0]}, not the {uid} boxd gave it")
+    return ids is not None
+
+
+async def ensure_user(name: str, home: Path, uid: int) -> None:
+    """Makes the user with this uid (and its group, same number), unless it is there."""
+    # Looked for before the lock too: a user made ahead (spares.py) need not wait for the
+    # useradd of another.
+    if await _made(name, uid):
+        return
     async with _lock:
-        ids = user_ids(name)
-        if ids is not None:
-            return ids
-        uid = await claim_uid()
-        if not _group_exists(name):
+        if await _made(name, uid):
+            return
+        if not await asyncio.to_thread(_group_exists, name):
             failed = await _run("groupadd", "--system", "--gid", str(uid), name)
             if failed:
                 die(Problem.FAILED, f"could not create group {name}: {failed}")
@@ -109,10 +123,8 @@ async def ensure_user(
         )
         if failed:
             die(Problem.FAILED, f"could not create user {name}: {failed}")
-    ids = user_ids(name)
-    if ids is None:
+    if await asyncio.to_thread(user_ids, name) is None:
         die(Problem.FAILED, f"useradd made {name}, but the system cannot find it")
-    return ids
 
 
 async def remove_user(name: str) -> str | None:

@@ -101,14 +101,31 @@ def home_environment(own_home: Path) -> list[str]:
 WORKER_START_SECONDS = 600
 
 
+def broker_units(task_id: str) -> list[str]:
+    """The task's broker and the sockets it serves: what its worker starts with, in one job."""
+    return [
+        broker_socket_unit(task_id),
+        *egress_socket_units(task_id),
+        model_socket_unit(task_id),
+        broker_service_unit(task_id),
+    ]
+
+
 def worker_properties(home: Path, task: Task, settings: Settings) -> list[tuple[str, Variant]]:
     work = str(task_work_dir(home, task.id))
     command = worker_command(task)
+    sockets = [unit for unit in broker_units(task.id) if unit.endswith(".socket")]
     return [
         # Not the title: any local user reads a unit's description (systemctl, systemd's
         # signals), and a task's content is for the owner only.
         ("Description", Variant("s", f"boxd task {task.id}")),
         ("Type", Variant("s", "exec")),
+        # The broker and its sockets start in the same job as the worker: one call to systemd
+        # for all six units. The worker waits for the sockets to listen, never for the broker,
+        # whose start-up overlaps its own; its first connection waits in the socket meanwhile.
+        # Wants, not Requires: a broker that crashes is restarted alone, and the worker goes on.
+        ("Wants", Variant("as", broker_units(task.id))),
+        ("After", Variant("as", sockets)),
         ("TimeoutStartUSec", Variant("t", WORKER_START_SECONDS * 1_000_000)),
         ("ExecStart", Variant("a(sasb)", [[command[0], command, False]])),
         ("RemainAfterExit", Variant("b", True)),

@@ -1,4 +1,5 @@
-"""A worker's client for its broker: HTTP with JSON bodies over the Unix socket $BOX_SOCKET.
+"""A worker's client for its broker: HTTP with JSON bodies over the Unix socket $BOX_SOCKET
+(unix_http: standard library only, so a worker's start does not wait for aiohttp's import).
 
 A broker that went away mid-request (killed, restarted by its socket) or whose manager is away
 (503) is asked again, for up to broker_patience.PATIENCE_SECONDS. Asking again is safe:
@@ -21,21 +22,11 @@ import sys
 from types import TracebackType
 from typing import Any
 
-import aiohttp
-
-from boxd.errors import Problem
+from boxd.workers import unix_http
 from boxd.workers.broker_patience import FULL_PAUSE_SECONDS, Patience
+from boxd.workers.unix_http import DISK_FULL, MANAGER_AWAY, BrokerGarbled, BrokerRefused
 
-# The broker's "the manager is away" status: nothing was logged, ask again.
-MANAGER_AWAY = 503
-# The broker's "the box's disk is full" status: nothing was done, ask again once there is room.
-DISK_FULL = Problem.FULL.http_status
-# A connection refused or cut off, or an answer cut short.
-_LOST = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
-
-
-class BrokerRefused(Exception):
-    """The broker answered with an error; its text says why."""
+__all__ = ["BrokerClient", "BrokerGarbled", "BrokerGone", "BrokerRefused"]
 
 
 class BrokerGone(Exception):
@@ -68,10 +59,7 @@ class BrokerClient:
     def __init__(self, socket_path: str, patience_seconds: float | None = None) -> None:
         self._socket_path = socket_path
         self._patience_seconds = patience_seconds
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.UnixConnector(path=socket_path),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
-        )
+        self._connections = unix_http.Connections(socket_path)
         # How many steps the log holds that this worker knows of (from GET /task, then its own).
         self._steps_known = 0
         # Whether the worker said it waits for room on the full disk (it says so once).
@@ -86,7 +74,7 @@ class BrokerClient:
         error: BaseException | None,
         trace: TracebackType | None,
     ) -> None:
-        await self._session.close()
+        self._connections.close()
 
     def _patience(self) -> Patience:
         return Patience(self._patience_seconds)
@@ -106,17 +94,17 @@ class BrokerClient:
         )
 
     async def _once(self, method: str, path: str, body: Any) -> Any:
+        payload = None if body is None else json.dumps(body, ensure_ascii=False).encode("utf-8")
         try:
-            async with self._session.request(method, f"http://box{path}", json=body) as response:
-                answer = await response.json(content_type=None)
-        except _LOST as error:
+            status, answer = await self._connections.exchange(method, path, payload)
+        except unix_http.LOST as error:
             raise _Lost(str(error) or type(error).__name__) from None
-        if response.status == MANAGER_AWAY:
-            raise _Lost(_error_words(answer, response.status))
-        if response.status == DISK_FULL:
-            raise _Full(_error_words(answer, response.status))
-        if response.status >= 400:
-            raise BrokerRefused(_error_words(answer, response.status))
+        if status == MANAGER_AWAY:
+            raise _Lost(unix_http.error_words(answer, status))
+        if status == DISK_FULL:
+            raise _Full(unix_http.error_words(answer, status))
+        if status >= 400:
+            raise BrokerRefused(unix_http.error_words(answer, status))
         self._waiting_for_room = False
         return answer
 
@@ -176,8 +164,3 @@ class BrokerClient:
                 continue
             self._steps_known += 1
             return event
-
-
-def _error_words(answer: Any, status: int) -> str:
-    words = answer.get("error") if isinstance(answer, dict) else None
-    return words if isinstance(words, str) else f"the broker answered {status}"

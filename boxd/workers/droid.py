@@ -18,10 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from boxd.droid_release import droid_binary
-from boxd.workers.broker_client import BrokerClient, BrokerGone, BrokerRefused
+from boxd.workers.broker_client import BrokerClient, BrokerGarbled, BrokerGone, BrokerRefused
 from boxd.workers.droid_answers import Answers
 from boxd.workers.droid_config import (
     AIRGAP_ENVIRONMENT,
@@ -204,7 +202,7 @@ def main() -> None:
         )
     try:
         asyncio.run(run(socket_path, Path(home), Path.cwd(), gateway_url))
-    except (DroidFailed, BrokerRefused, BrokerGone, OSError, aiohttp.ClientError) as failure:
+    except (DroidFailed, BrokerRefused, BrokerGone, BrokerGarbled, OSError) as failure:
         print(failure, file=sys.stderr, flush=True)
         sys.exit(1)
 

@@ -22,9 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
-from boxd.workers.broker_client import BrokerClient, BrokerGone, BrokerRefused
+from boxd.workers.broker_client import BrokerClient, BrokerGarbled, BrokerGone, BrokerRefused
 
 MAX_OUTPUT = 4000
 # The start of the line the worker prints at its end; the JSON after it is
@@ -102,6 +100,10 @@ async def _fetch(argument: str) -> str:
     reaches nothing else."""
     if not argument:
         raise ScriptFailed("fetch needs a URL: fetch URL")
+    # Imported here, not with the module: it takes longer than the rest of the worker's
+    # start-up, and only scripts that fetch need it.
+    import aiohttp
+
     timeout = aiohttp.ClientTimeout(total=FETCH_SECONDS)
     try:
         async with (
@@ -276,7 +278,7 @@ def main() -> None:
     try:
         trips = asyncio.run(run(socket_path))
         print(trips.line(), flush=True)
-    except (ScriptFailed, BrokerRefused, BrokerGone, OSError, aiohttp.ClientError) as failure:
+    except (ScriptFailed, BrokerRefused, BrokerGone, BrokerGarbled, OSError) as failure:
         print(failure, file=sys.stderr, flush=True)
         sys.exit(1)
 

@@ -1,10 +1,11 @@
-"""The broker over its Unix socket with the standard library only: one HTTP/1.0 request per
-connection, JSON in and out, the answer read up to a cap.
+"""The broker over its Unix socket with the standard library only: JSON in and out, the answer
+read up to a cap; one HTTP/1.0 request per connection (`request`, `exchange`), or connections
+kept open between requests (`Connections`, HTTP/1.1).
 
-The MCP relay talks to the broker through this rather than `broker_client` (aiohttp): Droid
-waits for its MCP servers before its first model request, on every start and resume, and
-importing aiohttp costs the relay several times what the rest of it does (bench/mcp_relay.py).
-HTTP/1.0 keeps the client small: the broker answers with a length, or closes after the body.
+The MCP relay and the workers' broker_client talk to the broker through this rather than
+aiohttp, whose import costs several times what the rest of them does: Droid waits for its MCP
+servers before its first model request, on every start and resume (bench/mcp_relay.py), and a
+task's first step waits for its worker's imports (bench/start_latency.py).
 """
 
 import asyncio
@@ -55,7 +56,7 @@ BROKER_FAILURES = (BrokerRefused, BrokerGone, BrokerGarbled)
 
 # What a connection that breaks looks like: refused while systemd restarts the broker, reset or
 # cut short when it is killed mid-answer.
-_LOST = (ConnectionError, FileNotFoundError, asyncio.IncompleteReadError)
+LOST = (ConnectionError, FileNotFoundError, asyncio.IncompleteReadError)
 
 
 async def _head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
@@ -81,6 +82,8 @@ async def _body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
         if int(length) > MAX_ANSWER:
             raise BrokerGarbled(f"the broker's answer is over {MAX_ANSWER:,} bytes")
         return await reader.readexactly(int(length))
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        return await _chunks(reader)
     # No length: HTTP/1.0 says the body ends where the connection does.
     body = bytearray()
     while chunk := await reader.read(64 * 1024):
@@ -90,34 +93,154 @@ async def _body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
     return bytes(body)
 
 
-async def _once(socket_path: str, method: str, path: str, payload: bytes | None) -> Any:
-    reader, writer = await asyncio.open_unix_connection(socket_path, limit=MAX_HEAD_LINE)
-    try:
-        head = f"{method} {path} HTTP/1.0\r\nHost: box\r\n"
-        if payload is not None:
-            head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
-        writer.write(head.encode("ascii") + b"\r\n" + (payload or b""))
-        await writer.drain()
+async def _chunks(reader: asyncio.StreamReader) -> bytes:
+    """A chunked body (HTTP/1.1), as the broker streams GET /task's pages of steps."""
+    body = bytearray()
+    while True:
+        size_line = (await reader.readuntil(b"\n")).split(b";", 1)[0].strip()
         try:
-            status, headers = await _head(reader)
-        except (asyncio.LimitOverrunError, ValueError) as error:
-            raise BrokerGarbled(
-                f"the broker's answer has a line over {MAX_HEAD_LINE:,} bytes"
-            ) from error
-        body = await _body(reader, headers)
-    finally:
-        writer.close()
+            size = int(size_line, 16)
+        except ValueError:
+            words = f"the broker's answer has a bad chunk size: {size_line[:40]!r}"
+            raise BrokerGarbled(words) from None
+        if size == 0:
+            # Trailers, if any, up to the empty line that ends the answer.
+            while (await reader.readuntil(b"\n")) not in (b"\r\n", b"\n"):
+                pass
+            return bytes(body)
+        if len(body) + size > MAX_ANSWER:
+            raise BrokerGarbled(f"the broker's answer is over {MAX_ANSWER:,} bytes")
+        body += await reader.readexactly(size)
+        await reader.readuntil(b"\n")
+
+
+async def _ask(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    request: bytes,
+) -> tuple[int, dict[str, str], bytes]:
+    writer.write(request)
+    await writer.drain()
     try:
-        answer = json.loads(body)
+        status, headers = await _head(reader)
+    except (asyncio.LimitOverrunError, ValueError) as error:
+        raise BrokerGarbled(
+            f"the broker's answer has a line over {MAX_HEAD_LINE:,} bytes"
+        ) from error
+    return status, headers, await _body(reader, headers)
+
+
+def _request(method: str, path: str, payload: bytes | None, version: str) -> bytes:
+    head = f"{method} {path} {version}\r\nHost: box\r\n"
+    if payload is not None:
+        head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+    return head.encode("ascii") + b"\r\n" + (payload or b"")
+
+
+def _json(status: int, body: bytes) -> Any:
+    try:
+        return json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise BrokerGarbled(f"the broker answered {status} without JSON: {body[:200]!r}") from None
-    if status >= 400:
+
+
+async def exchange(
+    socket_path: str, method: str, path: str, payload: bytes | None
+) -> tuple[int, Any]:
+    """One request on a connection of its own: the broker's status and its JSON answer. A
+    connection refused or cut off raises one of LOST; an answer that is not HTTP with JSON in
+    it, BrokerGarbled."""
+    reader, writer = await asyncio.open_unix_connection(socket_path, limit=MAX_HEAD_LINE)
+    try:
+        status, _, body = await _ask(reader, writer, _request(method, path, payload, "HTTP/1.0"))
+    finally:
+        writer.close()
+    return status, _json(status, body)
+
+
+Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+# How long a connection may sit idle before the worker closes it, as aiohttp's client did: a
+# broker holding no connection of a worker that has gone quiet is free to count itself idle.
+IDLE_SECONDS = 15.0
+
+
+class Connections:
+    """Connections to the broker kept open between requests (HTTP/1.1), as a worker's steps
+    follow one another: one each for requests at the same time (a Droid worker's pending /ask
+    beside its steps), each used again once its answer is read, and closed after IDLE_SECONDS
+    unused. The same errors as `exchange`; a connection that failed is closed, never used
+    again."""
+
+    def __init__(self, socket_path: str, idle_seconds: float = IDLE_SECONDS) -> None:
+        self._socket_path = socket_path
+        self._idle_seconds = idle_seconds
+        self._idle: list[tuple[Streams, asyncio.TimerHandle]] = []
+
+    async def exchange(self, method: str, path: str, payload: bytes | None) -> tuple[int, Any]:
+        streams = self._idle_one() or await asyncio.open_unix_connection(
+            self._socket_path, limit=MAX_HEAD_LINE
+        )
+        reader, writer = streams
+        try:
+            status, headers, body = await _ask(
+                reader, writer, _request(method, path, payload, "HTTP/1.1")
+            )
+        except BaseException:
+            writer.close()
+            raise
+        if headers.get("connection", "").lower() == "close" or reader.at_eof():
+            writer.close()
+        else:
+            timer = asyncio.get_running_loop().call_later(self._idle_seconds, self._expire, streams)
+            self._idle.append((streams, timer))
+        return status, _json(status, body)
+
+    def _idle_one(self) -> Streams | None:
+        """An idle connection the broker has not closed meanwhile (it does when it stops, or
+        restarts after a crash): one it has is dropped rather than fail the next request."""
+        while self._idle:
+            (reader, writer), timer = self._idle.pop()
+            timer.cancel()
+            if not reader.at_eof() and not writer.is_closing():
+                return reader, writer
+            writer.close()
+        return None
+
+    def _expire(self, streams: Streams) -> None:
+        for entry in self._idle:
+            if entry[0] is streams:
+                self._idle.remove(entry)
+                streams[1].close()
+                return
+
+    def idle(self) -> int:
+        """How many connections are open and unused."""
+        return len(self._idle)
+
+    def close(self) -> None:
+        for (_, writer), timer in self._idle:
+            timer.cancel()
+            writer.close()
+        self._idle.clear()
+
+
+def error_words(answer: Any, status: int) -> str:
+    """The broker's own words for a refusal, or its status when it gave none."""
+    words = answer.get("error") if isinstance(answer, dict) else None
+    return words if isinstance(words, str) else f"the broker answered {status}"
+
+
+async def _once(socket_path: str, method: str, path: str, payload: bytes | None) -> Any:
+    status, answer = await exchange(socket_path, method, path, payload)
+    if status == MANAGER_AWAY:
         words = answer.get("error") if isinstance(answer, dict) else None
-        if status == MANAGER_AWAY:
-            raise _ManagerAway(words if isinstance(words, str) else "the box's manager is away")
-        if status == DISK_FULL:
-            raise _DiskFull(words if isinstance(words, str) else "the box's disk is full")
-        raise BrokerRefused(words if isinstance(words, str) else f"the broker answered {status}")
+        raise _ManagerAway(words if isinstance(words, str) else "the box's manager is away")
+    if status == DISK_FULL:
+        raise _DiskFull(error_words(answer, status))
+    if status >= 400:
+        raise BrokerRefused(error_words(answer, status))
     return answer
 
 
@@ -141,7 +264,7 @@ async def request(socket_path: str, method: str, path: str, body: Any = None) ->
             await asyncio.sleep(FULL_PAUSE_SECONDS)
             # The broker was there: the time it may be away starts again.
             patience = Patience()
-        except (*_LOST, _ManagerAway) as error:
+        except (*LOST, _ManagerAway) as error:
             words = str(error) or type(error).__name__
             if patience.tries == 0:
                 log.warning(
