@@ -3,6 +3,7 @@ import asyncio
 from boxd.broker.egress import Egress
 from boxd.broker.egress_target import IPAddress
 from boxd.broker.proxy_request import parse_request
+from boxd.connection_limits import TURNED_AWAY
 from tests.egress_fixtures import LOOPBACK, echo, egress, free_port, listening, server
 
 
@@ -249,6 +250,35 @@ async def test_connections_over_the_limit_get_503() -> None:
         writer.close()
     assert head.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
     assert body == b"boxd's proxy has 1 connections of this task open, its most; close some\n"
+
+
+async def test_connections_over_the_limit_are_turned_away_a_few_at_a_time() -> None:
+    """A task at its cap that keeps connecting: each connection turned away was held while it
+    was told so, without bound, so a task connecting fast enough took its broker past
+    LimitNOFILE, and every door of the broker stopped accepting (found by an attacker's
+    review). Beyond TURNED_AWAY being told at once, a connection is closed as it comes."""
+    async with server(echo) as origin, egress(["example.com"]) as proxy:
+        proxy.egress.max_connections = 1
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        writer.write(connect(f"example.com:{origin}"))
+        await reader.readuntil(b"\r\n\r\n")
+        crowd = [await asyncio.open_connection("127.0.0.1", proxy.port) for _ in range(192)]
+
+        async def closed_at_once(crowd_reader: asyncio.StreamReader) -> bool:
+            try:
+                return await asyncio.wait_for(crowd_reader.read(), 2) == b""
+            except TimeoutError:
+                return False  # still being told, as the first TURNED_AWAY are
+
+        closed = await asyncio.gather(*(closed_at_once(r) for r, _ in crowd))
+        assert proxy.egress.open_connections <= 1 + TURNED_AWAY
+        assert sum(closed) >= len(crowd) - TURNED_AWAY
+        for _, crowd_writer in crowd:
+            crowd_writer.close()
+        # The tunnel within the cap still works.
+        writer.write(b"still here")
+        assert await reader.readexactly(10) == b"still here"
+        writer.close()
 
 
 async def test_a_refused_request_with_a_body_still_reads_its_403() -> None:

@@ -19,7 +19,7 @@ from boxd.broker.host_rules import HostRules
 from boxd.broker.http_proxy import HttpProxy
 from boxd.broker.pipe import tcp_socket
 from boxd.broker.socks5 import Socks5Proxy
-from boxd.connection_limits import EGRESS_CONNECTIONS, LISTEN_BACKLOG
+from boxd.connection_limits import EGRESS_CONNECTIONS, LISTEN_BACKLOG, TURNED_AWAY
 
 __all__ = ["Egress", "IPAddress", "Refusal", "Resolver", "task_hosts"]
 
@@ -62,6 +62,8 @@ class Egress:
         self._socks = Socks5Proxy(dialer, _still_refusing(on_refusal))
         self._listeners: list[_Listener] = []
         self._connections: set[asyncio.Task[None]] = set()
+        # Of them, those being told the proxy is full.
+        self._turned_away: set[asyncio.Task[None]] = set()
         self.max_connections = MAX_CONNECTIONS
 
     @property
@@ -88,18 +90,26 @@ class Egress:
 
     def _serve(self, handle: Handler, busy: Busy, sock: socket.socket) -> None:
         def serve(connection: socket.socket) -> None:
-            full = len(self._connections) >= self.max_connections
+            full = len(self._connections) - len(self._turned_away) >= self.max_connections
+            if full and len(self._turned_away) >= TURNED_AWAY:
+                # Telling each one costs a descriptor for a while: a task connecting without
+                # end would take the broker's last one, and every door would stop accepting.
+                connection.close()
+                return
             # Turned-away connections are tracked too, so close() ends them as well.
             task: asyncio.Task[None] = asyncio.get_running_loop().create_task(
                 busy(connection, self.max_connections) if full else handle(connection)
             )
             self._connections.add(task)
+            if full:
+                self._turned_away.add(task)
             task.add_done_callback(self._finished)
 
         self._listeners.append(_Listener(sock, serve))
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._connections.discard(task)
+        self._turned_away.discard(task)
         # The handlers end every connection's expected failures themselves; anything else is a
         # bug, said here rather than when the task is collected.
         if not task.cancelled() and task.exception() is not None:

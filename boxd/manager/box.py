@@ -366,7 +366,6 @@ class Box:
         # A spare id comes with its user and network namespace made (spares.py).
         spare = self.spares.take()
         task_id = spare or new_task_id()
-        recorded = False
         try:
             shared: list[dict[str, Any]] = []
             if request.files is not None:
@@ -419,10 +418,12 @@ class Box:
                 if isinstance(error, OSError) and is_full(error):
                     die(Problem.FULL, NO_ROOM_TO_START)
                 raise
-            recorded = True
-        finally:
-            if spare is not None and not recorded:
+        except Exception:
+            # Not recorded, for sure: the save failed whole, or never began. A request cancelled
+            # mid-save may still have been recorded, so its spare is never handed out again.
+            if spare is not None:
                 self.spares.give_back(spare)
+            raise
         if spare is not None:
             self._made_ahead.add(task_id)
         self.records.export(task)
