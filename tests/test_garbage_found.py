@@ -21,6 +21,7 @@ from yarl import URL
 
 from boxd.broker.app import make_app as make_broker
 from boxd.dbus.client import GatewayClient
+from boxd.json_errors import json_errors
 from boxd.web.app import make_app as make_gateway
 from tests.test_broker_and_fake_worker import MemoryLog, MemoryWaiter
 from tests.test_fuzz_gateway import OWNER, ManagerOnTheBus
@@ -133,4 +134,27 @@ async def test_a_body_a_route_does_not_read_leaves_no_traceback_in_the_log(
         await answer.read()
     async with session.get(f"{root}/api/pause", headers=HEADERS) as answer:
         assert answer.status == 200
+    assert [r for r in caplog.records if r.exc_info or r.levelname == "ERROR"] == []
+
+
+async def test_an_answer_cut_off_mid_way_leaves_no_traceback_in_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A long answer written page by page (GET /task, boxd.json_pages) whose connection breaks
+    once it has begun: the client hung up, or the answer was cut off on purpose. No fault of the
+    server's, yet aiohttp logged each as "Error handling request" with a traceback, which the VM
+    fuzz (tests/vm/test_fuzz.py) found in a broker's journal."""
+
+    async def long_answer(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        await response.write(b'{"steps": [')
+        raise ConnectionResetError("the answer was cut off: the manager went away")
+
+    app = web.Application(middlewares=[json_errors(lambda failure: 400, "GET /")])
+    app.router.add_get("/", long_answer)
+    async with TestServer(app) as server, aiohttp.ClientSession() as session:
+        with pytest.raises(aiohttp.ClientPayloadError):
+            async with session.get(server.make_url("/")) as answer:
+                await answer.read()
     assert [r for r in caplog.records if r.exc_info or r.levelname == "ERROR"] == []
