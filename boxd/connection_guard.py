@@ -13,28 +13,19 @@ of a request (the outermost) and which are still sending a body (the innermost).
 import asyncio
 import logging
 import socket
-import struct
 from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import cast
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestHandler
 
-from boxd.connection_limits import (
-    BODY_SECONDS,
-    CHECK_SECONDS,
-    HEAD_SECONDS,
-    LISTEN_BACKLOG,
-    STALL_SECONDS,
-    TURNED_AWAY,
-    TURNED_AWAY_SECONDS,
-    body_words,
-    busy_words,
-)
+from boxd.connection_limits import LISTEN_BACKLOG, Bounds, body_words, busy_words
 from boxd.json_errors import error
+from boxd.socket_activation import passed_sockets
+from boxd.stopping import until_stopped
+from boxd.turned_away import TurnedAway, reset_on_close
 
 log = logging.getLogger(__name__)
 
@@ -42,19 +33,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # A crowd of slow clients is worth a line in the journal, not a line each.
 LOG_SECONDS = 60.0
 Answer = Callable[[str, int], web.Response]
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """The limits, as boxd/connection_limits.py sets them; tests shorten them."""
-
-    connections: int
-    head_seconds: float = HEAD_SECONDS
-    body_seconds: float = BODY_SECONDS
-    stall_seconds: float = STALL_SECONDS
-    check_seconds: float = CHECK_SECONDS
-    turned_away: int = TURNED_AWAY
-    turned_away_seconds: float = TURNED_AWAY_SECONDS
 
 
 class _Connection(asyncio.Protocol):
@@ -140,43 +118,10 @@ class _Connection(asyncio.Protocol):
             self.doomed = True
             return
         if self.transport.get_write_buffer_size():
-            _reset_on_close(self.transport)
+            reset_on_close(self.transport)
             self.transport.abort()
         else:
             self.transport.close()
-
-
-class _TurnedAway(asyncio.Protocol):
-    """A connection over the cap: answered `reply` (or not at all when None) and closed once
-    its client hung up or TURNED_AWAY_SECONDS passed."""
-
-    def __init__(self, listener: "_Listener", reply: bytes | None, now: float) -> None:
-        self.listener = listener
-        self.reply = reply
-        self.opened = now
-        self._timer: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        stream = cast(asyncio.Transport, transport)
-        if self.reply is None:
-            stream.abort()
-            return
-        stream.write(self.reply)
-        if stream.can_write_eof():
-            stream.write_eof()
-        loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(self.listener.guard.bounds.turned_away_seconds, stream.abort)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.listener.turned_away.discard(self)
-        if self._timer is not None:
-            self._timer.cancel()
-
-    def data_received(self, data: bytes) -> None:
-        pass  # what it asked is not read: it was answered already
-
-    def eof_received(self) -> bool | None:
-        return False  # it hung up: close
 
 
 class _Listener:
@@ -186,7 +131,7 @@ class _Listener:
         self.guard = guard
         # Oldest wait first: at the cap the first that is not busy makes room.
         self.open: OrderedDict[_Connection, None] = OrderedDict()
-        self.turned_away: set[_TurnedAway] = set()
+        self.turned_away: set[TurnedAway] = set()
 
     def forget(self, connection: _Connection) -> None:
         self.open.pop(connection, None)
@@ -217,7 +162,7 @@ class _Listener:
         guard = self.guard
         reply = guard.busy_reply if len(self.turned_away) < guard.bounds.turned_away else None
         guard.dropped["turned away" if reply else "turned away unanswered"] += 1
-        turned = _TurnedAway(self, reply, now)
+        turned = TurnedAway(reply, guard.bounds.turned_away_seconds, now, self.turned_away.discard)
         if reply is not None:
             self.turned_away.add(turned)
         return turned
@@ -394,15 +339,6 @@ def _whole_body(guard: Guard) -> Middleware:
     return middleware
 
 
-def _reset_on_close(transport: asyncio.Transport) -> None:
-    """A TCP connection closed with unsent bytes would linger in the kernel, its end (FIN) queued
-    behind bytes the client never takes, for as long as the kernel probes its shut window: a
-    reset ends it at once, on both sides. (A Unix socket's peer sees the end at once anyway.)"""
-    sock = transport.get_extra_info("socket")
-    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-
-
 def _raw_reply(response: web.Response) -> bytes:
     """The bytes of a whole HTTP/1.1 answer, written before a request is read."""
     body = response.body
@@ -415,3 +351,13 @@ def _raw_reply(response: web.Response) -> bytes:
         "Connection: close\r\n\r\n"
     )
     return head.encode("latin-1") + body
+
+
+async def serve(app: web.Application, unit: str, connections: int) -> None:
+    """Serves the app on every socket systemd passed, each with at most `connections` open at
+    once, until stopped."""
+    sockets: list[socket.socket] = [s for group in passed_sockets(unit).values() for s in group]
+    guard = Guard(app, Bounds(connections))
+    await guard.start(sockets)
+    await until_stopped()
+    await guard.close()

@@ -10,6 +10,8 @@ BOX_APPROVAL_WAIT_MS), an event stream (GET /api/events), a model reply streamin
 through the egress proxy. Those are bounded in number instead.
 """
 
+from dataclasses import dataclass
+
 # A connection must have sent a whole request head within this long of opening, or of its
 # previous answer; an idle keep-alive connection is closed after it too. Local clients send a
 # head in milliseconds; aiohttp's client keeps an idle connection 15 s, so it hangs up first.
@@ -44,6 +46,19 @@ LISTEN_BACKLOG = 4096
 # this many they are closed at once, unanswered, so a flood costs no descriptors.
 TURNED_AWAY = 64
 TURNED_AWAY_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The limits above, for one server; tests shorten them."""
+
+    connections: int
+    head_seconds: float = HEAD_SECONDS
+    body_seconds: float = BODY_SECONDS
+    stall_seconds: float = STALL_SECONDS
+    check_seconds: float = CHECK_SECONDS
+    turned_away: int = TURNED_AWAY
+    turned_away_seconds: float = TURNED_AWAY_SECONDS
 
 
 def busy_words(connections: int) -> str:

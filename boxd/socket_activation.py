@@ -1,23 +1,19 @@
-"""The listening sockets systemd passed in, and serving an aiohttp app on them until stopped,
-with slow and silent clients bounded (boxd/connection_guard.py)."""
+"""The listening sockets systemd passed in."""
 
 import select
 import socket
 import weakref
 from typing import Any
 
-from aiohttp import web
 from systemd import daemon
 
-from boxd.connection_guard import Bounds, Guard
 from boxd.errors import Problem, die
-from boxd.stopping import until_stopped
 
 
 class Door(socket.socket):
     """A listening socket systemd passed, which knows the connections it accepted while they are
     open, from the moment they are accepted: asyncio's servers accept through it, so this holds
-    whatever serves the socket (aiohttp or a proxy)."""
+    whatever serves the socket (an HTTP server or a proxy)."""
 
     def __init__(self, fileno: int) -> None:
         super().__init__(fileno=fileno)
@@ -51,13 +47,3 @@ def passed_sockets(unit: str) -> dict[str, list[Door]]:
     if not named:
         die(Problem.FAILED, f"this service is started by {unit}, which passes its socket")
     return named
-
-
-async def serve(app: web.Application, unit: str, connections: int) -> None:
-    """Serves the app on every socket systemd passed, each with at most `connections` open at
-    once, until stopped."""
-    sockets: list[socket.socket] = [s for group in passed_sockets(unit).values() for s in group]
-    guard = Guard(app, Bounds(connections))
-    await guard.start(sockets)
-    await until_stopped()
-    await guard.close()

@@ -261,7 +261,9 @@ async def send(
         timeout=aiohttp.ClientTimeout(total=120),
     ) as answer:
         if statuses is not None and answer.status >= 400:
-            assert answer.status in statuses, what
+            assert answer.status in statuses, (
+                f"{what}: {answer.status} {(await answer.read())[:300]!r}"
+            )
         check_answer(answer.status, answer.content_type, await answer.read(), what)
 
 

@@ -15,11 +15,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from boxd.broker.app import make_app
+from boxd.broker.app import make_broker
 from boxd.errors import BoxError, Problem
 from boxd.key_use import CallUse, QuestionUse, Use, first_refusal, input_hash, logged_call_use
 from boxd.workers import fake
 from boxd.workers.broker_client import BrokerClient, BrokerRefused
+from tests.broker_serving import serving as serving_broker
 
 
 class MemoryLog:
@@ -173,13 +174,10 @@ async def broker(tmp_path: Path) -> AsyncIterator[tuple[str, MemoryLog]]:
 @asynccontextmanager
 async def serving(log: MemoryLog, tmp_path: Path) -> AsyncIterator[str]:
     """The broker's app over `log`, on a Unix socket in tmp_path, whose path it gives."""
-    app = make_app(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.3)
-    runner = web.AppRunner(app)
-    await runner.setup()
+    broker = make_broker(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.3)
     path = str(tmp_path / "broker.sock")
-    await web.UnixSite(runner, path).start()
-    yield path
-    await runner.cleanup()
+    async with serving_broker(broker, path):
+        yield path
 
 
 async def test_runs_every_command(
@@ -558,26 +556,23 @@ async def test_calls_waiting_for_an_ok_keep_their_cost_reserved(
         assert (await client.post("/call", pay("Cy", 10, "c")))["pending"] is True
         assert "to 310 cents (300 of them" in log.approvals["t000000001.c"]["question"]
     # A new broker (after a restart) knows the reservations from the record alone.
-    again = make_app(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.3)
-    runner = web.AppRunner(again)
-    await runner.setup()
-    await web.UnixSite(runner, str(tmp_path / "again.sock")).start()
-    try:
-        async with BrokerClient(str(tmp_path / "again.sock")) as client:
-            assert (await client.post("/call", pay("Dee", 5, "d")))["pending"] is True
-            assert "to 315 cents" in log.approvals["t000000001.d"]["question"]
-            for key in ("a", "b"):
-                log.decide(f"t000000001.{key}", "denied")
-            # c asked once, so it waits for its answer though it would fit now.
-            assert (await client.post("/call", pay("Cy", 10, "c")))["pending"] is True
-            log.decide("t000000001.c", "approved")
-            # Approved and not yet run, c still counts: 10 + 5 (d waits) + 90 > 100.
-            assert (await client.post("/call", pay("Eve", 90, "e")))["pending"] is True
-            assert (await client.post("/call", pay("Cy", 10, "c")))["ok"] is True
-            log.decide("t000000001.e", "denied")
-            assert (await client.post("/call", pay("Fay", 5, "f")))["ok"] is True
-    finally:
-        await runner.cleanup()
+    again = make_broker(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.3)
+    async with (
+        serving_broker(again, tmp_path / "again.sock"),
+        BrokerClient(str(tmp_path / "again.sock")) as client,
+    ):
+        assert (await client.post("/call", pay("Dee", 5, "d")))["pending"] is True
+        assert "to 315 cents" in log.approvals["t000000001.d"]["question"]
+        for key in ("a", "b"):
+            log.decide(f"t000000001.{key}", "denied")
+        # c asked once, so it waits for its answer though it would fit now.
+        assert (await client.post("/call", pay("Cy", 10, "c")))["pending"] is True
+        log.decide("t000000001.c", "approved")
+        # Approved and not yet run, c still counts: 10 + 5 (d waits) + 90 > 100.
+        assert (await client.post("/call", pay("Eve", 90, "e")))["pending"] is True
+        assert (await client.post("/call", pay("Cy", 10, "c")))["ok"] is True
+        log.decide("t000000001.e", "denied")
+        assert (await client.post("/call", pay("Fay", 5, "f")))["ok"] is True
     assert [r["key"] for r in log.results] == ["c", "f"]
     assert log.spent == 15
 

@@ -17,10 +17,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
-from boxd.broker.app import CALLS
+from boxd.broker.app import Broker
 from boxd.broker.calls import Calls
+from boxd.broker.http_request import Request
+from boxd.broker.http_server import Answer, HttpServer, Routes, json_answer
 from boxd.broker.idle import (
     DEFAULT_IDLE_MS,
     IDLE_VARIABLE,
@@ -30,7 +31,7 @@ from boxd.broker.idle import (
 )
 from boxd.broker.main import LateDoors
 from boxd.broker.refusal_log import RefusalLog
-from boxd.connection_guard import Bounds, Guard
+from boxd.connection_limits import Bounds
 from boxd.socket_activation import Door
 from tests.test_broker_and_fake_worker import MemoryLog, MemoryWaiter, until
 from tests.test_broker_stopping import Gate, broker, post
@@ -70,28 +71,27 @@ def path_of(listening: Listening) -> str:
     return listening.path
 
 
-def hello_app(hold: asyncio.Event | None = None) -> web.Application:
-    async def hello(request: web.Request) -> web.Response:
+def hello_app(hold: asyncio.Event | None = None) -> Routes:
+    async def hello(request: Request) -> Answer:
         if hold is not None:
             await hold.wait()
-        return web.json_response({"pid": os.getpid()})
+        return json_answer({"pid": os.getpid()})
 
-    app = web.Application()
-    app.router.add_get("/hello", hello)
-    return app
+    return Routes({"/hello": {"GET": hello}}, lambda failure: 400, "GET /hello")
 
 
 @asynccontextmanager
-async def guarded(door: Door, app: web.Application) -> AsyncIterator[Guard]:
-    guard = Guard(app, Bounds(16))
-    await guard.start([door])
+async def guarded(door: Door, routes: Routes) -> AsyncIterator[HttpServer]:
+    """Served as the broker serves its socket."""
+    server = HttpServer(routes, Bounds(16))
+    await server.start([door])
     try:
-        yield guard
+        yield server
     finally:
-        await guard.close()
+        await server.close()
 
 
-def watch(door: Door, guard: Guard | None = None, **more: Any) -> IdleWatch:
+def watch(door: Door, guard: HttpServer | None = None, **more: Any) -> IdleWatch:
     resting = guard.resting if guard is not None else set
     return IdleWatch(IDLE, [door], resting=resting, **more)
 
@@ -233,7 +233,7 @@ async def test_a_connection_that_sent_nothing_yet_keeps_it_up(
 
 
 async def test_a_tunnel_keeps_it_up_however_quiet(listening: Listening) -> None:
-    """A door served by something other than aiohttp (the egress proxies): every open
+    """A door served by something other than an HTTP server (the egress proxies): every open
     connection counts, from its accept."""
     door = listening()
     server = await asyncio.start_server(lambda r, w: asyncio.sleep(3600), sock=door)
@@ -281,10 +281,10 @@ async def test_a_keep_alive_connection_at_rest_does_not_keep_it_up(
 
 
 async def test_a_call_whose_caller_hung_up_keeps_it_busy(
-    broker: tuple[str, Any, Gate, web.AppRunner],
+    broker: tuple[str, Any, Gate, Broker],
 ) -> None:
-    path, log, gate, runner = broker
-    calls: Calls = runner.app[CALLS]
+    path, log, gate, served = broker
+    calls: Calls = served.calls
     assert not calls.busy()
     caller = asyncio.create_task(post(path, "k1"))
     await until(lambda: gate.entered == ["k1"])

@@ -9,13 +9,13 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 from pydantic import BaseModel, ConfigDict
 
 from boxd.broker import calls
-from boxd.broker.app import CALLS, make_app
+from boxd.broker.app import Broker, make_broker
 from boxd.broker.calls import STOPPING
 from boxd.sdk import App, Context, Tool
+from tests.broker_serving import serving
 from tests.test_broker_and_fake_worker import MemoryLog, MemoryWaiter, until
 
 TOOL = "gate.pass"
@@ -44,20 +44,17 @@ class Gate:
 @pytest.fixture
 async def broker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[tuple[str, MemoryLog, Gate, web.AppRunner]]:
+) -> AsyncIterator[tuple[str, MemoryLog, Gate, Broker]]:
     gate = Gate()
     monkeypatch.setattr(
         calls, "find_tool", lambda name: (gate.app, gate.app.tools[0]) if name == TOOL else None
     )
     log = MemoryLog("", tools=(TOOL,))
-    app = make_app(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.3)
-    runner = web.AppRunner(app)
-    await runner.setup()
+    broker = make_broker(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.3)
     path = str(tmp_path / "broker.sock")
-    await web.UnixSite(runner, path).start()
-    yield path, log, gate, runner
-    gate.open.set()
-    await runner.cleanup()
+    async with serving(broker, path):
+        yield path, log, gate, broker
+        gate.open.set()
 
 
 async def post(path: str, key: str) -> tuple[int, Any]:
@@ -70,14 +67,14 @@ async def post(path: str, key: str) -> tuple[int, Any]:
 
 
 async def test_a_tool_running_when_the_broker_stops_records_its_result_first(
-    broker: tuple[str, MemoryLog, Gate, web.AppRunner],
+    broker: tuple[str, MemoryLog, Gate, Broker],
 ) -> None:
-    path, log, gate, runner = broker
+    path, log, gate, served = broker
     # Its client hangs up, as a killed worker does: the run goes on all the same.
     caller = asyncio.create_task(post(path, "k1"))
     await until(lambda: gate.entered == ["k1"])
     caller.cancel()
-    stopping = asyncio.create_task(runner.app[CALLS].finish())
+    stopping = asyncio.create_task(served.calls.finish())
     await asyncio.sleep(0)
     assert not stopping.done()
     gate.open.set()
@@ -87,21 +84,21 @@ async def test_a_tool_running_when_the_broker_stops_records_its_result_first(
 
 
 async def test_no_tool_starts_once_the_broker_is_stopping(
-    broker: tuple[str, MemoryLog, Gate, web.AppRunner],
+    broker: tuple[str, MemoryLog, Gate, Broker],
 ) -> None:
-    path, log, gate, runner = broker
-    await runner.app[CALLS].finish()
+    path, log, gate, served = broker
+    await served.calls.finish()
     assert await post(path, "k2") == (503, {"error": STOPPING})
     assert gate.entered == [] and log.results == []
 
 
 async def test_the_wait_for_running_tools_is_bounded(
-    broker: tuple[str, MemoryLog, Gate, web.AppRunner],
+    broker: tuple[str, MemoryLog, Gate, Broker],
 ) -> None:
-    path, log, gate, runner = broker
+    path, log, gate, served = broker
     caller = asyncio.create_task(post(path, "k3"))
     await until(lambda: gate.entered == ["k3"])
-    await runner.app[CALLS].finish(seconds=0.05)
+    await served.calls.finish(seconds=0.05)
     assert gate.ran == [] and log.results == []
     gate.open.set()
     assert await caller == (200, {"ok": True, "output": {"ran": "k3"}})

@@ -1,13 +1,15 @@
-"""Slow, silent and crowding clients against a server the guard keeps (boxd/connection_guard.py),
-with its bounds shortened so each attack ends in a fraction of a second: the same code serves the
-gateway, the broker and the model gateway with the bounds of boxd/connection_limits.py
-(tests/vm/test_slow_clients.py attacks those, in a real box)."""
+"""Slow, silent and crowding clients against a server the guard keeps (boxd/connection_guard.py,
+which serves the gateway and the model gateway with aiohttp) and against a broker's own server
+(boxd/broker/http_server.py), which keeps the same bounds: each attack runs against both, with
+the bounds shortened so it ends in a fraction of a second (tests/vm/test_slow_clients.py attacks
+the real doors with the bounds of boxd/connection_limits.py, in a real box)."""
 
 import asyncio
 import json
 import logging
 import select
 import socket
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,9 +18,11 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from boxd.broker.http_request import Request
+from boxd.broker.http_server import Answer, HttpServer, Routes, json_answer
 from boxd.broker.model_gateway import api_error_words
-from boxd.connection_guard import Bounds, Guard
-from boxd.connection_limits import body_words, busy_words
+from boxd.connection_guard import Guard
+from boxd.connection_limits import Bounds, body_words, busy_words
 from boxd.json_errors import error
 
 HEAD = 0.5
@@ -75,9 +79,55 @@ def make_app(release: asyncio.Event, arrived: "asyncio.Queue[None]") -> web.Appl
     return app
 
 
+def make_routes(release: asyncio.Event, arrived: "asyncio.Queue[None]") -> Routes:
+    """The app's routes, for a broker's server."""
+
+    async def small(request: Request) -> Answer:
+        return json_answer({"ok": True})
+
+    async def big(request: Request) -> Answer:
+        size = int(request.head.query.removeprefix("bytes=") or BIG)
+        return Answer(200, b"x" * size)
+
+    async def pieces() -> AsyncIterator[bytes]:
+        for _ in range(BIG // 65536):
+            yield b"x" * 65536
+
+    async def stream(request: Request) -> Answer:
+        return Answer(200, pieces=pieces())
+
+    async def echo(request: Request) -> Answer:
+        return json_answer({"length": len(request.body)})
+
+    async def wait(request: Request) -> Answer:
+        arrived.put_nowait(None)
+        await release.wait()
+        return json_answer({"waited": True})
+
+    handlers = {"/small": small, "/big": big, "/stream": stream, "/wait": wait}
+    return Routes(
+        {
+            **{path: {"GET": handler} for path, handler in handlers.items()},
+            "/echo": {"POST": echo},
+        },
+        lambda failure: 400,
+        "GET /small",
+    )
+
+
+Server = Guard | HttpServer
+KIND = "aiohttp"
+
+
+@pytest.fixture(autouse=True, params=["aiohttp", "broker"])
+def kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs against both servers."""
+    monkeypatch.setattr(sys.modules[__name__], "KIND", request.param)
+
+
 class Served:
     def __init__(
-        self, guard: Guard, path: str, release: asyncio.Event, arrived: "asyncio.Queue[None]"
+        self, guard: Server, path: str, release: asyncio.Event, arrived: "asyncio.Queue[None]"
     ) -> None:
         self.guard = guard
         self.path = path
@@ -116,7 +166,11 @@ async def served(tmp_path: Path, limits: Bounds | None = None) -> AsyncIterator[
     sock.listen(4096)
     release = asyncio.Event()
     arrived: asyncio.Queue[None] = asyncio.Queue()
-    guard = Guard(make_app(release, arrived), limits or bounds(), error)
+    guard: Server
+    if KIND == "aiohttp":
+        guard = Guard(make_app(release, arrived), limits or bounds(), error)
+    else:
+        guard = HttpServer(make_routes(release, arrived), limits or bounds())
     await guard.start([sock])
     try:
         yield Served(guard, path, release, arrived)

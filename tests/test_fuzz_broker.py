@@ -1,8 +1,9 @@
 """Garbage at every route of a task's broker (boxd/broker/app.py, broker-api.txt), the real
-aiohttp app on a real Unix socket, with the manager kept in memory as the broker's other tests
-keep it: bodies from the routes' models, broken (tests/fuzz_bodies.py), odd paths and content
-types. Never a 5xx; every refusal {"error": "..."} in plain words (400, as the spec says); the
-broker still answering afterwards. tests/vm/test_fuzz.py runs a real broker of a real task."""
+broker on a real Unix socket, served as its unit serves it, with the manager kept in memory as
+the broker's other tests keep it: bodies from the routes' models, broken (tests/fuzz_bodies.py),
+odd paths and content types. Never a 5xx; every refusal {"error": "..."} in plain words (400,
+as the spec says); the broker still answering afterwards. tests/vm/test_fuzz.py runs a real
+broker of a real task."""
 
 import logging
 from collections.abc import AsyncIterator
@@ -11,16 +12,16 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 from yarl import URL
 
 from boxd.approval import AskRequest
-from boxd.broker.app import CostRequest, UsageRequest, make_app
+from boxd.broker.app import CostRequest, UsageRequest, make_broker
 from boxd.broker.calls import CallRequest
 from boxd.step import Step
+from tests.broker_serving import serving
 from tests.fuzz_bodies import FUZZ, Body, broken_bodies, segments, send
 from tests.test_broker_and_fake_worker import MemoryLog, MemoryWaiter
 
@@ -35,20 +36,19 @@ BODIES: dict[str, type[BaseModel] | None] = {
     "POST /usage": UsageRequest,
 }
 
-Broker = tuple[aiohttp.ClientSession, MemoryLog, web.Application]
+Broker = tuple[aiohttp.ClientSession, MemoryLog]
 
 
 @pytest.fixture
 async def broker(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> AsyncIterator[Broker]:
     log = MemoryLog("", tools=("wallet.pay", "wallet.balance", "echo.say"), budget=100)
-    app = make_app(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.01)
-    runner = web.AppRunner(app)
-    await runner.setup()
+    broker = make_broker(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.01)
     path = str(tmp_path / "broker.sock")
-    await web.UnixSite(runner, path).start()
-    async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=path)) as session:
-        yield session, log, app
-    await runner.cleanup()
+    async with (
+        serving(broker, path),
+        aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=path)) as session,
+    ):
+        yield session, log
     # Garbage is the client's fault: nothing logged as an error, no traceback in the journal.
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
@@ -66,11 +66,11 @@ async def _still_answering(broker: Broker) -> None:
 
 def test_every_route_is_fuzzed(tmp_path: Path) -> None:
     log = MemoryLog("")
-    app = make_app(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.01)
+    broker = make_broker(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.01)
     served = {
-        f"{route.method} {route.resource.canonical}"
-        for route in app.router.routes()
-        if route.resource is not None and route.method != "HEAD"
+        f"{method} {path}"
+        for path, methods in broker.routes().handlers.items()
+        for method in methods
     }
     assert served == set(BODIES)
 

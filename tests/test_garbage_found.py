@@ -19,10 +19,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
-from boxd.broker.app import make_app as make_broker
+from boxd.broker.app import make_broker
 from boxd.dbus.client import GatewayClient
 from boxd.json_errors import json_errors
 from boxd.web.app import make_app as make_gateway
+from tests.broker_serving import serving as serving_broker
 from tests.test_broker_and_fake_worker import MemoryLog, MemoryWaiter
 from tests.test_fuzz_gateway import OWNER, ManagerOnTheBus
 
@@ -76,10 +77,8 @@ async def test_a_request_line_too_long_is_refused_in_the_api_s_shape(
         {"error": LONG_LINE},
     )
     log = MemoryLog("")
-    runner = web.AppRunner(make_broker(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, 0.01))
-    await runner.setup()
-    await web.UnixSite(runner, str(tmp_path / "broker.sock")).start()
-    try:
+    served = make_broker(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, 0.01)
+    async with serving_broker(served, tmp_path / "broker.sock"):
         connector = aiohttp.UnixConnector(path=str(tmp_path / "broker.sock"))
         async with aiohttp.ClientSession(connector=connector) as broker:
             assert await _ask(broker, "GET", f"http://box/{'a' * 10_000}") == (
@@ -87,8 +86,6 @@ async def test_a_request_line_too_long_is_refused_in_the_api_s_shape(
                 {"error": LONG_LINE},
             )
             assert (await _ask(broker, "GET", "http://box/task"))[0] == 200
-    finally:
-        await runner.cleanup()
 
 
 @pytest.mark.parametrize("encoding", ["gzip", "deflate", "br"])

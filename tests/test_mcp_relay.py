@@ -17,11 +17,12 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 from boxd.approval import MAX_KEY
-from boxd.broker.app import make_app
+from boxd.broker.app import make_broker
 from boxd.canonical_json import input_hash
 from boxd.workers.mcp import lines
 from boxd.workers.mcp_tools import KEY_TOOL_CHARS, ask_key, call_key
 from boxd.workers.unix_http import MAX_ANSWER
+from tests.broker_serving import serving as serving_broker
 from tests.mcp_relay_fixtures import (
     ECHO_SAY,
     RELAY,
@@ -387,9 +388,9 @@ async def test_a_full_disk_is_waited_out_with_the_same_key(
 @pytest.fixture
 async def real_broker(tmp_path: Path) -> AsyncIterator[tuple[Path, MemoryLog]]:
     log = MemoryLog("", tools=("wallet.pay", "wallet.balance"), budget=100)
-    app = make_app(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.3)
+    broker = make_broker(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.3)
     path = tmp_path / "broker.sock"
-    async with serving(app, path):
+    async with serving_broker(broker, path):
         yield path, log
 
 

@@ -15,13 +15,13 @@ import os
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from boxd.broker.app import CALLS, make_app
+from boxd.broker.app import make_broker
 from boxd.broker.approvals import ApprovalWaiter
+from boxd.broker.http_server import HttpServer
 from boxd.broker.idle import IdleWatch, idle_seconds
 from boxd.broker.manager_link import Manager, ManagerLink, Waiter
 from boxd.broker.refusal_log import RefusalLog
-from boxd.connection_guard import Bounds, Guard
-from boxd.connection_limits import BROKER_CONNECTIONS
+from boxd.connection_limits import BROKER_CONNECTIONS, Bounds
 from boxd.dbus.client import connect_system_bus
 from boxd.ids import check_task_id
 from boxd.paths import box_home, task_dir
@@ -161,32 +161,32 @@ async def run(task_id: str) -> None:
     task = (await manager.call("GetTask", ""))["task"]
     home = box_home()
     wait_ms = float(os.environ.get("BOX_APPROVAL_WAIT_MS", DEFAULT_APPROVAL_WAIT_MS))
-    app = make_app(manager, waiter, task, home, task_dir(home, task_id), wait_ms / 1000)
+    broker = make_broker(manager, waiter, task, home, task_dir(home, task_id), wait_ms / 1000)
     passed = passed_sockets(f"box-broker@{task_id}.socket")
     doors = [door for group in passed.values() for door in group]
     refusals = RefusalLog(manager)
-    late = LateDoors(task, manager, waiter, wait_ms / 1000, app[CALLS].reserved, refusals)
+    late = LateDoors(task, manager, waiter, wait_ms / 1000, broker.calls.reserved, refusals)
     for door in passed.pop(EGRESS_HTTP, []):
         late.watch(door, late.serve_http)
     for door in passed.pop(EGRESS_SOCKS, []):
         late.watch(door, late.serve_socks)
     for door in passed.pop(MODEL_GATEWAY, []):
         late.watch(door, late.serve_gateway)
-    guard = Guard(app, Bounds(BROKER_CONNECTIONS))
+    server = HttpServer(broker.routes(), Bounds(BROKER_CONNECTIONS))
     try:
-        await guard.start([door for group in passed.values() for door in group])
+        await server.start([door for group in passed.values() for door in group])
         waits: list[Awaitable[None]] = [until_stopped(), late.failed]
         if idle is not None:
             watch = IdleWatch(
                 idle,
                 doors,
-                resting=lambda: guard.resting() | late.resting(),
-                busy=[app[CALLS].busy, late.busy],
+                resting=lambda: server.resting() | late.resting(),
+                busy=[broker.calls.busy, late.busy],
             )
             waits.append(_idle_exit(watch, task_id))
         await _until_first(*waits)
     finally:
-        await guard.close()
+        await server.close()
         await late.close()
         await refusals.close()
         bus.disconnect()

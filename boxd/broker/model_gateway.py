@@ -37,8 +37,8 @@ from boxd.broker.credentials import read_secrets
 from boxd.broker.manager_link import Manager, Waiter
 from boxd.broker.model_request import NotAnObject, with_model
 from boxd.broker.model_usage import JsonUsage, StreamUsage, Usage
-from boxd.connection_guard import Bounds, Guard
-from boxd.connection_limits import MODEL_GATEWAY_CONNECTIONS
+from boxd.connection_guard import Guard
+from boxd.connection_limits import MODEL_GATEWAY_CONNECTIONS, Bounds
 from boxd.errors import BoxError, Problem
 from boxd.model_key import ANTHROPIC_KEY, KEY_NAMES, KEY_REFUSED
 from boxd.pricing import price_cents, price_of

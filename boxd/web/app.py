@@ -10,13 +10,13 @@ from boxd.approval import Answer
 from boxd.dbus.client import GatewayClient, connect_system_bus, pages
 from boxd.errors import Problem, die
 from boxd.json_errors import MAX_BODY, json_errors
-from boxd.json_pages import stream
 from boxd.owner_requests import NewPairing, SecretValue, SettingsChanges
 from boxd.pairing_qr import qr_svg
 from boxd.pairing_request import PairRequest
 from boxd.plain_errors import parse
 from boxd.web.event_stream import EVENTS_PATH, Timing, serve_events
 from boxd.web.host_check import only_own_names
+from boxd.web.json_stream import stream
 from boxd.web.live_events import LiveEvents
 from boxd.web.openapi import OPENAPI_PATH, document
 from boxd.web.screen_page import ScreenPage

@@ -3,8 +3,8 @@
 import asyncio
 import logging
 
+from boxd.connection_guard import serve
 from boxd.connection_limits import GATEWAY_CONNECTIONS
-from boxd.socket_activation import serve
 from boxd.web.app import make_app
 
 

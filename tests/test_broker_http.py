@@ -1,0 +1,307 @@
+"""The broker's own HTTP server (boxd/broker/http_server.py, boxd/broker/http_request.py) against
+what a hostile task sends down its broker socket: requests smuggled with two lengths, heads and
+bodies too big, chunks that lie, bytes where a header should be, a client that hangs up while its
+request is in hand. Real Unix sockets, raw bytes; tests/test_connection_guard.py has the slow
+and crowding clients, tests/test_fuzz_broker.py the bodies."""
+
+import asyncio
+import itertools
+import json
+import logging
+import socket
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from boxd.broker.http_request import (
+    LINE_TOO_LONG,
+    LONGEST_LINE,
+    Head,
+    Refusal,
+    Request,
+    RequestReader,
+)
+from boxd.broker.http_server import Answer, HttpServer, Routes, json_answer
+from boxd.connection_limits import Bounds
+from boxd.strict_json import MAX_BODY, TOO_LARGE
+from tests.test_connection_guard import status_of
+
+TOO_LONG = LINE_TOO_LONG.words
+
+
+class Served:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.seen: list[Request] = []
+        self.finished: list[str] = []
+        self.release = asyncio.Event()
+
+    async def echo(self, request: Request) -> Answer:
+        self.seen.append(request)
+        return json_answer({"body": request.body.decode("latin-1"), "query": request.head.query})
+
+    async def slow(self, request: Request) -> Answer:
+        await self.release.wait()
+        self.finished.append("slow")
+        return json_answer({"done": True})
+
+    async def broken(self, request: Request) -> Answer:
+        raise RuntimeError("/secret/insides")
+
+    def routes(self) -> Routes:
+        return Routes(
+            {
+                "/echo": {"POST": self.echo, "GET": self.echo},
+                "/slow": {"GET": self.slow},
+                "/broken": {"GET": self.broken},
+            },
+            lambda failure: 400,
+            "this server serves /echo",
+        )
+
+    async def send(self, *pieces: bytes) -> bytes:
+        """Sends the pieces one after the other, as long as the server reads, and reads until
+        it closes."""
+        return await asyncio.to_thread(self._send, pieces)
+
+    def _send(self, pieces: tuple[bytes, ...]) -> bytes:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.settimeout(5)
+            client.connect(self.path)
+            for piece in pieces:
+                try:
+                    client.sendall(piece)
+                except ConnectionError:
+                    break  # refused and closed: what it said is read below
+                time.sleep(0.01)
+            got = b""
+            while chunk := client.recv(65536):
+                got += chunk
+            return got
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[Served]:
+    path = str(tmp_path / "broker.sock")
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listening.bind(path)
+    listening.listen()
+    door = Served(path)
+    server = HttpServer(door.routes(), Bounds(16))
+    await server.start([listening])
+    yield door
+    door.release.set()
+    await server.close()
+
+
+def answers(raw: bytes) -> list[tuple[int, object]]:
+    """Each answer on a connection: its status and JSON body (all of them have a length)."""
+    found = []
+    while raw:
+        head, _, rest = raw.partition(b"\r\n\r\n")
+        length = int(head.lower().partition(b"content-length: ")[2].split(b"\r\n")[0])
+        found.append((status_of(head), json.loads(rest[:length])))
+        raw = rest[length:]
+    return found
+
+
+def refused(raw: bytes) -> tuple[int, str]:
+    [(status, body)] = answers(raw)
+    assert isinstance(body, dict)
+    return status, body["error"]
+
+
+# --- the attacker's tests -----------------------------------------------------------------------
+
+
+async def test_a_request_smuggled_with_two_lengths_is_refused_and_the_connection_closed(
+    served: Served,
+) -> None:
+    raw = await served.send(
+        b"POST /echo HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"0\r\n\r\nGET /echo HTTP/1.1\r\n\r\n"
+    )
+    assert refused(raw) == (
+        400,
+        "the request gives both Content-Length and Transfer-Encoding: send one of them",
+    )
+    assert served.seen == []
+
+
+@pytest.mark.parametrize("name", ["Content-Length", "Host", "Transfer-Encoding"])
+async def test_a_header_read_once_given_twice_is_refused(served: Served, name: str) -> None:
+    raw = await served.send(f"GET /echo HTTP/1.1\r\n{name}: 0\r\n{name}: 0\r\n\r\n".encode())
+    assert refused(raw) == (
+        400,
+        f"the request sends its {name} header more than once: send it once",
+    )
+
+
+@pytest.mark.parametrize(
+    ("head", "status", "words"),
+    [
+        (
+            b"GET /echo HTTP/1.1\r\nX: " + b"a" * LONGEST_LINE + b"\r\n\r\n",
+            400,
+            LINE_TOO_LONG.words,
+        ),
+        (b"GET /" + b"a" * LONGEST_LINE + b" HTTP/1.1\r\n\r\n", 400, TOO_LONG),
+        (
+            b"GET /echo HTTP/1.1\r\n" + b"X: a\r\n" * 101 + b"\r\n",
+            431,
+            "the request has too many headers, or headers too long",
+        ),
+        (b"GET /echo HTTP/1.1\r\nX: a\rb\r\n\r\n", 400, "a header of the request cannot be read"),
+        (b"GET /echo HTTP/1.1\r\nX: a\x00b\r\n\r\n", 400, "a header of the request cannot be read"),
+        (b"GET /echo HTTP/1.1\r\n folded\r\n\r\n", 400, "a header of the request cannot be read"),
+        (b"get /echo HTTP/1.1\r\n\r\n", 400, "the request does not start with an HTTP method"),
+        (b"GET /echo HTTP/2.0\r\n\r\n", 400, "the request is not HTTP/1.1 this server can read"),
+        (b"GET http://x/echo HTTP/1.1\r\n\r\n", 400, "the request's address cannot be read"),
+        (b"GET /echo HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400, "the request's Content-Length"),
+        (b"GET /echo HTTP/1.1\r\nContent-Length: \xd9\xa3\r\n\r\n", 400, "the request's Content"),
+        (b"POST /echo HTTP/1.1\r\nContent-Encoding: gzip\r\n\r\n", 400, "the broker reads bodies"),
+        (b"POST /echo HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 400, "the only Transfer-"),
+    ],
+)
+async def test_a_head_that_cannot_be_read_is_refused_in_words(
+    served: Served, head: bytes, status: int, words: str
+) -> None:
+    got = refused(await served.send(head))
+    assert got[0] == status and got[1].startswith(words), got
+    assert served.seen == []
+
+
+async def test_a_body_over_the_cap_is_refused_before_it_is_sent(served: Served) -> None:
+    head = f"POST /echo HTTP/1.1\r\nContent-Length: {MAX_BODY + 1}\r\n\r\n".encode()
+    assert refused(await served.send(head)) == (413, TOO_LARGE)
+
+
+async def test_a_chunked_body_over_the_cap_is_refused_as_it_grows(served: Served) -> None:
+    chunk = b"%x\r\n%b\r\n" % (1024 * 1024, b"a" * 1024 * 1024)
+    raw = await served.send(
+        b"POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", *[chunk] * 12
+    )
+    assert refused(raw) == (413, TOO_LARGE)
+    assert served.seen == []
+
+
+@pytest.mark.parametrize("size", [b"-1", b"zz", b"", b"1 1", b"123456789"])
+async def test_a_chunk_that_lies_about_its_size_is_refused(served: Served, size: bytes) -> None:
+    raw = await served.send(
+        b"POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n" + size + b"\r\nab\r\n0\r\n\r\n"
+    )
+    status, words = refused(raw)
+    assert status in (400, 413) and words.startswith(("the body's chunks", "the body is over"))
+
+
+async def test_a_handler_that_fails_says_so_without_its_insides(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR):
+        raw = await served.send(b"GET /broken HTTP/1.1\r\nConnection: close\r\n\r\n")
+    status, words = refused(raw)
+    assert status == 500 and "/secret" not in words and "journal" in words
+    assert "/secret/insides" in caplog.text
+
+
+async def test_a_client_that_hangs_up_does_not_cut_its_request_short(served: Served) -> None:
+    _, writer = await asyncio.open_unix_connection(served.path)
+    writer.write(b"GET /slow HTTP/1.1\r\n\r\n")
+    await writer.drain()
+    await asyncio.sleep(0.05)
+    writer.close()
+    await asyncio.sleep(0.05)
+    served.release.set()
+    for _ in range(100):
+        if served.finished:
+            break
+        await asyncio.sleep(0.01)
+    assert served.finished == ["slow"]
+
+
+# --- what clients send ---------------------------------------------------------------------------
+
+
+async def test_requests_sent_together_are_answered_in_turn(served: Served) -> None:
+    raw = await served.send(
+        b"POST /echo HTTP/1.1\r\nContent-Length: 1\r\n\r\na"
+        b"POST /echo?x=1 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"1\r\nb\r\n1;ext\r\nc\r\n0\r\n"
+        b"Trailer: t\r\n\r\n"
+        b"GET /echo HTTP/1.1\r\nConnection: close\r\n\r\n"
+    )
+    assert answers(raw) == [
+        (200, {"body": "a", "query": ""}),
+        (200, {"body": "bc", "query": "x=1"}),
+        (200, {"body": "", "query": ""}),
+    ]
+
+
+async def test_a_client_waiting_for_100_continue_gets_it(served: Served) -> None:
+    reader, writer = await asyncio.open_unix_connection(served.path)
+    writer.write(b"POST /echo HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+    assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == (
+        b"HTTP/1.1 100 Continue\r\n\r\n"
+    )
+    writer.write(b"hi")
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    assert status_of(head) == 200
+    writer.close()
+
+
+async def test_http_1_0_is_closed_after_its_answer_unless_kept_alive(served: Served) -> None:
+    raw = await served.send(b"GET /echo HTTP/1.0\r\n\r\n")
+    assert answers(raw) == [(200, {"body": "", "query": ""})]
+    assert b"Connection: close" in raw
+
+
+# --- the reader alone ---------------------------------------------------------------------------
+
+
+def read_all(pieces: list[bytes]) -> list[Head | Request] | Refusal:
+    reader = RequestReader()
+    got: list[Head | Request] = []
+    try:
+        for piece in pieces:
+            reader.feed(piece)
+            while (found := reader.next()) is not None:
+                got.append(found)
+    except Refusal as refusal:
+        return refusal
+    return got
+
+
+def shape(result: list[Head | Request] | Refusal) -> object:
+    if isinstance(result, Refusal):
+        return (result.status, result.words)
+    return [(found.path, found.body) if isinstance(found, Request) else found for found in result]
+
+
+REQUESTS = st.sampled_from(
+    [
+        b"GET /task HTTP/1.1\r\nHost: box\r\n\r\n",
+        b'POST /step HTTP/1.1\r\nContent-Length: 12\r\n\r\n{"text": 1}\n',
+        b"POST /step HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+        b"POST /x HTTP/1.1\nContent-Length: 1\n\nz",
+    ]
+)
+
+
+@given(
+    requests=st.lists(REQUESTS | st.binary(max_size=60), max_size=4),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=8),
+)
+def test_what_is_read_does_not_depend_on_how_the_bytes_came(
+    requests: list[bytes], cuts: list[int]
+) -> None:
+    """Whole or cut anywhere, the same bytes give the same requests, or the same refusal."""
+    sent = b"".join(requests)
+    at = sorted({min(cut, len(sent)) for cut in cuts} | {0, len(sent)})
+    pieces = [sent[start:end] for start, end in itertools.pairwise(at)]
+    whole = read_all([sent])
+    assert shape(read_all(pieces)) == shape(whole)
+    assert shape(read_all([bytes([byte]) for byte in sent])) == shape(whole)
