@@ -81,8 +81,13 @@ class Served:
                     break  # refused and closed: what it said is read below
                 time.sleep(0.01)
             got = b""
-            while chunk := client.recv(65536):
-                got += chunk
+            try:
+                while chunk := client.recv(65536):
+                    got += chunk
+            except ConnectionResetError:
+                # The server closed with bytes of ours unread (the rest of a body it refused):
+                # the kernel tells us once what it sent is read.
+                pass
             return got
 
 
