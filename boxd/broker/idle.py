@@ -16,12 +16,19 @@ Idle means nothing in hand, for the whole time:
 
 The last look and the end of accepting happen in one step of the event loop: a connection is
 either accepted by this broker, which is then not idle, or left in the queue for the next one.
+So does the end of reading the keep-alive connections at rest: one whose next request is in the
+kernel, not yet read, is in hand; the others are shut for reading in that step, so a request
+sent after the last look is refused by the kernel at once (the worker asks again, and its
+connection starts the next broker) rather than read by a broker that is going.
 A task poking its broker keeps it up; one poking just after each exit starts it once per idle
 period at most, never a crash loop (exit 0 is no failure to Restart=on-failure).
 """
 
 import asyncio
+import contextlib
 import os
+import select
+import socket
 import time
 from collections.abc import Callable, Sequence
 
@@ -90,7 +97,11 @@ class IdleWatch:
         if any(door.queued() for door in self.doors):
             return True
         open_connections = set[int]().union(*(door.open_connections() for door in self.doors))
-        return bool(open_connections - self._resting())
+        return bool(open_connections - self._quiet())
+
+    def _quiet(self) -> set[int]:
+        """The connections at rest with nothing of a next request waiting in the kernel."""
+        return {fd for fd in self._resting() if not _readable(fd)}
 
     async def wait(self) -> None:
         """Returns once nothing was in hand for `seconds`, having stopped accepting on every
@@ -108,4 +119,19 @@ class IdleWatch:
             if now - since >= self.seconds:
                 for door in self.doors:
                     loop.remove_reader(door)
+                for fd in self._quiet():
+                    _shut_for_reading(fd)
                 return
+
+
+def _readable(fd: int) -> bool:
+    poll = select.poll()
+    poll.register(fd, select.POLLIN)
+    return bool(poll.poll(0))
+
+
+def _shut_for_reading(fd: int) -> None:
+    """Nothing more is read from the connection: on a Unix socket its client's next write fails
+    at once (EPIPE); the broker's server then sees its end and closes it."""
+    with socket.socket(fileno=os.dup(fd)) as connection, contextlib.suppress(OSError):
+        connection.shutdown(socket.SHUT_RD)  # unless it is gone already
