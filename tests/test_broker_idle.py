@@ -285,24 +285,32 @@ def blocking_get(client: socket.socket) -> bytes:
     return client.recv(65536)
 
 
+@asynccontextmanager
+async def resting_client(
+    listening: Listening,
+) -> AsyncIterator[tuple[Door, HttpServer, socket.socket]]:
+    """A served door and a client's keep-alive connection at rest on it, its request answered."""
+    door = listening()
+    async with guarded(door, hello_app()) as server:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(path_of(listening))
+            await asyncio.to_thread(blocking_get, client)
+            await until(lambda: server.resting() == door.open_connections() != set())
+            yield door, server, client
+
+
 async def test_a_request_sent_on_a_resting_connection_not_yet_read_keeps_it_up(
     listening: Listening,
 ) -> None:
     """The kernel holds the worker's next request; the broker has not read it yet: it is in
     hand, not a connection at rest to close under it."""
-    door = listening()
-    async with guarded(door, hello_app()) as server:
-        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        client.connect(path_of(listening))
-        await asyncio.to_thread(blocking_get, client)
-        await until(lambda: server.resting() == door.open_connections() != set())
+    async with resting_client(listening) as (door, server, client):
         watching = watch(door, server)
         assert not watching.in_hand()
         # Sent, and no turn of the loop since: only the kernel has it.
         client.sendall(b"GET /hello HTTP/1.1\r\nHost: box\r\n\r\n")
         assert watching.in_hand()
         assert json.loads((await asyncio.to_thread(client.recv, 65536)).split(b"\r\n\r\n")[1])
-        client.close()
 
 
 async def test_a_request_sent_after_the_last_look_is_refused_at_once_not_lost(
@@ -310,16 +318,10 @@ async def test_a_request_sent_after_the_last_look_is_refused_at_once_not_lost(
 ) -> None:
     """The broker decided to go: a connection at rest is shut for reading in that same step, so
     a request sent on it after fails there and then, and the worker asks the next broker."""
-    door = listening()
-    async with guarded(door, hello_app()) as server:
-        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        client.connect(path_of(listening))
-        await asyncio.to_thread(blocking_get, client)
-        await until(lambda: server.resting() == door.open_connections() != set())
+    async with resting_client(listening) as (door, server, client):
         await asyncio.wait_for(watch(door, server).wait(), IDLE * 5)
         with pytest.raises(BrokenPipeError):
             client.sendall(b"GET /hello HTTP/1.1\r\nHost: box\r\n\r\n")
-        client.close()
 
 
 async def test_a_call_whose_caller_hung_up_keeps_it_busy(
