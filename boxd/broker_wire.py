@@ -31,6 +31,10 @@ class CallStart(BaseModel):
     tool: Label
     input: Annotated[Any, data("input")] = None
     costCents: Annotated[float, BeforeValidator(cents)] = 0
+    # The key of the same call, running already, whose run this one shares: the result logged
+    # for that key is logged for this one in the same commit, so a broker killed in between
+    # leaves no key of the run unanswered, to run it again when the task asks again.
+    sharesWith: Key | None = None
 
 
 class CallResult(BaseModel):

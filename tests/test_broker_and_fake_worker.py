@@ -594,3 +594,6 @@ async def test_a_call_that_came_while_the_first_ran_shares_it(
         log.holds[("BeginCall", "k2")].set()
         assert await second == paid
     assert [(r["key"], r.get("sharedWith")) for r in log.results] == [("k1", None), ("k2", "k1")]
+    # k2 told the manager whose run it shares as it began, so the record answers it with k1's
+    # result even if this broker dies before k2's own FinishCall.
+    assert log.calls["k2"].get("sharesWith") == "k1" and "sharesWith" not in log.calls["k1"]

@@ -271,3 +271,48 @@ async def test_model_keys_and_the_workers_keys_never_stand_for_each_other(
         methods.ask(BROKER, [TASK, json.dumps({"key": "x", "question": "?", "inputHash": BODY})]),
         "inputHash is for a model request's question, with its model",
     )
+
+
+def shares(to: str, cents: int, key: str, first: str) -> str:
+    return json.dumps({**json.loads(pay(to, cents, key)), "sharesWith": first})
+
+
+async def test_a_key_that_shares_a_run_is_answered_with_it_even_if_its_broker_dies(
+    tmp_path: Path,
+) -> None:
+    """k2 came while k1 ran and shares its run. The broker is killed after k1's FinishCall,
+    before k2's: k2 asked again must get k1's result, never run Ada's payment a second time."""
+    methods, _, store = await open_methods(tmp_path / "box.db")
+    await methods.begin_call(BROKER, [TASK, pay("Ada", 30, "k1")])
+    await methods.begin_call(BROKER, [TASK, shares("Ada", 30, "k2", "k1")])
+    done = {"key": "k1", "tool": "wallet.pay", "ok": True, "output": {"paid": 30}, "costCents": 30}
+    await methods.finish_call(BROKER, [TASK, json.dumps(done)])
+    await store.close()
+    # A new manager, as after the crash: k2 is answered, and paid once.
+    methods, _, store = await open_methods(tmp_path / "box.db")
+    again = await methods.begin_call(BROKER, [TASK, pay("Ada", 30, "k2")])
+    assert again["answered"] == {"ok": True, "output": {"paid": 30}}
+    assert again["spentCents"] == 30
+    # The FinishCall the broker would have sent for k2 changes nothing.
+    shared = {**done, "key": "k2", "costCents": 0, "sharedWith": "k1"}
+    assert (await methods.finish_call(BROKER, [TASK, json.dumps(shared)]))["spentCents"] == 30
+    results = [e.data for e in await store.events(TASK) if e.kind == EventKind.TOOL_RESULT]
+    assert [(r["key"], r.get("sharedWith"), r["costCents"]) for r in results] == [
+        ("k1", None, 30),
+        ("k2", "k1", 0),
+    ]
+    await store.close()
+
+
+async def test_a_call_cannot_claim_to_share_another_call_s_run(
+    box: tuple[BrokerMethods, ApprovalAnswers],
+) -> None:
+    methods, _ = box
+    await methods.begin_call(BROKER, [TASK, pay("Ada", 30, "k1")])
+    await refused(
+        methods.begin_call(BROKER, [TASK, shares("Bob", 30, "k2", "k1")]),
+        "the call k1 is not this call: another tool or input",
+    )
+    # One whose first call was never begun (refused meanwhile) runs on its own.
+    begun = await methods.begin_call(BROKER, [TASK, shares("Ada", 30, "k3", "nothing")])
+    assert begun["answered"] is None

@@ -156,7 +156,7 @@ class Calls:
         first = self._first.setdefault(same, call.key)
         try:
             # The key is claimed for this call before it shares or runs anything.
-            begun = await self._begin(call)
+            begun = await self._begin(call, None if first == call.key else first)
         except BaseException:
             self._forget(same, call.key)
             raise
@@ -179,7 +179,7 @@ class Calls:
         if self._first.get(same) == key and same not in self._running:
             del self._first[same]
 
-    async def _begin(self, call: _Call) -> dict[str, Any]:
+    async def _begin(self, call: _Call, shares: str | None = None) -> dict[str, Any]:
         begun = await self._manager.call(
             "BeginCall",
             json.dumps(
@@ -188,6 +188,7 @@ class Calls:
                     "tool": call.name,
                     "input": call.input.model_dump(mode="json"),
                     "costCents": call.cost,
+                    **({} if shares is None else {"sharesWith": shares}),
                 }
             ),
         )

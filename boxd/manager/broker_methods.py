@@ -74,10 +74,15 @@ class BrokerMethods:
         def begin(ledger: Ledger) -> dict[str, Any]:
             task = running(found(task_id, ledger.task(task_id)))
             approval, logged = _used(ledger, task.id, call.key, wanted)
+            shares = _shared(ledger, task.id, call.sharesWith, wanted)
             answered = ledger.answer(task.id, call.key)
             # One tool.call line per key, however often a pending call is asked again.
             if answered is None and logged is None:
-                data = {**call.model_dump(mode="json"), "inputHash": wanted.inputHash}
+                data = {
+                    **call.model_dump(mode="json", exclude={"sharesWith"}),
+                    "inputHash": wanted.inputHash,
+                    **({} if shares is None else {"sharesWith": shares}),
+                }
                 ledger.save_task(task, EventKind.TOOL_CALL, data)
             reserved = {
                 other.key: other.costCents or 0.0
@@ -137,6 +142,20 @@ class BrokerMethods:
                     {**result.model_dump(mode="json", exclude_none=True), "costCents": charged},
                     answer=(result.key, logged),
                 )
+            if result.sharedWith is None:
+                # The keys that share this run get its result now, not in a FinishCall of
+                # their own a killed broker might never send.
+                for key in ledger.sharing(task.id, result.key):
+                    if ledger.answer(task.id, key) is None:
+                        shared = result.model_copy(
+                            update={"key": key, "costCents": 0, "sharedWith": result.key}
+                        )
+                        ledger.save_task(
+                            task,
+                            EventKind.TOOL_RESULT,
+                            shared.model_dump(mode="json", exclude_none=True),
+                            answer=(key, logged),
+                        )
             return {"answered": logged, "spentCents": task.costCents}
 
         async with self.records.locks[task_id]:
@@ -236,6 +255,20 @@ class BrokerMethods:
             )
         )
         return approval.public()
+
+
+def _shared(ledger: Ledger, task_id: str, first: str | None, wanted: CallUse) -> str | None:
+    """The key whose run a call shares, to record: only the same call (a 400 for another), and
+    only one begun (its BeginCall may have been refused: then this call runs on its own)."""
+    if first is None:
+        return None
+    logged = ledger.logged_call(task_id, first)
+    if logged is None:
+        return None
+    theirs = logged_call_use(logged)
+    if (theirs.tool, theirs.inputHash) != (wanted.tool, wanted.inputHash):
+        die(Problem.INVALID, f"the call {first} is not this call: another tool or input")
+    return first
 
 
 def _used(

@@ -47,6 +47,7 @@ RECORD_FULL = (
 
 # The key of an event's data, as the index of tool.call lines has it.
 _KEY = "json_extract(CASE WHEN json_valid(data) THEN data END, '$.key')"
+_SHARES = "json_extract(CASE WHEN json_valid(data) THEN data END, '$.sharesWith')"
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS tasks (
@@ -66,6 +67,9 @@ CREATE INDEX IF NOT EXISTS events_by_task ON events (task, kind, seq);
 -- A call's tool.call line by its key, looked up for every call: without it, every call read all
 -- the task's earlier ones. A damaged line (not JSON) has no key rather than failing the lookup.
 CREATE INDEX IF NOT EXISTS tool_calls_by_key ON events (task, {_KEY}) WHERE kind = 'tool.call';
+-- The calls that share a run, by the key of the call that runs: answered with it.
+CREATE INDEX IF NOT EXISTS tool_calls_by_shared ON events (task, {_SHARES})
+    WHERE kind = 'tool.call';
 CREATE TABLE IF NOT EXISTS tokens (
     hash TEXT PRIMARY KEY,
     name TEXT NOT NULL,
@@ -654,6 +658,15 @@ class Ledger:
             (task_id, key),
         ).fetchone()
         return None if row is None else dict(json.loads(row[0]))
+
+    def sharing(self, task_id: str, key: str) -> list[str]:
+        """The keys of the calls begun to share the run of `key`'s call, in the order they came."""
+        rows = self._db.execute(
+            f"SELECT {_KEY} FROM events WHERE task = ? AND kind = 'tool.call' "
+            f"AND {_SHARES} = ? ORDER BY seq",
+            (task_id, key),
+        ).fetchall()
+        return [str(row[0]) for row in rows if isinstance(row[0], str)]
 
     def reserving_approvals(self, task_id: str) -> list[Approval]:
         """The task's approvals of calls whose cost is reserved: waiting for the owner, or
