@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from boxd.approval import Approval, ApprovalState
+from boxd.approval import ApprovalState
+from boxd.approval_record import Approval
 from boxd.errors import BoxError, Problem
 from boxd.event import EventKind
 from boxd.manager import disk

@@ -25,9 +25,10 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
-from boxd.approval import Approval, ApprovalState
+from boxd.approval import ApprovalState
+from boxd.approval_record import Approval
 from boxd.errors import BoxError, Problem, die
-from boxd.event import Event
+from boxd.event_record import Event
 from boxd.full_disk import is_full
 from boxd.ids import is_task_id
 from boxd.manager import at_rest, journal
