@@ -46,6 +46,21 @@ RECORD_FULL = (
     "(undo tasks or remove workspaces you no longer need)."
 )
 
+
+def task_id_taken(task_id: str) -> str:
+    return (
+        f"task id {task_id} is already a recorded task's, so this new task was not recorded "
+        "and that task is unchanged: start the new task again (it gets another id)"
+    )
+
+
+class TaskIdTaken(BoxError):
+    """A new task's id is a recorded task's: nothing was written."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(Problem.FAILED, task_id_taken(task_id))
+
+
 # The key of an event's data, as the index of tool.call lines has it.
 _KEY = "json_extract(CASE WHEN json_valid(data) THEN data END, '$.key')"
 
@@ -330,9 +345,11 @@ class Store:
         approvals: tuple[Approval, ...] = (),
         layer: int | None = None,
         drop_layer: bool = False,
+        new: bool = False,
     ) -> Event:
         """Writes the task, one event about it, and what the event decides (the answer to a
-        key, approvals), in one transaction: all of it is on disk, or none."""
+        key, approvals), in one transaction: all of it is on disk, or none. A `new` task is
+        refused if its id is recorded already (Ledger.save_task)."""
 
         def write(db: sqlite3.Connection) -> Event:
             return Ledger(db).save_task(
@@ -343,6 +360,7 @@ class Store:
                 approvals=approvals,
                 layer=layer,
                 drop_layer=drop_layer,
+                new=new,
             )
 
         return await self._write(write, journal.send)
@@ -697,16 +715,27 @@ class Ledger:
         approvals: tuple[Approval, ...] = (),
         layer: int | None = None,
         drop_layer: bool = False,
+        new: bool = False,
     ) -> Event:
         """Writes the task, one event about it, and what the event decides (the answer to a
-        key, approvals); in a transaction, so all of it is on disk, or none."""
+        key, approvals); in a transaction, so all of it is on disk, or none. A `new` task's id
+        must be no recorded task's: its save never overwrites another task's record."""
         record = _readable(task)
-        self._db.execute(
-            "INSERT INTO tasks (id, created, state, record) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (id) DO UPDATE SET state = excluded.state, "
-            "record = excluded.record",
-            (task.id, task.createdAt, task.state.value, record),
-        )
+        if new:
+            try:
+                self._db.execute(
+                    "INSERT INTO tasks (id, created, state, record) VALUES (?, ?, ?, ?)",
+                    (task.id, task.createdAt, task.state.value, record),
+                )
+            except sqlite3.IntegrityError:
+                raise TaskIdTaken(task.id) from None
+        else:
+            self._db.execute(
+                "INSERT INTO tasks (id, created, state, record) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET state = excluded.state, "
+                "record = excluded.record",
+                (task.id, task.createdAt, task.state.value, record),
+            )
         event = _append(self._db, task.id, kind, data)
         if answer is not None:
             self._db.execute(
