@@ -1,10 +1,14 @@
 """Approvals: the owner's OK for a spend or a question. The id is `<task id>.<key>`, so asking
-again with the same key finds the same approval, also after a restart."""
+again with the same key finds the same approval, also after a restart.
+
+A task's broker imports this with every start: the record of an approval and the owner's answer,
+which only the manager and the gateway read, are boxd.approval_record's.
+"""
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, StrictBool, StrictStr, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, StrictStr, field_validator
 
 from boxd.caps import MAX_LABEL, cents, text
 from boxd.plain_errors import plain
@@ -37,7 +41,8 @@ Key = Annotated[str, BeforeValidator(key)]
 class AskRequest(BaseModel):
     """The body of the broker's `POST /ask`."""
 
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    # Built on its first /ask, which many tasks never send, rather than at the broker's start.
+    model_config = ConfigDict(extra="forbid", validate_default=True, defer_build=True)
 
     question: StrictStr
     key: Key = ""
@@ -53,40 +58,6 @@ class AskRequest(BaseModel):
         if len(value) > MAX_QUESTION:
             raise plain(f"question is over {MAX_QUESTION} characters")
         return value
-
-
-class Approval(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    id: str
-    task: str
-    key: str
-    state: ApprovalState
-    question: str
-    costCents: float | None = None
-    payee: str | None = None
-    purpose: str | None = None
-    # For a call: its tool, the sha256 of its validated input (boxd.key_use) and costCents, so
-    # the owner's yes approves that call and no other.
-    tool: str | None = None
-    inputHash: str | None = None
-    # For a model request the gateway holds until the owner answers: the model it runs on, with
-    # the sha256 of the request's body in inputHash.
-    model: str | None = None
-    askedAt: float
-    answeredAt: float | None = None
-    answeredBy: str | None = None
-
-    def public(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", exclude_none=True)
-
-
-class Answer(BaseModel):
-    """The owner's answer: `{"approved": true}` or `{"approved": false}`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    approved: StrictBool
 
 
 def approval_id(task_id: str, call_key: str) -> str:

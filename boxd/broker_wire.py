@@ -93,6 +93,10 @@ class Question(AskRequest):
     OK the model gateway needs before a request past the budget (`model` names the model it
     runs on, `inputHash` the sha256 of the request's body)."""
 
+    # The manager's, built with the others as it starts, not on its first question as the
+    # broker's AskRequest is.
+    model_config = ConfigDict(defer_build=False)
+
     tool: Label | None = None
     model: Annotated[str, text("model", MAX_LABEL)] | None = None
     inputHash: Sha256 | None = None

@@ -1,9 +1,9 @@
-"""Log events: the durable story of a task, in SQLite and, for reading, in the journal."""
+"""Log events: the durable story of a task, in SQLite and, for reading, in the journal.
+
+Their kinds; an event's model is boxd.event_record's, which a task's broker does not need.
+"""
 
 from enum import StrEnum
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict
 
 
 class EventKind(StrEnum):
@@ -14,13 +14,3 @@ class EventKind(StrEnum):
     COST = "cost"
     APPROVAL = "approval"
     NET_REFUSED = "net.refused"
-
-
-class Event(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    seq: int
-    task: str
-    kind: str
-    at: float
-    data: dict[str, Any]

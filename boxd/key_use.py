@@ -10,7 +10,7 @@ approval a key asked for.
 from dataclasses import dataclass
 from typing import Any
 
-from boxd.approval import Approval
+from boxd.approval_record import Approval
 
 # Named here too, where the broker has always found it.
 from boxd.canonical_json import input_hash as input_hash

@@ -54,7 +54,8 @@ Count = Annotated[StrictInt, Field(ge=0, le=MAX_TOKENS)]
 
 
 class Tokens(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Built on the task's first /usage or model answer, not at its broker's start.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     input: Count
     output: Count

@@ -13,7 +13,8 @@ from boxd import caps
 class Step(BaseModel):
     """The body of the broker's `POST /step`, and the data of its `task.step` event."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Built on the first step the broker (or the manager) is sent, not as the broker starts.
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     text: Annotated[str, caps.text("text", caps.MAX_STEP_TEXT)]
     data: Annotated[Any, caps.data("data")] = None

@@ -1,4 +1,5 @@
-from boxd.event import Event, EventKind
+from boxd.event import EventKind
+from boxd.event_record import Event
 from boxd.manager.journal import story
 
 

@@ -2,7 +2,8 @@
 
 import hashlib
 
-from boxd.approval import Approval, ApprovalState
+from boxd.approval import ApprovalState
+from boxd.approval_record import Approval
 from boxd.key_use import (
     CallUse,
     ModelUse,

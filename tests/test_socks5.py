@@ -1,6 +1,9 @@
 import asyncio
 import ipaddress
+import logging
 import struct
+
+import pytest
 
 from tests.egress_fixtures import echo, egress, free_port, server
 
@@ -162,3 +165,27 @@ async def test_bytes_sent_with_the_request_are_not_lost() -> None:
         answer = await asyncio.wait_for(reader.read(), 10)
         writer.close()
     assert answer == b"\x05\x00" + b"\x05\x00\x00\x01" + bytes(6) + b"earlybye"
+
+
+async def test_connections_over_the_limit_are_logged_once_a_minute_with_a_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A task at its cap that keeps connecting made a warning per connection: a flood in the
+    journal (found by an attacker's review). Now the first is said at once and the rest, counted,
+    in one line a minute after it (or as the broker stops)."""
+    closed = "egress SOCKS connection closed: the task has 1 open, its most"
+    crowd_size = 40
+    with caplog.at_level(logging.WARNING, logger="boxd.broker.socks5"):
+        async with server(echo) as origin, egress(["example.com"], "socks") as proxy:
+            proxy.egress.max_connections = 1
+            code, _reader, writer = await socks(proxy.port, domain("example.com", origin))
+            assert code == b"\x00"
+            for _ in range(crowd_size):
+                crowd_reader, crowd_writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+                assert await asyncio.wait_for(crowd_reader.read(), 10) == b""
+                crowd_writer.close()
+            said = [record.getMessage() for record in caplog.records]
+            assert said == [closed]
+            writer.close()
+    said = [record.getMessage() for record in caplog.records]
+    assert said == [closed, f"{closed} ({crowd_size - 1} more since the last such line)"]

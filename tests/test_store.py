@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from boxd.approval import Approval, ApprovalState
+from boxd.approval import ApprovalState
+from boxd.approval_record import Approval
 from boxd.errors import BoxError, Problem
 from boxd.event import EventKind
 from boxd.manager import disk
@@ -68,6 +69,28 @@ async def test_task_and_events(tmp_path: Path) -> None:
     assert (await again.task(task.id)) == running
     assert await again.task("t999999999") is None
     await again.close()
+
+
+async def test_a_new_task_never_takes_the_id_of_a_recorded_one(tmp_path: Path) -> None:
+    store = Store(tmp_path / "box.db")
+    await store.open()
+    first = a_task()
+    await store.save_task(first, EventKind.TASK_STATE, {"state": "queued"}, new=True)
+    running = first.model_copy(update={"state": TaskState.RUNNING, "step": "one"})
+    await store.save_task(running, EventKind.TASK_STEP, {"text": "one", "data": None})
+    # A new task drawn with the same id: before, its save overwrote the running task's record.
+    other = a_task().model_copy(update={"title": "another", "prompt": "someone else's"})
+    with pytest.raises(BoxError) as refused:
+        await store.save_task(other, EventKind.TASK_STATE, {"state": "queued"}, new=True)
+    assert refused.value.problem == Problem.FAILED
+    assert refused.value.message == store_module.task_id_taken(first.id)
+    assert await store.task(first.id) == running
+    assert [e.kind for e in await store.events(first.id)] == ["task.state", "task.step"]
+    # Saves of the task itself still update it.
+    done = running.model_copy(update={"state": TaskState.DONE})
+    await store.save_task(done, EventKind.TASK_STATE, {"state": "done"})
+    assert await store.task(first.id) == done
+    await store.close()
 
 
 async def test_tokens_and_settings(tmp_path: Path) -> None:

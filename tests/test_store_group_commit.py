@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from boxd.errors import BoxError, Problem
-from boxd.event import Event, EventKind
+from boxd.event import EventKind
+from boxd.event_record import Event
 from boxd.manager.store import RECORD_FULL, Ledger, Store
 from tests.test_store import a_task
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from boxd.approval import Answer
+from boxd.approval_record import Answer
 from boxd.errors import BoxError, Problem
 from boxd.plain_errors import parse
 from boxd.settings import Settings

@@ -15,7 +15,8 @@ MAX_TEXT = 10_000
 
 
 class Say(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Built on its tool's first call or GET /tools, not as the broker loads the apps.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     text: Annotated[
         StrictStr, Field(max_length=MAX_TEXT, description="What to say back, as given.")

@@ -41,7 +41,8 @@ def _one_line(value: str) -> str:
 
 
 class Send(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Built on its tool's first call or GET /tools, not as the broker loads the apps.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     to: Annotated[
         StrictStr,

@@ -1,14 +1,22 @@
-"""Finds the installed apps by their entry points (group `boxd.apps`)."""
+"""Finds the installed apps by their entry points (group `boxd.apps`).
+
+They are loaded on the first look-up of a tool (a task's first GET /tools or POST /call), not
+when a broker starts: most tasks' brokers start, log steps and exit idle without a tool.
+"""
 
 from functools import cache
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from boxd.sdk import App, Tool
+if TYPE_CHECKING:
+    from boxd.sdk import App, Tool
 
 
 @cache
-def installed_apps() -> dict[str, App]:
+def installed_apps() -> "dict[str, App]":
+    # The App SDK comes with the apps, which import it.
+    from boxd.sdk import App
+
     apps: dict[str, App] = {}
     for point in entry_points(group="boxd.apps"):
         app = point.load()
@@ -17,7 +25,7 @@ def installed_apps() -> dict[str, App]:
     return apps
 
 
-def find_tool(name: str) -> tuple[App, Tool[Any]] | None:
+def find_tool(name: str) -> "tuple[App, Tool[Any]] | None":
     app_name, _, verb = name.partition(".")
     app = installed_apps().get(app_name)
     tool = app.tool(verb) if app is not None and verb else None

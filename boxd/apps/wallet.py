@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS bookings (
 
 
 class Pay(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Built on its tool's first call or GET /tools, not as the broker loads the apps.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     to: Annotated[StrictStr, Field(min_length=1, max_length=200, description="Who gets paid.")]
     cents: Annotated[StrictInt, Field(ge=1, le=MAX_CENTS, description="How much, in US cents.")]
@@ -41,7 +42,8 @@ class Pay(BaseModel):
 
 
 class Balance(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Built on its tool's first call or GET /tools, not as the broker loads the apps.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 _SETUP = threading.Lock()

@@ -19,7 +19,7 @@ import json
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -28,13 +28,15 @@ from boxd.apps.registry import find_tool
 from boxd.broker.budget import why_ask
 from boxd.broker.credentials import read_secrets
 from boxd.broker.manager_link import Manager, Waiter
+from boxd.canonical_json import input_hash
 from boxd.caps import MAX_DATA, MAX_DATA_WORDS, MAX_LABEL, data, text
 from boxd.errors import Problem, die
 from boxd.full_disk import is_full
-from boxd.key_use import input_hash
 from boxd.plain_errors import describe, parse
-from boxd.sdk import Context, Tool, ToolError
 from boxd.strict_json import size
+
+if TYPE_CHECKING:
+    from boxd.sdk import Tool
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +68,8 @@ def tool_full(name: str) -> str:
 class CallRequest(BaseModel):
     """The body of `POST /call`."""
 
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    # Built on the task's first /call, which many tasks never send, not at the broker's start.
+    model_config = ConfigDict(extra="forbid", validate_default=True, defer_build=True)
 
     tool: Annotated[str, text("tool", MAX_LABEL)]
     input: Annotated[Any, data("input")] = None
@@ -77,7 +80,7 @@ class CallRequest(BaseModel):
 class _Call:
     key: str
     name: str
-    tool: Tool[Any]
+    tool: "Tool[Any]"
     input: BaseModel
     app_name: str
     cost: float
@@ -279,6 +282,9 @@ class Calls:
             self._tools.discard(run)
 
     async def _execute_now(self, call: _Call, cost: float) -> dict[str, Any]:
+        # Imported with the apps (boxd.apps.registry), on the first call that found its tool.
+        from boxd.sdk import Context, ToolError
+
         context = Context(
             key=call.key,
             task=self._task,

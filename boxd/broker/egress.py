@@ -87,6 +87,7 @@ class Egress:
         for connection in self._connections:
             connection.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
+        self._socks.close()
 
     def _serve(self, handle: Handler, busy: Busy, sock: socket.socket) -> None:
         def serve(connection: socket.socket) -> None:

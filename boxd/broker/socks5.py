@@ -18,6 +18,7 @@ from boxd.broker.egress_target import MAX_NAME, Target, make_target
 from boxd.broker.pipe import pipe
 from boxd.broker.socket_reader import SocketReader
 from boxd.connection_limits import HEAD_SECONDS
+from boxd.paced_log import PacedLog
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,11 @@ class Socks5Proxy:
     def __init__(self, dialer: Dialer, on_refusal: Refusal) -> None:
         self.dialer = dialer
         self.on_refusal = on_refusal
+        # A task at its cap that keeps connecting would log a line per connection.
+        self._closed_log = PacedLog(log)
+
+    def close(self) -> None:
+        self._closed_log.close()
 
     async def handle(self, sock: socket.socket) -> None:
         """Serves one connection; closes it."""
@@ -117,7 +123,7 @@ class Socks5Proxy:
 
     async def busy(self, sock: socket.socket, most: int) -> None:
         """Closes a connection over the task's limit: SOCKS has no words to say why."""
-        log.warning("egress SOCKS connection closed: the task has %d open, its most", most)
+        self._closed_log.say(f"egress SOCKS connection closed: the task has {most} open, its most")
         sock.close()
 
     async def _serve(self, sock: socket.socket) -> None:

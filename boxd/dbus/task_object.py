@@ -9,7 +9,7 @@ from dbus_fast.constants import PropertyAccess
 from dbus_fast.service import ServiceInterface, dbus_property, dbus_signal
 
 from boxd.dbus.interface import TASK
-from boxd.event import Event
+from boxd.event_record import Event
 from boxd.task import Task
 
 

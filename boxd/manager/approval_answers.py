@@ -4,7 +4,8 @@ runs again once nothing of it is pending."""
 import time
 from typing import Any
 
-from boxd.approval import Approval, ApprovalState
+from boxd.approval import ApprovalState
+from boxd.approval_record import Approval
 from boxd.caller import Caller
 from boxd.errors import Problem, die
 from boxd.event import EventKind

@@ -60,7 +60,7 @@ from boxd.manager.pairing import LIFETIME, Pairings, check_device_name
 from boxd.manager.records import Records
 from boxd.manager.screen_sessions import ScreenSessions
 from boxd.manager.spares import Spares, leftovers
-from boxd.manager.store import Store
+from boxd.manager.store import Store, TaskIdTaken
 from boxd.manager.systemd import Systemd, SystemdError
 from boxd.manager.tokens import (
     DEVICE,
@@ -410,6 +410,7 @@ class Box:
                         "by": caller.name,
                         **({"files": shared} if shared else {}),
                     },
+                    new=True,
                 )
             except (BoxError, OSError) as error:
                 # Not recorded: the shared files' workspace would belong to no task.
@@ -418,10 +419,11 @@ class Box:
                 if isinstance(error, OSError) and is_full(error):
                     die(Problem.FULL, NO_ROOM_TO_START)
                 raise
-        except Exception:
+        except Exception as error:
             # Not recorded, for sure: the save failed whole, or never began. A request cancelled
-            # mid-save may still have been recorded, so its spare is never handed out again.
-            if spare is not None:
+            # mid-save may still have been recorded, so its spare is never handed out again; nor
+            # is one whose id turned out to be a recorded task's.
+            if spare is not None and not isinstance(error, TaskIdTaken):
                 self.spares.give_back(spare)
             raise
         if spare is not None:

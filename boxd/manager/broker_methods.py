@@ -7,12 +7,14 @@ from typing import Any
 
 from dbus_fast import Message
 
-from boxd.approval import Approval, ApprovalState, approval_id
+from boxd.approval import ApprovalState, approval_id
+from boxd.approval_record import Approval
 from boxd.broker_wire import CallResult, CallStart, CostRecord, ModelStart, NetRefusal, Question
 from boxd.caller import Caller
 from boxd.dbus import interface as api
 from boxd.errors import Problem, die
-from boxd.event import Event, EventKind
+from boxd.event import EventKind
+from boxd.event_record import Event
 from boxd.ids import check_task_id
 from boxd.key_use import (
     CallUse,

@@ -8,7 +8,8 @@ import json
 
 from systemd import journal
 
-from boxd.event import Event, EventKind
+from boxd.event import EventKind
+from boxd.event_record import Event
 
 
 def story(event: Event) -> str:

@@ -25,9 +25,10 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
-from boxd.approval import Approval, ApprovalState
+from boxd.approval import ApprovalState
+from boxd.approval_record import Approval
 from boxd.errors import BoxError, Problem, die
-from boxd.event import Event
+from boxd.event_record import Event
 from boxd.full_disk import is_full
 from boxd.ids import is_task_id
 from boxd.manager import at_rest, journal
@@ -44,6 +45,21 @@ RECORD_FULL = (
     "The box's disk is full: boxd cannot add to its record until some space is freed "
     "(undo tasks or remove workspaces you no longer need)."
 )
+
+
+def task_id_taken(task_id: str) -> str:
+    return (
+        f"task id {task_id} is already a recorded task's, so this new task was not recorded "
+        "and that task is unchanged: start the new task again (it gets another id)"
+    )
+
+
+class TaskIdTaken(BoxError):
+    """A new task's id is a recorded task's: nothing was written."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(Problem.FAILED, task_id_taken(task_id))
+
 
 # The key of an event's data, as the index of tool.call lines has it.
 _KEY = "json_extract(CASE WHEN json_valid(data) THEN data END, '$.key')"
@@ -333,9 +349,11 @@ class Store:
         approvals: tuple[Approval, ...] = (),
         layer: int | None = None,
         drop_layer: bool = False,
+        new: bool = False,
     ) -> Event:
         """Writes the task, one event about it, and what the event decides (the answer to a
-        key, approvals), in one transaction: all of it is on disk, or none."""
+        key, approvals), in one transaction: all of it is on disk, or none. A `new` task is
+        refused if its id is recorded already (Ledger.save_task)."""
 
         def write(db: sqlite3.Connection) -> Event:
             return Ledger(db).save_task(
@@ -346,6 +364,7 @@ class Store:
                 approvals=approvals,
                 layer=layer,
                 drop_layer=drop_layer,
+                new=new,
             )
 
         return await self._write(write, journal.send)
@@ -709,16 +728,27 @@ class Ledger:
         approvals: tuple[Approval, ...] = (),
         layer: int | None = None,
         drop_layer: bool = False,
+        new: bool = False,
     ) -> Event:
         """Writes the task, one event about it, and what the event decides (the answer to a
-        key, approvals); in a transaction, so all of it is on disk, or none."""
+        key, approvals); in a transaction, so all of it is on disk, or none. A `new` task's id
+        must be no recorded task's: its save never overwrites another task's record."""
         record = _readable(task)
-        self._db.execute(
-            "INSERT INTO tasks (id, created, state, record) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (id) DO UPDATE SET state = excluded.state, "
-            "record = excluded.record",
-            (task.id, task.createdAt, task.state.value, record),
-        )
+        if new:
+            try:
+                self._db.execute(
+                    "INSERT INTO tasks (id, created, state, record) VALUES (?, ?, ?, ?)",
+                    (task.id, task.createdAt, task.state.value, record),
+                )
+            except sqlite3.IntegrityError:
+                raise TaskIdTaken(task.id) from None
+        else:
+            self._db.execute(
+                "INSERT INTO tasks (id, created, state, record) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET state = excluded.state, "
+                "record = excluded.record",
+                (task.id, task.createdAt, task.state.value, record),
+            )
         event = _append(self._db, task.id, kind, data)
         if answer is not None:
             self._db.execute(

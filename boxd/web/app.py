@@ -6,7 +6,7 @@ from typing import Any
 
 from aiohttp import web
 
-from boxd.approval import Answer
+from boxd.approval_record import Answer
 from boxd.dbus.client import GatewayClient, connect_system_bus, pages
 from boxd.errors import Problem, die
 from boxd.json_errors import MAX_BODY, json_errors

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from boxd.approval import Answer, Approval
+from boxd.approval_record import Answer, Approval
 from boxd.caller import LINK_USED, OWNER_ONLY
 from boxd.full_disk import NO_ROOM_TO_START
 from boxd.owner_requests import NewPairing, SecretValue, SettingsChanges

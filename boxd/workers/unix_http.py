@@ -25,6 +25,7 @@ MAX_ANSWER = MAX_BODY
 # A status line or header; the broker's are a few dozen characters.
 MAX_HEAD_LINE = 8 * 1024
 MAX_HEADERS = 100
+_HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
 # The broker's "the manager is away" status: nothing was done, ask again.
 MANAGER_AWAY = 503
 # The broker's "the box's disk is full" status: nothing was done, ask again once there is room.
@@ -98,11 +99,11 @@ async def _chunks(reader: asyncio.StreamReader) -> bytes:
     body = bytearray()
     while True:
         size_line = (await reader.readuntil(b"\n")).split(b";", 1)[0].strip()
-        try:
-            size = int(size_line, 16)
-        except ValueError:
+        # Hex digits only, as HTTP says: int() would also take "-1", "+1", "0x1" and "1_0".
+        if not size_line or not _HEX_DIGITS.issuperset(size_line):
             words = f"the broker's answer has a bad chunk size: {size_line[:40]!r}"
-            raise BrokerGarbled(words) from None
+            raise BrokerGarbled(words)
+        size = int(size_line, 16)
         if size == 0:
             # Trailers, if any, up to the empty line that ends the answer.
             while (await reader.readuntil(b"\n")) not in (b"\r\n", b"\n"):
