@@ -11,11 +11,9 @@ from boxd.approval import ApprovalState, AskRequest
 from boxd.apps.registry import find_tool
 from boxd.broker.calls import Calls
 from boxd.broker.manager_link import Manager, Waiter
-from boxd.broker.syncfs import syncfs
 from boxd.caps import MAX_LABEL, cents, text
 from boxd.dbus.client import pages
-from boxd.errors import Problem, die
-from boxd.full_disk import is_full
+from boxd.errors import Problem
 from boxd.json_errors import MAX_BODY, json_errors
 from boxd.json_pages import stream
 from boxd.plain_errors import parse
@@ -47,11 +45,6 @@ class UsageRequest(BaseModel):
 
 # Refusals that say "nothing was done; ask again later" rather than "this request is wrong".
 _AGAIN = (Problem.UNAVAILABLE, Problem.FULL)
-STEP_NOT_FLUSHED = (
-    "The box's disk is full: the task's files could not be flushed to disk, so the step was "
-    "not logged. Send it again once the box has room (the owner can free space by undoing "
-    "tasks or removing workspaces)."
-)
 
 
 async def get_task(request: web.Request) -> web.StreamResponse:
@@ -78,13 +71,9 @@ async def get_tools(request: web.Request) -> web.Response:
 
 async def post_step(request: web.Request) -> web.Response:
     step = parse(Step, await request.read())
-    # The step is logged only once the task's files are on disk.
-    try:
-        await syncfs(request.app[TASK_DIR])
-    except OSError as error:
-        if is_full(error):
-            die(Problem.FULL, STEP_NOT_FLUSHED)
-        raise
+    # The manager answers once the task's files are on disk and then the step: it flushes the
+    # task's file system before the commit that holds the step (boxd.manager.task_flush), once
+    # for all the steps committed together, and refuses the step with a 507 when it cannot.
     event = await request.app[MANAGER].call("LogStep", json.dumps(step.model_dump(mode="json")))
     return web.json_response(event)
 
