@@ -12,7 +12,10 @@ the commit that holds its write.
 A write may ask for its task's files to be flushed first (a step: its files are on disk before
 its log line is): before the group's BEGIN, the store flushes the file systems of those tasks'
 directories, each once (boxd.manager.task_flush), and a write whose files could not be flushed
-is refused alone, before it is written.
+is refused alone, before it is written. The flush runs on the store's thread, in line with the
+commit: a flush thread of its own, tried, overlapped a group's flush with the previous group's
+commit but gained nothing (both wait for the same disk's journal) and, free sooner, took
+smaller groups: about 0.67 syncfs a step against 0.2 to 0.3 with 20 tasks stepping at once.
 """
 
 import asyncio
