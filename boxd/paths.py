@@ -18,8 +18,12 @@ def workspaces_dir(home: Path) -> Path:
     return home / "workspaces"
 
 
+def tasks_dir(home: Path) -> Path:
+    return home / "tasks"
+
+
 def task_dir(home: Path, task_id: str) -> Path:
-    return home / "tasks" / task_id
+    return tasks_dir(home) / task_id
 
 
 def task_work_dir(home: Path, task_id: str) -> Path:

@@ -6,7 +6,6 @@ the wallet's own ledger filling up is real SQLite, kept from growing by max_page
 """
 
 import asyncio
-import errno
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,11 +15,10 @@ import aiohttp
 import pytest
 
 from boxd.apps import wallet
-from boxd.broker import app as broker_app
-from boxd.broker.app import STEP_NOT_FLUSHED
 from boxd.broker.calls import tool_full
 from boxd.errors import BoxError, Problem
 from boxd.manager.store import RECORD_FULL
+from boxd.manager.task_flush import STEP_NOT_FLUSHED
 from boxd.workers import broker_client, fake
 from tests.test_broker_and_fake_worker import MemoryLog, serving, until
 
@@ -81,12 +79,14 @@ async def test_a_full_record_refuses_steps_and_calls_with_507_in_words(
 async def test_a_step_whose_files_cannot_be_flushed_is_refused_unlogged(
     broker: tuple[str, FullLog], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The manager flushes a step's files (boxd.manager.task_flush) and refuses it when the disk
+    is full: the broker passes the 507 and its words on as they are."""
     path, log = broker
 
-    async def full(_: Path) -> None:
-        raise OSError(errno.ENOSPC, "syncfs failed: No space left on device")
+    async def not_flushed(member: str, *args: str) -> Any:
+        raise BoxError(Problem.FULL, STEP_NOT_FLUSHED)
 
-    monkeypatch.setattr(broker_app, "syncfs", full)
+    monkeypatch.setattr(log, "call", not_flushed)
     assert await post(path, "/step", {"text": "a"}) == (507, {"error": STEP_NOT_FLUSHED})
     assert log.steps == []
 

@@ -50,7 +50,7 @@ async def broker(
         calls, "find_tool", lambda name: (gate.app, gate.app.tools[0]) if name == TOOL else None
     )
     log = MemoryLog("", tools=(TOOL,))
-    broker = make_broker(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.3)
+    broker = make_broker(log, MemoryWaiter(log), log.task, tmp_path, wait_seconds=0.3)
     path = str(tmp_path / "broker.sock")
     async with serving(broker, path):
         yield path, log, gate, broker

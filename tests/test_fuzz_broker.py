@@ -42,7 +42,7 @@ Broker = tuple[aiohttp.ClientSession, MemoryLog]
 @pytest.fixture
 async def broker(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> AsyncIterator[Broker]:
     log = MemoryLog("", tools=("wallet.pay", "wallet.balance", "echo.say"), budget=100)
-    broker = make_broker(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.01)
+    broker = make_broker(log, MemoryWaiter(log), log.task, tmp_path, wait_seconds=0.01)
     path = str(tmp_path / "broker.sock")
     async with (
         serving(broker, path),
@@ -66,7 +66,7 @@ async def _still_answering(broker: Broker) -> None:
 
 def test_every_route_is_fuzzed(tmp_path: Path) -> None:
     log = MemoryLog("")
-    broker = make_broker(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.01)
+    broker = make_broker(log, MemoryWaiter(log), log.task, tmp_path, wait_seconds=0.01)
     served = {
         f"{method} {path}"
         for path, methods in broker.routes().handlers.items()

@@ -388,7 +388,7 @@ async def test_a_full_disk_is_waited_out_with_the_same_key(
 @pytest.fixture
 async def real_broker(tmp_path: Path) -> AsyncIterator[tuple[Path, MemoryLog]]:
     log = MemoryLog("", tools=("wallet.pay", "wallet.balance"), budget=100)
-    broker = make_broker(log, MemoryWaiter(log), log.task, tmp_path, tmp_path, wait_seconds=0.3)
+    broker = make_broker(log, MemoryWaiter(log), log.task, tmp_path, wait_seconds=0.3)
     path = tmp_path / "broker.sock"
     async with serving_broker(broker, path):
         yield path, log

@@ -13,11 +13,9 @@ from boxd.broker.calls import Calls
 from boxd.broker.http_request import Request
 from boxd.broker.http_server import Answer, Routes, json_answer
 from boxd.broker.manager_link import Manager, Waiter
-from boxd.broker.syncfs import syncfs
 from boxd.caps import MAX_LABEL, cents, text
 from boxd.dbus.client import pages
-from boxd.errors import BoxError, Problem, die
-from boxd.full_disk import is_full
+from boxd.errors import BoxError, Problem
 from boxd.json_pages import pieces
 from boxd.plain_errors import parse
 from boxd.pricing import Tokens, price_cents
@@ -41,11 +39,6 @@ class UsageRequest(BaseModel):
 
 # Refusals that say "nothing was done; ask again later" rather than "this request is wrong".
 _AGAIN = (Problem.UNAVAILABLE, Problem.FULL)
-STEP_NOT_FLUSHED = (
-    "The box's disk is full: the task's files could not be flushed to disk, so the step was "
-    "not logged. Send it again once the box has room (the owner can free space by undoing "
-    "tasks or removing workspaces)."
-)
 
 
 @dataclass
@@ -55,7 +48,6 @@ class Broker:
     manager: Manager
     waiter: Waiter
     task: dict[str, Any]
-    task_dir: Path
     wait_seconds: float
     calls: Calls
 
@@ -81,13 +73,10 @@ class Broker:
 
     async def post_step(self, request: Request) -> Answer:
         step = parse(Step, request.body)
-        # The step is logged only once the task's files are on disk.
-        try:
-            await syncfs(self.task_dir)
-        except OSError as error:
-            if is_full(error):
-                die(Problem.FULL, STEP_NOT_FLUSHED)
-            raise
+        # The manager answers once the task's files are on disk and then the step: it flushes
+        # the task's file system before the commit that holds the step (boxd.manager.task_flush),
+        # once for all the steps committed together, and refuses the step with a 507 when it
+        # cannot.
         event = await self.manager.call("LogStep", json.dumps(step.model_dump(mode="json")))
         return json_answer(event)
 
@@ -148,8 +137,7 @@ def make_broker(
     waiter: Waiter,
     task: dict[str, Any],
     home: Path,
-    task_dir: Path,
     wait_seconds: float,
 ) -> Broker:
     calls = Calls(manager, waiter, task, home, wait_seconds)
-    return Broker(manager, waiter, task, task_dir, wait_seconds, calls)
+    return Broker(manager, waiter, task, wait_seconds, calls)

@@ -24,7 +24,7 @@ from boxd.broker.refusal_log import RefusalLog
 from boxd.connection_limits import BROKER_CONNECTIONS, Bounds
 from boxd.dbus.client import connect_system_bus
 from boxd.ids import check_task_id
-from boxd.paths import box_home, task_dir
+from boxd.paths import box_home
 from boxd.socket_activation import Door, passed_sockets
 from boxd.stopping import until_stopped
 
@@ -161,7 +161,7 @@ async def run(task_id: str) -> None:
     task = (await manager.call("GetTask", ""))["task"]
     home = box_home()
     wait_ms = float(os.environ.get("BOX_APPROVAL_WAIT_MS", DEFAULT_APPROVAL_WAIT_MS))
-    broker = make_broker(manager, waiter, task, home, task_dir(home, task_id), wait_ms / 1000)
+    broker = make_broker(manager, waiter, task, home, wait_ms / 1000)
     passed = passed_sockets(f"box-broker@{task_id}.socket")
     doors = [door for group in passed.values() for door in group]
     refusals = RefusalLog(manager)

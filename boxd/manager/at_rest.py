@@ -4,8 +4,9 @@ boxd.service runs with UMask=0077, so what the manager makes without saying othe
 database and its -wal and -shm, manifests, layers' stores) is root's alone. These are the
 directories that others must pass through, and no further than they must:
 
-- the brokers (user boxd-broker) reach their apps' state in BOX_HOME/apps and open their own
-  task's directory to syncfs its layer;
+- the brokers (user boxd-broker) reach their apps' state in BOX_HOME/apps;
+- each worker (its task's user) reaches its broker's socket, its home and its view in its own
+  task's directory;
 - the workspaces belong to group boxd-work, which every worker runs with; the workers reach them
   through their overlay views, mounted by root, and the owner through boxd (or directly, once
   made a member of boxd-work);
@@ -19,7 +20,7 @@ from pathlib import Path
 from boxd.manager.worker_unit import WORK_GROUP
 
 BOX_HOME = 0o755
-# A broker opens its own task's directory by name; no one lists the tasks.
+# A worker reaches its own task's directory by name; no one lists the tasks.
 TASKS = 0o711
 # What is in a task's directory is closed on its own: its view and home (0700, the task's user),
 # its upper layer (0700), its broker socket (0600).

@@ -60,8 +60,10 @@ class BrokerMethods:
             task = task.model_copy(update={"step": step.text})
             return ledger.save_task(task, EventKind.TASK_STEP, step.model_dump(mode="json"))
 
+        # Answered once the task's files and then the step are on disk: the store flushes the
+        # task's file system before the commit that holds the step (boxd.manager.task_flush).
         async with self.records.locks[task_id]:
-            event = await self.records.transact(log)
+            event = await self.records.transact(log, flush=task_id)
         return event.model_dump(mode="json")
 
     async def begin_call(self, caller: Caller, args: list[str]) -> dict[str, Any]:

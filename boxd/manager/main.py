@@ -16,7 +16,8 @@ from boxd.manager.authorize import Authorizer
 from boxd.manager.box import Box
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd
-from boxd.paths import box_home, database_path
+from boxd.manager.task_flush import TaskFlush
+from boxd.paths import box_home, database_path, tasks_dir
 from boxd.stopping import until_stopped
 
 log = logging.getLogger("boxd")
@@ -35,7 +36,7 @@ async def _keep_watchdog_fed(notifier: sdnotify.SystemdNotifier) -> None:
 async def run() -> None:
     home = box_home()
     home.mkdir(parents=True, exist_ok=True)
-    store = Store(database_path(home))
+    store = Store(database_path(home), TaskFlush(tasks_dir(home)))
     await store.open()
     bus = patient(await MessageBus(bus_type=BusType.SYSTEM).connect())
     systemd = Systemd(bus)

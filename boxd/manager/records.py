@@ -89,11 +89,11 @@ class Records:
         self._objects[task.id].tell(event)
         return event
 
-    async def transact(self, work: Callable[[Ledger], T]) -> T:
-        """Runs `work` on the record in one trip to the store (Store.transact); then shows the
-        tasks it saved on D-Bus and tells their events. Only a holder of each task's lock may
-        change it."""
-        value, saved = await self.store.transact(work)
+    async def transact(self, work: Callable[[Ledger], T], flush: str | None = None) -> T:
+        """Runs `work` on the record in one trip to the store (Store.transact, which flushes the
+        files of task `flush` first); then shows the tasks it saved on D-Bus and tells their
+        events. Only a holder of each task's lock may change it."""
+        value, saved = await self.store.transact(work, flush)
         for task, event in saved:
             self._objects[task.id].update(task)
             self._objects[task.id].tell(event)

@@ -8,6 +8,14 @@ Writes commit in groups: the writes that arrive while a commit is under way are 
 committed together, in one transaction and one fsync, each in a SAVEPOINT of its own so one that
 fails is undone alone and its caller alone gets the error. Every caller is answered only after
 the commit that holds its write.
+
+A write may ask for its task's files to be flushed first (a step: its files are on disk before
+its log line is): before the group's BEGIN, the store flushes the file systems of those tasks'
+directories, each once (boxd.manager.task_flush), and a write whose files could not be flushed
+is refused alone, before it is written. The flush runs on the store's thread, in line with the
+commit: a flush thread of its own, tried, overlapped a group's flush with the previous group's
+commit but gained nothing (both wait for the same disk's journal) and, free sooner, took
+smaller groups: about 0.67 syncfs a step against 0.2 to 0.3 with 20 tasks stepping at once.
 """
 
 import asyncio
@@ -17,7 +25,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,6 +150,8 @@ class _Write(Generic[T]):
     # Run on the store's thread once the write is on disk and its caller answered (the journal).
     then: Callable[[T], None] | None
     answer: "asyncio.Future[T]"
+    # The task whose files are flushed to disk before the write's group begins, if any.
+    flush: str | None = None
 
 
 class _GroupFailed(Exception):
@@ -153,9 +163,16 @@ class _GroupFailed(Exception):
         self.error = error
 
 
+# Flushes the files of the tasks named, and returns those that could not be, with why.
+Flush = Callable[[Iterable[str]], dict[str, BoxError]]
+
+
 class Store:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, flush: Flush | None = None) -> None:
+        """`flush` is what writes that ask for it flush first (boxd.manager.task_flush); a
+        store without one refuses them."""
         self._path = path
+        self._flush = flush
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
         self._db: sqlite3.Connection | None = None
         # Writes waiting for the next group commit, and whether one is queued on the thread to
@@ -207,13 +224,17 @@ class Store:
         return await loop.run_in_executor(self._thread, on_thread)
 
     async def _write(
-        self, work: Callable[[sqlite3.Connection], T], then: Callable[[T], None] | None = None
+        self,
+        work: Callable[[sqlite3.Connection], T],
+        then: Callable[[T], None] | None = None,
+        flush: str | None = None,
     ) -> T:
         """Runs `work` in the next group commit and returns its result once that commit is on
-        disk. `work` must not begin or end a transaction of its own: the group's is open."""
+        disk; with `flush`, once that task's files are on disk too, flushed before the commit
+        began. `work` must not begin or end a transaction of its own: the group's is open."""
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[T] = loop.create_future()
-        write = _Write(work, then, answer)
+        write = _Write(work, then, answer, flush)
         with self._waiting_lock:
             self._waiting.append(write)
             queue = not self._commit_queued
@@ -238,7 +259,14 @@ class Store:
             group, self._waiting = self._waiting, []
             self._commit_queued = False
         try:
-            outcomes = self._commit_group(group, loop)
+            # The files first: a step whose log line is on disk has its files there too.
+            refused = self._flush_files(group)
+            flushed = [write for write in group if id(write) not in refused]
+            committed = iter(self._commit_group(flushed, loop))
+            outcomes = [
+                (None, refused[id(write)]) if id(write) in refused else next(committed)
+                for write in group
+            ]
         except Exception as unexpected:
             # Whatever happened, no caller waits for ever.
             log.exception("a group commit failed")
@@ -252,10 +280,28 @@ class Store:
                 except Exception:
                     log.exception("after a write was committed")
 
+    def _flush_files(self, group: list[_Write[Any]]) -> dict[int, BaseException]:
+        """Flushes the files of the tasks the group's writes name, each file system once; the
+        writes whose files could not be flushed, by id(), with their refusals."""
+        wanted = {write.flush for write in group if write.flush is not None}
+        if not wanted:
+            return {}
+        if self._flush is None:
+            missing = RuntimeError("this store was opened with no way to flush tasks' files")
+            return {id(write): missing for write in group if write.flush is not None}
+        failed = self._flush(wanted)
+        return {
+            id(write): failed[write.flush]
+            for write in group
+            if write.flush is not None and write.flush in failed
+        }
+
     def _commit_group(
         self, group: list[_Write[Any]], loop: asyncio.AbstractEventLoop
     ) -> list[tuple[Any, BaseException | None]]:
         """Each write's (result, None) or (None, error)."""
+        if not group:
+            return []
         if self._db is None:
             return [(None, RuntimeError("the store is not open"))] * len(group)
         try:
@@ -369,11 +415,15 @@ class Store:
 
         return await self._write(write, journal.send)
 
-    async def transact(self, work: Callable[["Ledger"], T]) -> tuple[T, list[tuple[Task, Event]]]:
+    async def transact(
+        self, work: Callable[["Ledger"], T], flush: str | None = None
+    ) -> tuple[T, list[tuple[Task, Event]]]:
         """Runs `work` on the record in one write (a group commit's savepoint): what it reads and
         what it writes cross to the store's thread once, and no other write comes between.
         Returns its result and the tasks it saved with their events, once on disk. If `work`
-        raises (die), nothing it wrote stays."""
+        raises (die), nothing it wrote stays. With `flush`, that task's files are flushed to
+        disk before the commit begins, and if they cannot be, `work` does not run and the
+        refusal is raised."""
 
         def write(db: sqlite3.Connection) -> tuple[T, list[tuple[Task, Event]]]:
             ledger = Ledger(db)
@@ -383,7 +433,7 @@ class Store:
             for _, event in done[1]:
                 journal.send(event)
 
-        return await self._write(write, tell_journal)
+        return await self._write(write, tell_journal, flush)
 
     async def stack(self, workspace: str) -> list[tuple[int, str]]:
         """The workspace's layers as (number, task), newest first."""
