@@ -5,6 +5,7 @@ request is in hand. Real Unix sockets, raw bytes; tests/test_connection_guard.py
 and crowding clients, tests/test_fuzz_broker.py the bodies."""
 
 import asyncio
+import gc
 import itertools
 import json
 import logging
@@ -233,6 +234,60 @@ async def test_a_client_that_hangs_up_does_not_cut_its_request_short(served: Ser
             break
         await asyncio.sleep(0.01)
     assert served.finished == ["slow"]
+
+
+async def test_requests_sent_without_reading_the_answers_do_not_pile_up_in_memory(
+    served: Served,
+) -> None:
+    """A client that sends requests as fast as it can and reads none of the answers: the next
+    request is read only once the last answer is on its way, so what waits for it is bounded
+    (the rest of its requests wait in the kernel), not a copy of every answer it asked for."""
+    assert served.server is not None
+    request = b"GET /echo?" + b"q" * 200 + b" HTTP/1.1\r\n\r\n"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        client.connect(served.path)
+        client.setblocking(False)
+        sent = 0
+        most = 0
+        for _ in range(400):
+            try:
+                while sent < 8 * 1024 * 1024:
+                    sent += client.send(request * 64)
+            except BlockingIOError:
+                pass
+            await asyncio.sleep(0.005)
+            [connection] = served.server._listeners[0].open
+            assert connection.transport is not None
+            most = max(most, connection.transport.get_write_buffer_size())
+        assert sent > 4 * 1024 * 1024 or most > 0, sent
+        assert most < 1024 * 1024, f"{most} bytes of answers held for a client that reads none"
+
+
+async def test_a_client_that_hangs_up_on_a_large_answer_leaves_no_error_in_the_journal(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An answer too large for the socket's buffer, its client gone without reading it: nothing
+    is logged (an error line per such connection would let a task fill the journal)."""
+    body = b"x" * (4 * 1024 * 1024)
+    request = (
+        b"POST /echo HTTP/1.1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    )
+
+    def hang_up() -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.settimeout(5)
+            client.connect(served.path)
+            client.sendall(request)
+            client.recv(10)
+            time.sleep(0.1)
+
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            await asyncio.to_thread(hang_up)
+            await asyncio.sleep(0.1)
+        gc.collect()
+        await asyncio.sleep(0.1)
+    assert caplog.text == ""
 
 
 # --- what clients send ---------------------------------------------------------------------------

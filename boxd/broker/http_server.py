@@ -138,8 +138,10 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.listener.forget(self)
+        # A result, not an error: nobody may be waiting on it, and an error never read is
+        # logged (a line per connection a task hangs up on). drain() sees the transport gone.
         if self._writable is not None and not self._writable.done():
-            self._writable.set_exception(ConnectionResetError("the client hung up"))
+            self._writable.set_result(None)
 
     def pause_writing(self) -> None:
         self._writable = asyncio.get_running_loop().create_future()
@@ -150,10 +152,10 @@ class _Connection(asyncio.Protocol):
         self._writable = None
 
     async def drain(self) -> None:
-        if self.transport is None or self.transport.is_closing():
-            raise ConnectionResetError("the client hung up")
         if self._writable is not None:
             await asyncio.shield(self._writable)
+        if self.transport is None or self.transport.is_closing():
+            raise ConnectionResetError("the client hung up")
 
     def data_received(self, data: bytes) -> None:
         self.reader.feed(data)
@@ -206,6 +208,10 @@ class _Connection(asyncio.Protocol):
             if self._close_after:
                 keep_alive = False
             await self._send(answer, keep_alive)
+            if keep_alive:
+                # The next request is read once this answer is on its way: a client sending
+                # requests and reading no answer would otherwise have every answer held here.
+                await self.drain()
         except ConnectionResetError:
             # The client hung up, or the answer was cut off on purpose: nothing more to send.
             keep_alive = False
