@@ -5,11 +5,13 @@ request is in hand. Real Unix sockets, raw bytes; tests/test_connection_guard.py
 and crowding clients, tests/test_fuzz_broker.py the bodies."""
 
 import asyncio
+import contextlib
 import gc
 import itertools
 import json
 import logging
 import operator
+import select
 import socket
 import subprocess
 import sys
@@ -31,7 +33,7 @@ from boxd.broker.http_request import (
     Request,
     RequestReader,
 )
-from boxd.broker.http_server import Answer, HttpServer, Routes, json_answer
+from boxd.broker.http_server import Answer, HttpServer, Routes, json_answer, whole_answer
 from boxd.connection_limits import Bounds
 from boxd.strict_json import MAX_BODY, TOO_LARGE
 from tests.test_connection_guard import status_of
@@ -413,3 +415,51 @@ def test_the_broker_does_not_import_aiohttp() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert "aiohttp" not in json.loads(shown.replace("'", '"'))
+
+
+async def test_a_request_whose_body_never_comes_is_ended_even_if_its_408_cannot_be_sent(
+    tmp_path: Path,
+) -> None:
+    """The attacker fills the socket's buffer with answers it does not read, exactly (it can
+    measure its kernel's buffer on a socket pair of its own), then sends a head whose body never
+    comes. The broker's 408 cannot be sent: the connection must still end, not hang on for good
+    outside the cap, its descriptor held and the broker kept from ever being idle."""
+    path = str(tmp_path / "broker.sock")
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listening.bind(path)
+    listening.listen()
+    door = Served(path)
+    limits = Bounds(16, head_seconds=5, body_seconds=0.2, stall_seconds=0.5, check_seconds=0.05)
+    server = HttpServer(door.routes(), limits)
+    await server.start([listening])
+    body = "b" * 20_000
+    answer = whole_answer(json_answer({"body": body, "query": ""}), True)
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        ours.setblocking(False)
+        fit = 0
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                ours.send(answer)
+                fit += 1
+    request = b"POST /echo HTTP/1.1\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body.encode())
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(path)
+            await asyncio.to_thread(
+                client.sendall, request * fit + b"POST /echo HTTP/1.1\r\nContent-Length: 1\r\n\r\n"
+            )
+            for _ in range(100):
+                if server.dropped:
+                    break
+                await asyncio.sleep(0.05)
+            assert server.dropped == {"no whole body in time": 1}
+            hung_up = select.poll()
+            hung_up.register(client, select.POLLHUP)
+            for _ in range(60):
+                if hung_up.poll(0):
+                    break
+                await asyncio.sleep(0.05)
+            assert hung_up.poll(0), "the connection is still held by the broker"
+    finally:
+        await server.close()

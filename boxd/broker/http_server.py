@@ -446,10 +446,10 @@ class HttpServer:
         if connection.reading_body:
             assert connection.head_at is not None
             if now - connection.head_at >= bounds.body_seconds:
-                self.dropped["no whole body in time"] += 1
                 late = error_answer(body_words(bounds.body_seconds), 408)
                 transport.write(whole_answer(late, False))
-                connection.listener.forget(connection)
-                transport.close()
+                # Aborted if even this cannot be sent: a close would wait for its client to read
+                # it, for good, and no rule watches a connection no longer counted.
+                connection.drop("no whole body in time")
         elif now - connection.waiting_since >= bounds.head_seconds:
             connection.drop("no whole request head in time")
