@@ -463,3 +463,62 @@ async def test_a_request_whose_body_never_comes_is_ended_even_if_its_408_cannot_
             assert hung_up.poll(0), "the connection is still held by the broker"
     finally:
         await server.close()
+
+
+async def test_a_request_sent_behind_one_in_hand_is_not_started_once_the_broker_stops(
+    tmp_path: Path,
+) -> None:
+    """A stopping broker gives the request in hand time to be answered. One the task sent behind
+    it must not be started then (it would run past on_close, and be cut by the loop's end
+    halfway): the connection closes after the answer in hand, nothing of the next one done."""
+    path = str(tmp_path / "broker.sock")
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listening.bind(path)
+    listening.listen()
+    door = Served(path)
+    server = HttpServer(door.routes(), Bounds(16))
+    await server.start([listening])
+    reader, writer = await asyncio.open_unix_connection(path)
+    writer.write(b"GET /slow HTTP/1.1\r\n\r\nPOST /echo HTTP/1.1\r\nContent-Length: 1\r\n\r\na")
+    await writer.drain()
+    await asyncio.sleep(0.1)
+    closing = asyncio.create_task(server.close())
+    await asyncio.sleep(0.1)
+    door.release.set()
+    await asyncio.wait_for(closing, 10)
+    raw = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    assert door.finished == ["slow"] and door.seen == []
+    got = answers(raw)
+    # Its answer says the connection closes: the task sends the next one again, elsewhere.
+    assert got == [(200, {"done": True})] and b"Connection: close" in raw
+
+
+async def test_a_body_finished_while_the_broker_stops_is_answered_503_nothing_done(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "broker.sock")
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listening.bind(path)
+    listening.listen()
+    door = Served(path)
+    server = HttpServer(door.routes(), Bounds(16))
+    await server.start([listening])
+    _, holding = await asyncio.open_unix_connection(path)
+    holding.write(b"GET /slow HTTP/1.1\r\n\r\n")
+    reader, writer = await asyncio.open_unix_connection(path)
+    writer.write(b"POST /echo HTTP/1.1\r\nContent-Length: 1\r\n\r\n")
+    await asyncio.sleep(0.1)
+    closing = asyncio.create_task(server.close())
+    await asyncio.sleep(0.1)
+    writer.write(b"a")
+    raw = await asyncio.wait_for(reader.read(), 5)
+    door.release.set()
+    await asyncio.wait_for(closing, 10)
+    writer.close()
+    holding.close()
+    assert door.seen == []
+    assert refused(raw) == (
+        503,
+        "the broker is stopping; nothing of this request was done: send it again",
+    )

@@ -36,6 +36,7 @@ LOG_SECONDS = 60.0
 READ_AHEAD = 64 * 1024
 # How long a stopping broker gives the requests in hand to be answered before it cuts them.
 STOP_SECONDS = 5.0
+STOPPING = Refusal(503, "the broker is stopping; nothing of this request was done: send it again")
 
 
 @dataclass
@@ -187,6 +188,10 @@ class _Connection(asyncio.Protocol):
                     transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
                 continue
             self.head_at = None
+            if self.server.stopping:
+                # Begun now, it would run past on_close and be cut off halfway by the end.
+                self._refuse(STOPPING)
+                return
             self.answering = asyncio.get_running_loop().create_task(self._answer(got))
             self.server.answering.add(self.answering)
         if (
@@ -205,7 +210,7 @@ class _Connection(asyncio.Protocol):
         keep_alive = request.head.keep_alive
         try:
             answer = await self.server.answer(request)
-            if self._close_after:
+            if self._close_after or self.server.stopping:
                 keep_alive = False
             await self._send(answer, keep_alive)
             if keep_alive:
@@ -329,6 +334,8 @@ class HttpServer:
         self._listeners: list[_Listener] = []
         self._servers: list[asyncio.Server] = []
         self._checking: asyncio.Task[None] | None = None
+        # Set once close() begins: no request is begun after it.
+        self.stopping = False
         self.busy_reply = whole_answer(
             error_answer(busy_words(bounds.connections), 503), False, (("Retry-After", "1"),)
         )
@@ -347,6 +354,7 @@ class HttpServer:
     async def close(self) -> None:
         """Stops accepting, runs the routes' on_close, gives the requests in hand STOP_SECONDS
         to be answered, then closes every connection."""
+        self.stopping = True
         if self._checking is not None:
             self._checking.cancel()
         for server in self._servers:
