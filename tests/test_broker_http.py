@@ -322,8 +322,16 @@ async def test_a_client_waiting_for_100_continue_gets_it(served: Served) -> None
     writer.close()
 
 
-async def test_http_1_0_is_closed_after_its_answer_unless_kept_alive(served: Served) -> None:
+async def test_http_1_0_is_closed_after_its_answer(served: Served) -> None:
     raw = await served.send(b"GET /echo HTTP/1.0\r\n\r\n")
+    assert answers(raw) == [(200, {"body": "", "query": ""})]
+    assert b"Connection: close" in raw
+
+
+async def test_http_1_0_asking_to_be_kept_alive_is_answered_and_closed(served: Served) -> None:
+    """The answer to an HTTP/1.0 client that asks for keep-alive says whether the connection
+    stays: without a word it waits for the close, held until the head rule ends it."""
+    raw = await served.send(b"GET /echo HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
     assert answers(raw) == [(200, {"body": "", "query": ""})]
     assert b"Connection: close" in raw
 

@@ -149,7 +149,9 @@ def _head(method: str, target: bytes, headers: dict[str, str], http11: bool) -> 
         if length > MAX_BODY:
             raise Refusal(413, TOO_LARGE)
     connection = {word.strip() for word in headers.get("connection", "").lower().split(",")}
-    keep_alive = "close" not in connection if http11 else "keep-alive" in connection
+    # HTTP/1.0 is answered and closed: its keep-alive needs the answer to say so, and no
+    # client of the broker's speaks it.
+    keep_alive = http11 and "close" not in connection
     expects = headers.get("expect", "").strip().lower()
     if expects not in ("", "100-continue"):
         raise Refusal(417, f"the broker cannot meet the Expect header {expects[:40]!r}")
