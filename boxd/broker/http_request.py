@@ -149,7 +149,9 @@ def _head(method: str, target: bytes, headers: dict[str, str], http11: bool) -> 
         if length > MAX_BODY:
             raise Refusal(413, TOO_LARGE)
     connection = {word.strip() for word in headers.get("connection", "").lower().split(",")}
-    keep_alive = "close" not in connection if http11 else "keep-alive" in connection
+    # HTTP/1.0 is answered and closed: its keep-alive needs the answer to say so, and no
+    # client of the broker's speaks it.
+    keep_alive = http11 and "close" not in connection
     expects = headers.get("expect", "").strip().lower()
     if expects not in ("", "100-continue"):
         raise Refusal(417, f"the broker cannot meet the Expect header {expects[:40]!r}")
@@ -176,6 +178,9 @@ class RequestReader:
         # while a size line is awaited; and whether the last chunk came (trailers follow).
         self._chunk_left: int | None = None
         self._trailers = False
+        # How much of the buffer was searched for the end of a head: a head trickled in a byte
+        # at a time is searched once in all, not once per byte (which made it quadratic).
+        self._searched = 0
 
     @property
     def between_requests(self) -> bool:
@@ -208,8 +213,11 @@ class RequestReader:
         # after a body).
         while buffer[:2] == b"\r\n" or buffer[:1] == b"\n":
             del buffer[: 2 if buffer[:1] == b"\r" else 1]
-        end = _head_end(buffer)
+            self._searched = 0
+        # A blank line may straddle what was searched and what came since.
+        end = _head_end(buffer, max(0, self._searched - 3))
         if end is None:
+            self._searched = len(buffer)
             last_line = len(buffer) - (buffer.rfind(b"\n") + 1)
             _line_refusal(last_line)
             if len(buffer) > LONGEST_HEAD:
@@ -220,6 +228,7 @@ class RequestReader:
             raise Refusal(431, "the request has too many headers, or headers too long")
         head = read_head(bytes(buffer[:head_end]))
         del buffer[:body_start]
+        self._searched = 0
         return head
 
     def _read_body(self, head: Head) -> bytes | None:
@@ -275,11 +284,12 @@ class RequestReader:
             self._chunk_left = None
 
 
-def _head_end(buffer: bytes | bytearray) -> tuple[int, int] | None:
-    """Where a head ends (the end of its last line) and its body starts, or None."""
+def _head_end(buffer: bytes | bytearray, start: int = 0) -> tuple[int, int] | None:
+    """Where a head ends (the end of its last line) and its body starts, or None; searched
+    from `start`."""
     found = [
         (at, at + len(blank))
         for blank in (b"\r\n\r\n", b"\n\n", b"\n\r\n")
-        if (at := buffer.find(blank)) >= 0
+        if (at := buffer.find(blank, start)) >= 0
     ]
     return min(found) if found else None

@@ -36,6 +36,7 @@ LOG_SECONDS = 60.0
 READ_AHEAD = 64 * 1024
 # How long a stopping broker gives the requests in hand to be answered before it cuts them.
 STOP_SECONDS = 5.0
+STOPPING = Refusal(503, "the broker is stopping; nothing of this request was done: send it again")
 
 
 @dataclass
@@ -138,8 +139,10 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.listener.forget(self)
+        # A result, not an error: nobody may be waiting on it, and an error never read is
+        # logged (a line per connection a task hangs up on). drain() sees the transport gone.
         if self._writable is not None and not self._writable.done():
-            self._writable.set_exception(ConnectionResetError("the client hung up"))
+            self._writable.set_result(None)
 
     def pause_writing(self) -> None:
         self._writable = asyncio.get_running_loop().create_future()
@@ -150,10 +153,10 @@ class _Connection(asyncio.Protocol):
         self._writable = None
 
     async def drain(self) -> None:
-        if self.transport is None or self.transport.is_closing():
-            raise ConnectionResetError("the client hung up")
         if self._writable is not None:
             await asyncio.shield(self._writable)
+        if self.transport is None or self.transport.is_closing():
+            raise ConnectionResetError("the client hung up")
 
     def data_received(self, data: bytes) -> None:
         self.reader.feed(data)
@@ -185,6 +188,10 @@ class _Connection(asyncio.Protocol):
                     transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
                 continue
             self.head_at = None
+            if self.server.stopping:
+                # Begun now, it would run past on_close and be cut off halfway by the end.
+                self._refuse(STOPPING)
+                return
             self.answering = asyncio.get_running_loop().create_task(self._answer(got))
             self.server.answering.add(self.answering)
         if (
@@ -203,9 +210,13 @@ class _Connection(asyncio.Protocol):
         keep_alive = request.head.keep_alive
         try:
             answer = await self.server.answer(request)
-            if self._close_after:
+            if self._close_after or self.server.stopping:
                 keep_alive = False
             await self._send(answer, keep_alive)
+            if keep_alive:
+                # The next request is read once this answer is on its way: a client sending
+                # requests and reading no answer would otherwise have every answer held here.
+                await self.drain()
         except ConnectionResetError:
             # The client hung up, or the answer was cut off on purpose: nothing more to send.
             keep_alive = False
@@ -323,6 +334,8 @@ class HttpServer:
         self._listeners: list[_Listener] = []
         self._servers: list[asyncio.Server] = []
         self._checking: asyncio.Task[None] | None = None
+        # Set once close() begins: no request is begun after it.
+        self.stopping = False
         self.busy_reply = whole_answer(
             error_answer(busy_words(bounds.connections), 503), False, (("Retry-After", "1"),)
         )
@@ -341,6 +354,7 @@ class HttpServer:
     async def close(self) -> None:
         """Stops accepting, runs the routes' on_close, gives the requests in hand STOP_SECONDS
         to be answered, then closes every connection."""
+        self.stopping = True
         if self._checking is not None:
             self._checking.cancel()
         for server in self._servers:
@@ -440,10 +454,10 @@ class HttpServer:
         if connection.reading_body:
             assert connection.head_at is not None
             if now - connection.head_at >= bounds.body_seconds:
-                self.dropped["no whole body in time"] += 1
                 late = error_answer(body_words(bounds.body_seconds), 408)
                 transport.write(whole_answer(late, False))
-                connection.listener.forget(connection)
-                transport.close()
+                # Aborted if even this cannot be sent: a close would wait for its client to read
+                # it, for good, and no rule watches a connection no longer counted.
+                connection.drop("no whole body in time")
         elif now - connection.waiting_since >= bounds.head_seconds:
             connection.drop("no whole request head in time")
