@@ -13,7 +13,7 @@ of a request (the outermost) and which are still sending a body (the innermost).
 import asyncio
 import logging
 import socket
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import cast
 
@@ -22,10 +22,10 @@ from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestHandler
 
 from boxd.connection_limits import LISTEN_BACKLOG, Bounds, body_words, busy_words
+from boxd.door_cap import Cap, end
 from boxd.json_errors import error
 from boxd.socket_activation import passed_sockets
 from boxd.stopping import until_stopped
-from boxd.turned_away import TurnedAway, reset_on_close
 
 log = logging.getLogger(__name__)
 
@@ -108,64 +108,36 @@ class _Connection(asyncio.Protocol):
         self.inner.resume_writing()
 
     def drop(self, why: str) -> None:
-        """Ends the connection: closed when nothing of an answer waits in our buffer (what the
-        kernel holds still reaches the client, then the end), aborted when something does, as
-        a close would wait for bytes its client does not read."""
+        """Ends the connection (boxd/door_cap.end), counted with why."""
         self.listener.forget(self)
-        self.listener.guard.dropped[why] += 1
+        self.listener.dropped[why] += 1
         self.ended = why
-        if self.transport is None:
-            self.doomed = True
-            return
-        if self.transport.get_write_buffer_size():
-            reset_on_close(self.transport)
-            self.transport.abort()
-        else:
-            self.transport.close()
+        # Not made yet: ended as soon as it is.
+        self.doomed = not end(self.transport)
 
 
-class _Listener:
+class _Listener(Cap[_Connection]):
     """One listening socket's connections, and its cap."""
 
     def __init__(self, guard: "Guard") -> None:
+        super().__init__(guard.bounds, guard.dropped, guard.busy_reply)
         self.guard = guard
-        # Oldest wait first: at the cap the first that is not busy makes room.
-        self.open: OrderedDict[_Connection, None] = OrderedDict()
-        self.turned_away: set[TurnedAway] = set()
 
     def forget(self, connection: _Connection) -> None:
-        self.open.pop(connection, None)
+        super().forget(connection)
         self.guard.connections.pop(connection.inner, None)
-
-    def waited(self, connection: _Connection) -> None:
-        if connection in self.open:
-            self.open.move_to_end(connection)
 
     def __call__(self) -> asyncio.BaseProtocol:
         """A protocol for a connection just accepted (asyncio's protocol factory)."""
         guard = self.guard
         assert guard.server is not None  # started
         now = asyncio.get_running_loop().time()
-        if len(self.open) >= guard.bounds.connections:
-            # Connections asyncio has not made yet count as waiting too: a burst is accepted
-            # whole before any of it is made.
-            oldest = next((c for c in self.open if not c.busy), None)
-            if oldest is None:
-                return self._turn_away(now)
-            oldest.drop("taken over at the cap")
-        connection = _Connection(self, guard.server(), now)
-        self.open[connection] = None
+        turned = self.admit(now)
+        if turned is not None:
+            return turned
+        connection = self.add(_Connection(self, guard.server(), now))
         guard.connections[connection.inner] = connection
         return connection
-
-    def _turn_away(self, now: float) -> asyncio.BaseProtocol:
-        guard = self.guard
-        reply = guard.busy_reply if len(self.turned_away) < guard.bounds.turned_away else None
-        guard.dropped["turned away" if reply else "turned away unanswered"] += 1
-        turned = TurnedAway(reply, guard.bounds.turned_away_seconds, now, self.turned_away.discard)
-        if reply is not None:
-            self.turned_away.add(turned)
-        return turned
 
 
 class Guard:
@@ -281,10 +253,7 @@ class Guard:
                     bounds.head_seconds
                 ):
                     connection.drop("no whole request head in time")
-            for turned in list(listener.turned_away):
-                # Its connection was never made, or its timer is gone with its loop.
-                if now - turned.opened > 2 * bounds.turned_away_seconds + bounds.check_seconds:
-                    listener.turned_away.discard(turned)
+            listener.forget_turned_away(now)
 
 
 def _in_hand(guard: Guard) -> Middleware:

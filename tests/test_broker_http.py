@@ -98,16 +98,22 @@ class Served:
             return got
 
 
-@pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[Served]:
+async def start(tmp_path: Path, bounds: Bounds | None = None) -> tuple[Served, HttpServer]:
+    """A door served on a socket in tmp_path; the caller closes its server."""
     path = str(tmp_path / "broker.sock")
     listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listening.bind(path)
     listening.listen()
     door = Served(path)
-    server = HttpServer(door.routes(), Bounds(16))
+    server = HttpServer(door.routes(), bounds or Bounds(16))
     door.server = server
     await server.start([listening])
+    return door, server
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[Served]:
+    door, server = await start(tmp_path)
     yield door
     door.release.set()
     await server.close()
@@ -432,14 +438,9 @@ async def test_a_request_whose_body_never_comes_is_ended_even_if_its_408_cannot_
     measure its kernel's buffer on a socket pair of its own), then sends a head whose body never
     comes. The broker's 408 cannot be sent: the connection must still end, not hang on for good
     outside the cap, its descriptor held and the broker kept from ever being idle."""
-    path = str(tmp_path / "broker.sock")
-    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listening.bind(path)
-    listening.listen()
-    door = Served(path)
     limits = Bounds(16, head_seconds=5, body_seconds=0.2, stall_seconds=0.5, check_seconds=0.05)
-    server = HttpServer(door.routes(), limits)
-    await server.start([listening])
+    door, server = await start(tmp_path, limits)
+    path = door.path
     body = "b" * 20_000
     answer = whole_answer(json_answer({"body": body, "query": ""}), True)
     ours, theirs = socket.socketpair()
@@ -479,13 +480,8 @@ async def test_a_request_sent_behind_one_in_hand_is_not_started_once_the_broker_
     """A stopping broker gives the request in hand time to be answered. One the task sent behind
     it must not be started then (it would run past on_close, and be cut by the loop's end
     halfway): the connection closes after the answer in hand, nothing of the next one done."""
-    path = str(tmp_path / "broker.sock")
-    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listening.bind(path)
-    listening.listen()
-    door = Served(path)
-    server = HttpServer(door.routes(), Bounds(16))
-    await server.start([listening])
+    door, server = await start(tmp_path)
+    path = door.path
     reader, writer = await asyncio.open_unix_connection(path)
     writer.write(b"GET /slow HTTP/1.1\r\n\r\nPOST /echo HTTP/1.1\r\nContent-Length: 1\r\n\r\na")
     await writer.drain()
@@ -505,13 +501,8 @@ async def test_a_request_sent_behind_one_in_hand_is_not_started_once_the_broker_
 async def test_a_body_finished_while_the_broker_stops_is_answered_503_nothing_done(
     tmp_path: Path,
 ) -> None:
-    path = str(tmp_path / "broker.sock")
-    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listening.bind(path)
-    listening.listen()
-    door = Served(path)
-    server = HttpServer(door.routes(), Bounds(16))
-    await server.start([listening])
+    door, server = await start(tmp_path)
+    path = door.path
     _, holding = await asyncio.open_unix_connection(path)
     holding.write(b"GET /slow HTTP/1.1\r\n\r\n")
     reader, writer = await asyncio.open_unix_connection(path)

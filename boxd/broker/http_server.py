@@ -16,7 +16,7 @@ import asyncio
 import json
 import logging
 import socket
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -24,8 +24,8 @@ from typing import Any, cast
 
 from boxd.broker.http_request import Head, Refusal, Request, RequestReader
 from boxd.connection_limits import LISTEN_BACKLOG, Bounds, body_words, busy_words
+from boxd.door_cap import Cap, end
 from boxd.errors import BoxError
-from boxd.turned_away import TurnedAway, reset_on_close
 
 log = logging.getLogger(__name__)
 
@@ -265,60 +265,25 @@ class _Connection(asyncio.Protocol):
         transport.write(b"0\r\n\r\n")
 
     def drop(self, why: str) -> None:
-        """Ends the connection: closed when nothing of an answer waits in our buffer, aborted
-        when something does, as a close would wait for bytes its client does not read."""
+        """Ends the connection (boxd/door_cap.end), counted with why."""
         self.listener.forget(self)
-        self.server.dropped[why] += 1
+        self.listener.dropped[why] += 1
         self.ended = why
-        if self.transport is None:
-            self.doomed = True
-            return
-        if self.transport.get_write_buffer_size():
-            reset_on_close(self.transport)
-            self.transport.abort()
-        else:
-            self.transport.close()
+        # Not made yet: ended as soon as it is.
+        self.doomed = not end(self.transport)
 
 
-class _Listener:
+class _Listener(Cap[_Connection]):
     """One listening socket's connections, and its cap."""
 
     def __init__(self, server: "HttpServer") -> None:
+        super().__init__(server.bounds, server.dropped, server.busy_reply)
         self.server = server
-        # Oldest wait first: at the cap the first that is not busy makes room.
-        self.open: OrderedDict[_Connection, None] = OrderedDict()
-        self.turned_away: set[TurnedAway] = set()
-
-    def forget(self, connection: _Connection) -> None:
-        self.open.pop(connection, None)
-
-    def waited(self, connection: _Connection) -> None:
-        if connection in self.open:
-            self.open.move_to_end(connection)
 
     def __call__(self) -> asyncio.BaseProtocol:
         """A protocol for a connection just accepted (asyncio's protocol factory)."""
-        server = self.server
-        bounds = server.bounds
         now = asyncio.get_running_loop().time()
-        if len(self.open) >= bounds.connections:
-            # Connections asyncio has not made yet count as waiting too: a burst is accepted
-            # whole before any of it is made.
-            oldest = next((c for c in self.open if not c.busy), None)
-            if oldest is None:
-                answered = len(self.turned_away) < bounds.turned_away
-                server.dropped["turned away" if answered else "turned away unanswered"] += 1
-                reply = server.busy_reply if answered else None
-                turned = TurnedAway(
-                    reply, bounds.turned_away_seconds, now, self.turned_away.discard
-                )
-                if answered:
-                    self.turned_away.add(turned)
-                return turned
-            oldest.drop("taken over at the cap")
-        connection = _Connection(self, now)
-        self.open[connection] = None
-        return connection
+        return self.admit(now) or self.add(_Connection(self, now))
 
 
 class HttpServer:
@@ -415,11 +380,7 @@ class HttpServer:
         for listener in self._listeners:
             for connection in list(listener.open):
                 self._check_one(connection, now)
-            for turned in list(listener.turned_away):
-                # Its connection was never made, or its timer is gone with its loop.
-                bounds = self.bounds
-                if now - turned.opened > 2 * bounds.turned_away_seconds + bounds.check_seconds:
-                    listener.turned_away.discard(turned)
+            listener.forget_turned_away(now)
         if self.dropped != self._logged and now - self._logged_at >= LOG_SECONDS:
             since = self.dropped - self._logged
             log.info(
