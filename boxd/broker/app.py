@@ -23,14 +23,15 @@ from boxd.step import Step
 
 
 class CostRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Built on the first /cost, not as every broker starts (tests/test_broker_imports.py).
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     cents: Annotated[float, BeforeValidator(lambda v: cents(v, "cents"))]
     what: Annotated[str, text("what", MAX_LABEL)]
 
 
 class UsageRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     model: Annotated[str, text("model", MAX_LABEL)]
     tokens: Tokens
