@@ -13,7 +13,6 @@ of a request (the outermost) and which are still sending a body (the innermost).
 import asyncio
 import logging
 import socket
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import cast
 
@@ -22,7 +21,7 @@ from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestHandler
 
 from boxd.connection_limits import LISTEN_BACKLOG, Bounds, body_words, busy_words
-from boxd.door_cap import Cap, end
+from boxd.door_cap import Cap, Dropped, end
 from boxd.json_errors import error
 from boxd.socket_activation import passed_sockets
 from boxd.stopping import until_stopped
@@ -30,8 +29,6 @@ from boxd.stopping import until_stopped
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-# A crowd of slow clients is worth a line in the journal, not a line each.
-LOG_SECONDS = 60.0
 Answer = Callable[[str, int], web.Response]
 
 
@@ -149,9 +146,7 @@ class Guard:
         self.bounds = bounds
         self.answer = answer
         # Why connections were dropped, and how many: logged at most once a minute.
-        self.dropped: Counter[str] = Counter()
-        self._logged: Counter[str] = Counter()
-        self._logged_at = 0.0
+        self.dropped = Dropped()
         self.connections: dict[RequestHandler, _Connection] = {}
         self.server: web.Server | None = None
         self._runner: web.AppRunner | None = None
@@ -214,14 +209,7 @@ class Guard:
     def check(self, now: float) -> None:
         """Drops what overstayed its bound."""
         self._drop_overstayed(now)
-        if self.dropped != self._logged and now - self._logged_at >= LOG_SECONDS:
-            since = self.dropped - self._logged
-            log.info(
-                "connections ended by their bounds since the last such line: %s",
-                ", ".join(f"{count} {why}" for why, count in since.items()),
-            )
-            self._logged = self.dropped.copy()
-            self._logged_at = now
+        self.dropped.report(now)
 
     def _drop_overstayed(self, now: float) -> None:
         bounds = self.bounds

@@ -3,6 +3,7 @@ cannot take is told, and how one is ended while an answer is still unsent. One p
 aiohttp doors (boxd/connection_guard.py) and the broker's own (boxd/broker/http_server.py)."""
 
 import asyncio
+import logging
 import socket
 import struct
 from collections import Counter, OrderedDict
@@ -10,6 +11,30 @@ from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar, cast
 
 from boxd.connection_limits import Bounds
+from boxd.paced_log import LOG_SECONDS
+
+log = logging.getLogger(__name__)
+
+
+class Dropped(Counter[str]):
+    """Why a server's connections were ended by their bounds, and how many: a crowd of slow
+    clients is worth a line in the journal at most once a minute, not a line each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._logged: Counter[str] = Counter()
+        self._logged_at = 0.0
+
+    def report(self, now: float) -> None:
+        """Logs what was ended since the last line, if a minute has passed since it."""
+        if self != self._logged and now - self._logged_at >= LOG_SECONDS:
+            since = self - self._logged
+            log.info(
+                "connections ended by their bounds since the last such line: %s",
+                ", ".join(f"{count} {why}" for why, count in since.items()),
+            )
+            self._logged = Counter(self)
+            self._logged_at = now
 
 
 class TurnedAway(asyncio.Protocol):
@@ -91,7 +116,7 @@ C = TypeVar("C", bound=Capped)
 class Cap(Generic[C]):
     """One listening socket's connections, oldest wait first, within `bounds.connections`."""
 
-    def __init__(self, bounds: Bounds, dropped: "Counter[str]", busy_reply: bytes) -> None:
+    def __init__(self, bounds: Bounds, dropped: Dropped, busy_reply: bytes) -> None:
         self.bounds = bounds
         # Why connections were ended, and how many: the server logs it at most once a minute.
         self.dropped = dropped

@@ -16,7 +16,6 @@ import asyncio
 import json
 import logging
 import socket
-from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -24,13 +23,11 @@ from typing import Any, cast
 
 from boxd.broker.http_request import Head, Refusal, Request, RequestReader
 from boxd.connection_limits import LISTEN_BACKLOG, Bounds, body_words, busy_words
-from boxd.door_cap import Cap, end
+from boxd.door_cap import Cap, Dropped, end
 from boxd.errors import BoxError
 
 log = logging.getLogger(__name__)
 
-# A crowd of slow clients is worth a line in the journal, not a line each.
-LOG_SECONDS = 60.0
 # What a connection may have sent ahead of the request being answered before it is no longer
 # read (a client sending requests without waiting for answers): the rest waits in the kernel.
 READ_AHEAD = 64 * 1024
@@ -292,9 +289,7 @@ class HttpServer:
     def __init__(self, routes: Routes, bounds: Bounds) -> None:
         self.routes = routes
         self.bounds = bounds
-        self.dropped: Counter[str] = Counter()
-        self._logged: Counter[str] = Counter()
-        self._logged_at = 0.0
+        self.dropped = Dropped()
         self.answering: set[asyncio.Task[None]] = set()
         self._listeners: list[_Listener] = []
         self._servers: list[asyncio.Server] = []
@@ -381,14 +376,7 @@ class HttpServer:
             for connection in list(listener.open):
                 self._check_one(connection, now)
             listener.forget_turned_away(now)
-        if self.dropped != self._logged and now - self._logged_at >= LOG_SECONDS:
-            since = self.dropped - self._logged
-            log.info(
-                "connections ended by their bounds since the last such line: %s",
-                ", ".join(f"{count} {why}" for why, count in since.items()),
-            )
-            self._logged = self.dropped.copy()
-            self._logged_at = now
+        self.dropped.report(now)
 
     def _check_one(self, connection: _Connection, now: float) -> None:
         bounds = self.bounds
