@@ -21,7 +21,7 @@ from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestHandler
 
 from boxd.connection_limits import LISTEN_BACKLOG, Bounds, body_words, busy_words
-from boxd.door_cap import Cap, Dropped, end
+from boxd.door_cap import Cap, Dropped
 from boxd.json_errors import error
 from boxd.socket_activation import passed_sockets
 from boxd.stopping import until_stopped
@@ -105,12 +105,7 @@ class _Connection(asyncio.Protocol):
         self.inner.resume_writing()
 
     def drop(self, why: str) -> None:
-        """Ends the connection (boxd/door_cap.end), counted with why."""
-        self.listener.forget(self)
-        self.listener.dropped[why] += 1
-        self.ended = why
-        # Not made yet: ended as soon as it is.
-        self.doomed = not end(self.transport)
+        self.listener.drop(self, why)
 
 
 class _Listener(Cap[_Connection]):

@@ -102,6 +102,11 @@ def _reset_on_close(transport: asyncio.BaseTransport) -> None:
 class Capped(Protocol):
     """A connection as the cap sees it."""
 
+    transport: asyncio.Transport | None
+    # Why it was ended, once it was; and whether it is to be ended as soon as it is made.
+    ended: str | None
+    doomed: bool
+
     @property
     def busy(self) -> bool:
         """In the middle of a request: never taken over to make room."""
@@ -127,6 +132,13 @@ class Cap(Generic[C]):
 
     def forget(self, connection: C) -> None:
         self.open.pop(connection, None)
+
+    def drop(self, connection: C, why: str) -> None:
+        """Ends `connection` (`end`), counted with why; one not made yet, as soon as it is."""
+        self.forget(connection)
+        self.dropped[why] += 1
+        connection.ended = why
+        connection.doomed = not end(connection.transport)
 
     def waited(self, connection: C) -> None:
         """`connection` waits afresh (its answer went out): the last to make room."""

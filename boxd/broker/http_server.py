@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from boxd.broker.http_request import Head, Refusal, Request, RequestReader
 from boxd.connection_limits import LISTEN_BACKLOG, Bounds, body_words, busy_words
-from boxd.door_cap import Cap, Dropped, end
+from boxd.door_cap import Cap, Dropped
 from boxd.errors import BoxError
 
 log = logging.getLogger(__name__)
@@ -262,12 +262,7 @@ class _Connection(asyncio.Protocol):
         transport.write(b"0\r\n\r\n")
 
     def drop(self, why: str) -> None:
-        """Ends the connection (boxd/door_cap.end), counted with why."""
-        self.listener.forget(self)
-        self.listener.dropped[why] += 1
-        self.ended = why
-        # Not made yet: ended as soon as it is.
-        self.doomed = not end(self.transport)
+        self.listener.drop(self, why)
 
 
 class _Listener(Cap[_Connection]):
