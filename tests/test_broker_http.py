@@ -59,12 +59,23 @@ class Served:
     async def broken(self, request: Request) -> Answer:
         raise RuntimeError("/secret/insides")
 
+    async def paged(self, request: Request) -> Answer:
+        async def pieces() -> AsyncIterator[bytes]:
+            yield b'{"steps": ['
+            yield b"1, 2"
+            if request.head.query == "cut":
+                raise RuntimeError("the next page could not be read")
+            yield b"]}"
+
+        return Answer(200, pieces=pieces())
+
     def routes(self) -> Routes:
         return Routes(
             {
                 "/echo": {"POST": self.echo, "GET": self.echo},
                 "/slow": {"GET": self.slow},
                 "/broken": {"GET": self.broken},
+                "/paged": {"GET": self.paged},
             },
             lambda failure: 400,
             "this server serves /echo",
@@ -338,6 +349,32 @@ async def test_http_1_0_asking_to_be_kept_alive_is_answered_and_closed(served: S
     raw = await served.send(b"GET /echo HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
     assert answers(raw) == [(200, {"body": "", "query": ""})]
     assert b"Connection: close" in raw
+
+
+async def test_a_paged_answer_is_chunked_to_http_1_1(served: Served) -> None:
+    raw = await served.send(b"GET /paged HTTP/1.1\r\nConnection: close\r\n\r\n")
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert b"Transfer-Encoding: chunked" in head
+    assert body == b'b\r\n{"steps": [\r\n4\r\n1, 2\r\n2\r\n]}\r\n0\r\n\r\n'
+
+
+async def test_a_paged_answer_to_http_1_0_is_not_chunked_and_ends_with_the_connection(
+    served: Served,
+) -> None:
+    """HTTP/1.0 has no chunks: a client of it would read the chunk sizes as the body."""
+    raw = await served.send(b"GET /paged HTTP/1.0\r\n\r\n")
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert b"Transfer-Encoding" not in head
+    assert b"Connection: close" in head
+    assert json.loads(body) == {"steps": [1, 2]}
+
+
+async def test_a_paged_answer_cut_off_is_not_ended_as_a_whole_one(served: Served) -> None:
+    """The last chunk is never sent after a failure, so an HTTP/1.1 client tells the answer
+    cut off from a whole one."""
+    raw = await served.send(b"GET /paged?cut HTTP/1.1\r\n\r\n")
+    assert raw.startswith(b"HTTP/1.1 200")
+    assert not raw.endswith(b"0\r\n\r\n")
 
 
 # --- the reader alone ---------------------------------------------------------------------------

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from boxd.workers.unix_http import BrokerGarbled, exchange
+from boxd.workers.unix_http import LOST, BrokerGarbled, exchange
+from tests.test_broker_http import start
 
 
 async def _answer_with(tmp_path: Path, answer: bytes) -> str:
@@ -56,3 +57,44 @@ async def test_a_chunked_answer_in_hex_digits_is_read(tmp_path: Path) -> None:
         assert await exchange(path, "GET", "/task", None) == (200, {"ok": 1})
     finally:
         server.close()
+
+
+async def test_one_request_is_http_1_1_and_asks_to_be_closed(tmp_path: Path) -> None:
+    path = str(tmp_path / "broker.sock")
+    heads: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        heads.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_unix_server(serve, path)
+    try:
+        assert await exchange(path, "GET", "/task", None) == (200, {})
+    finally:
+        server.close()
+    assert heads[0].startswith(b"GET /task HTTP/1.1\r\n")
+    assert b"\r\nConnection: close\r\n" in heads[0]
+
+
+async def test_a_paged_answer_from_the_broker_s_server_is_read_whole(tmp_path: Path) -> None:
+    door, server = await start(tmp_path)
+    try:
+        assert await exchange(door.path, "GET", "/paged", None) == (200, {"steps": [1, 2]})
+    finally:
+        await server.close()
+
+
+async def test_a_paged_answer_cut_off_by_the_broker_s_server_is_lost_not_read(
+    tmp_path: Path,
+) -> None:
+    """Were it sent as HTTP/1.0, the answer cut off after `[1, 2` would end with the connection
+    and look whole: only its JSON being broken would give it away, and a cut between two pages
+    not even that."""
+    door, server = await start(tmp_path)
+    try:
+        with pytest.raises(LOST):
+            await exchange(door.path, "GET", "/paged?cut", None)
+    finally:
+        await server.close()

@@ -53,6 +53,8 @@ class Head:
     # What follows the path's "?", as sent.
     query: str
     headers: dict[str, str]
+    # HTTP/1.1, which reads an answer in chunks; HTTP/1.0 does not.
+    http11: bool
     keep_alive: bool
     # Whether the client waits for "100 Continue" before it sends the body.
     expects_continue: bool
@@ -161,6 +163,7 @@ def _head(method: str, target: bytes, headers: dict[str, str], http11: bool) -> 
         unquote(path, errors="replace"),
         query,
         headers,
+        http11,
         keep_alive,
         expects == "100-continue" and http11,
         length,

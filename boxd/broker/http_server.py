@@ -209,7 +209,7 @@ class _Connection(asyncio.Protocol):
             answer = await self.server.answer(request)
             if self._close_after or self.server.stopping:
                 keep_alive = False
-            await self._send(answer, keep_alive)
+            await self._send(answer, keep_alive, request.head.http11)
             if keep_alive:
                 # The next request is read once this answer is on its way: a client sending
                 # requests and reading no answer would otherwise have every answer held here.
@@ -241,25 +241,29 @@ class _Connection(asyncio.Protocol):
         transport.resume_reading()
         self._advance()
 
-    async def _send(self, answer: Answer, keep_alive: bool) -> None:
+    async def _send(self, answer: Answer, keep_alive: bool, http11: bool) -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
             raise ConnectionResetError("the client hung up")
         if answer.pieces is None:
             transport.write(whole_answer(answer, keep_alive))
             return
-        fields = [
-            ("Content-Type", "application/json; charset=utf-8"),
-            ("Transfer-Encoding", "chunked"),
-        ]
+        # HTTP/1.0 reads no chunks: its answer ends where the connection does (it is never
+        # kept alive), so a cut-off answer looks whole to it. Clients that must tell the two
+        # apart, as boxd's own do, send HTTP/1.1.
+        chunked = http11
+        fields = [("Content-Type", "application/json; charset=utf-8")]
+        if chunked:
+            fields.append(("Transfer-Encoding", "chunked"))
         if not keep_alive:
             fields.append(("Connection", "close"))
         transport.write(_head_bytes(answer.status, fields))
         async for piece in answer.pieces:
             if piece:
                 await self.drain()
-                transport.write(b"%x\r\n%b\r\n" % (len(piece), piece))
-        transport.write(b"0\r\n\r\n")
+                transport.write(b"%x\r\n%b\r\n" % (len(piece), piece) if chunked else piece)
+        if chunked:
+            transport.write(b"0\r\n\r\n")
 
     def drop(self, why: str) -> None:
         self.listener.drop(self, why)

@@ -22,9 +22,10 @@ from boxd.manager.worker_unit import WORK_GROUP
 BOX_HOME = 0o755
 # A worker reaches its own task's directory by name; no one lists the tasks.
 TASKS = 0o711
-# What is in a task's directory is closed on its own: its view and home (0700, the task's user),
-# its upper layer (0700), its broker socket (0600).
-TASK = 0o755
+# Passed through by its worker, to its broker's sockets, its home and its view, and listed by no
+# one else: what is in it is closed on its own too (its view and home 0700, the task's user; its
+# upper layer 0700; its sockets 0600).
+TASK = 0o711
 # BOX_HOME/workspaces, group boxd-work.
 WORKSPACES = 0o750
 # Each workspace's base: setgid, so what is put in it belongs to boxd-work too.

@@ -1,6 +1,7 @@
 """The broker over its Unix socket with the standard library only: JSON in and out, the answer
-read up to a cap; one HTTP/1.0 request per connection (`request`, `exchange`), or connections
-kept open between requests (`Connections`, HTTP/1.1).
+read up to a cap; one request per connection (`request`, `exchange`), or connections kept open
+between requests (`Connections`). Both speak HTTP/1.1, whose chunks tell an answer cut off
+(GET /task's pages of steps, streamed) from a whole one.
 
 The MCP relay and the workers' broker_client talk to the broker through this rather than
 aiohttp, whose import costs several times what the rest of them does: Droid waits for its MCP
@@ -131,8 +132,10 @@ async def _ask(
     return status, headers, await _body(reader, headers)
 
 
-def _request(method: str, path: str, payload: bytes | None, version: str) -> bytes:
-    head = f"{method} {path} {version}\r\nHost: box\r\n"
+def _request(method: str, path: str, payload: bytes | None, keep_alive: bool) -> bytes:
+    head = f"{method} {path} HTTP/1.1\r\nHost: box\r\n"
+    if not keep_alive:
+        head += "Connection: close\r\n"
     if payload is not None:
         head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
     return head.encode("ascii") + b"\r\n" + (payload or b"")
@@ -153,7 +156,9 @@ async def exchange(
     it, BrokerGarbled."""
     reader, writer = await asyncio.open_unix_connection(socket_path, limit=MAX_HEAD_LINE)
     try:
-        status, _, body = await _ask(reader, writer, _request(method, path, payload, "HTTP/1.0"))
+        status, _, body = await _ask(
+            reader, writer, _request(method, path, payload, keep_alive=False)
+        )
     finally:
         writer.close()
     return status, _json(status, body)
@@ -186,7 +191,7 @@ class Connections:
         reader, writer = streams
         try:
             status, headers, body = await _ask(
-                reader, writer, _request(method, path, payload, "HTTP/1.1")
+                reader, writer, _request(method, path, payload, keep_alive=True)
             )
         except BaseException:
             writer.close()

@@ -221,6 +221,18 @@ def test_box_home_shows_only_its_own_view_and_socket(
     ]
 
 
+def test_a_tasks_directory_is_passed_through_not_listed_by_other_users(
+    machine: Machine, running: dict[str, Any]
+) -> None:
+    """Another user of the box (here nobody) may not learn what a task keeps, even by name:
+    its worker needs only to pass through to its socket, home and view."""
+    own = f"/var/lib/box/tasks/{running['id']}"
+    assert machine.run("stat", "-c", "%a %U", own).stdout.split() == ["711", "root"]
+    listed = machine.run("ls", own, user="nobody", check=False)
+    assert listed.returncode != 0
+    assert "Permission denied" in listed.stderr
+
+
 def test_another_tasks_broker_socket_is_out_of_reach(
     machine: Machine, token: str, running: dict[str, Any]
 ) -> None:
