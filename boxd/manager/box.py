@@ -109,6 +109,16 @@ UNDONE_WHILE_RUNNING = "Stopped by its owner, to undo it."
 END_WAITS_FOR_ROOM_SECONDS = 1.0
 
 
+def stop_waits_for_room(task_id: str) -> str:
+    """What the owner is told of a stop whose end cannot be recorded on a full disk, at once,
+    rather than nothing until the stop call times out."""
+    return (
+        f"Task {task_id} is stopped: its worker no longer runs. The box's disk is full, so its "
+        "end is recorded once there is room (free space by undoing tasks or removing "
+        "workspaces); until then it still shows as running."
+    )
+
+
 def _full(workspace: str) -> str:
     return (
         f"Workspace {workspace} already holds {MAX_DONE} finished tasks, the most it can "
@@ -133,7 +143,7 @@ class Box:
         self.records = Records(store, bus)
         self.approvals = ApprovalAnswers(self.records)
         self.broker = BrokerMethods(self.records)
-        self._background: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[Any]] = set()
         # Ended tasks whose clearing up goes on without their lock (_leave), by task id.
         self._leaving: dict[str, asyncio.Task[None]] = {}
         # Tasks that hold one of the maxRunningTasks places: starting, running or waiting.
@@ -470,12 +480,26 @@ class Box:
         return task
 
     async def stop_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """The stopped task. On a full disk its worker is stopped at once and its end recorded
+        once there is room: the owner is told so with a 507 rather than kept waiting."""
         task = await self._task_for(caller, args[0])
-        async with self.records.locks[task.id]:
-            task = await self.records.task(task.id)
+        waiting: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Its own job: the end goes on, on a full disk, after the answer.
+        stopping = asyncio.create_task(self._stop(task.id, waiting), name=f"stopping {task.id}")
+        self._background.add(stopping)
+        stopping.add_done_callback(self._background.discard)
+        await asyncio.wait((stopping, waiting), return_when=asyncio.FIRST_COMPLETED)
+        if not stopping.done():
+            stopping.add_done_callback(_log_failure)
+            die(Problem.FULL, stop_waits_for_room(task.id))
+        return stopping.result()
+
+    async def _stop(self, task_id: str, waiting: "asyncio.Future[None]") -> dict[str, Any]:
+        async with self.records.locks[task_id]:
+            task = await self.records.task(task_id)
             if task.state.ended:
                 die(Problem.INVALID, f"task {task.id} has already ended: it is {task.state}")
-            task = await self._end(task, TaskState.FAILED, STOPPED)
+            task = await self._end(task, TaskState.FAILED, STOPPED, waiting)
         await self._cleared(task.id)
         return task.public()
 
@@ -942,9 +966,16 @@ class Box:
         except Exception:
             log.exception("could not follow the worker of task %s", task_id)
 
-    async def _end(self, task: Task, state: TaskState, error: str | None) -> Task:
+    async def _end(
+        self,
+        task: Task,
+        state: TaskState,
+        error: str | None,
+        waiting: "asyncio.Future[None] | None" = None,
+    ) -> Task:
         """Stops the worker, then records the end: a done task's changes join its workspace in
-        the same transaction; anything else's are thrown away. Then the broker's socket closes."""
+        the same transaction; anything else's are thrown away. Then the broker's socket closes.
+        `waiting` is set if the record has to wait for room on a full disk."""
         unit = worker_unit(task.id)
         self.systemd.unwatch(unit)
         await self._let_go(unit)
@@ -955,13 +986,13 @@ class Box:
                 async with self._joins[task.workspace]:
                     layer = await self.store.next_layer(task.workspace)
                     await self.layers.join(task.id, task.workspace, layer_name(layer))
-                    task = await self._record_end(task, state, error, layer)
+                    task = await self._record_end(task, state, error, layer, waiting)
                     recorded = True
         except (BoxError, OSError) as failure:
             message = failure.message if isinstance(failure, BoxError) else str(failure)
             state, error = TaskState.FAILED, f"Its changes could not be kept: {message}"
         if not recorded:
-            task = await self._record_end(task, state, error, None)
+            task = await self._record_end(task, state, error, None, waiting)
         await self._clear_ended(task)
         await self._collect_layers(task.workspace)
         # The layer it left or threw away may have given back the space boxd keeps in reserve.
@@ -1071,7 +1102,12 @@ class Box:
             log.warning("%s", failed)
 
     async def _record_end(
-        self, task: Task, state: TaskState, error: str | None, layer: int | None
+        self,
+        task: Task,
+        state: TaskState,
+        error: str | None,
+        layer: int | None,
+        waiting: "asyncio.Future[None] | None" = None,
     ) -> Task:
         update: dict[str, Any] = {"state": state, "error": error, "endedAt": time.time()}
         if task.folders and state == TaskState.DONE:
@@ -1096,6 +1132,8 @@ class Box:
                 log.warning(
                     "the end of task %s waits for room on the full disk to be recorded", task.id
                 )
+                if waiting is not None and not waiting.done():
+                    waiting.set_result(None)
             await asyncio.sleep(END_WAITS_FOR_ROOM_SECONDS)
 
     async def _let_go(self, unit: str) -> None:
@@ -1104,6 +1142,12 @@ class Box:
             await self.systemd.reset_failed(unit)
         except SystemdError as failure:
             log.warning("could not clean up %s: %s", unit, failure)
+
+
+def _log_failure(job: "asyncio.Task[Any]") -> None:
+    """A job no one awaits any more says how it failed in the log."""
+    if not job.cancelled() and (failure := job.exception()) is not None:
+        log.error("%s failed: %s", job.get_name(), failure)
 
 
 def _owner_only(caller: Caller) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from boxd.full_disk import NO_ROOM_TO_START
+from boxd.manager.box import STOPPED, stop_waits_for_room
 from boxd.manager.store import RECORD_FULL
 from tests.vm.box_api import boxctl, finish, http, start_fake, wait_for_step
 from tests.vm.machine import BOX_HOME, Machine, install_boxd
@@ -271,7 +272,9 @@ def test_a_disk_filled_from_outside_refuses_in_words_loses_nothing_and_recovers(
         token,
         "step ready\nsh until [ -e /etc/disk-still-full ]; do sleep 0.1; done; exit 3",
     )
-    for task in (poster, worker, quitter):
+    # And this one the owner stops while the disk is full.
+    stopped = start_fake(machine, token, "step ready\nsleep 600")
+    for task in (poster, worker, quitter, stopped):
         wait_for_step(machine, task["id"])
 
     # Full, but boxd has its reserve: the record takes it rather than refuse, and no task is
@@ -297,14 +300,14 @@ def test_a_disk_filled_from_outside_refuses_in_words_loses_nothing_and_recovers(
     assert (status, refused) == (507, {"error": NO_ROOM_TO_START})
     assert _made_things(machine) == before
     status, listed = http(machine, "GET", "/api/tasks", token)
-    assert status == 200 and len(listed) == 3, listed
+    assert status == 200 and len(listed) == 4, listed
 
     # boxd killed on the full disk: it comes back, and every step it acknowledged is there.
     pid = _main_pid(machine)
     machine.run("systemctl", "kill", "--signal=KILL", "boxd.service")
     _wait_active_again(machine, pid)
     assert _logged(machine, poster["id"]) == acked
-    for task in (poster, worker, quitter):
+    for task in (poster, worker, quitter, stopped):
         assert json.loads(boxctl(machine, "show", task["id"], "--json").stdout)["state"] in (
             "running",
             "waiting",
@@ -321,6 +324,13 @@ def test_a_disk_filled_from_outside_refuses_in_words_loses_nothing_and_recovers(
         f"(the end of task {quit_id} waits for room|could not follow the worker of task {quit_id})",
     )
     assert "waits for room" in said, said
+    # The owner's stop is answered at once, in words: the worker is stopped, its end waits.
+    stop_id = stopped["id"]
+    answer = http(machine, "POST", f"/api/tasks/{stop_id}/stop", token)
+    assert answer == (507, {"error": stop_waits_for_room(stop_id)}), answer
+    unit = machine.run("systemctl", "is-active", f"box-task-{stop_id}.service", check=False)
+    assert unit.stdout.strip() in ("inactive", "unknown"), unit.stdout
+    assert json.loads(boxctl(machine, "show", stop_id, "--json").stdout)["state"] == "running"
 
     # Space freed: with no restart, the waiting worker goes on and its task ends done, the call
     # refused before now books (once), steps go through, and boxd keeps its reserve again.
@@ -338,6 +348,8 @@ def test_a_disk_filled_from_outside_refuses_in_words_loses_nothing_and_recovers(
     after = _post_steps(machine, poster, "after", "one")
     assert after == {"acked": ["after-0"], "refused": None}, after
     acked += after["acked"]
+    halted = finish(machine, stop_id, timeout=30)
+    assert (halted["state"], halted["error"]) == ("failed", STOPPED), halted
     ended = finish(machine, quitter["id"], timeout=30)
     assert ended["state"] == "failed", ended
     assert ended["error"].startswith("The box's disk is full: the task could not write"), ended
