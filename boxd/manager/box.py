@@ -109,6 +109,15 @@ UNDONE_WHILE_RUNNING = "Stopped by its owner, to undo it."
 END_WAITS_FOR_ROOM_SECONDS = 1.0
 
 
+def undo_waits_for_room(task_id: str) -> str:
+    """As stop_waits_for_room, for an undo."""
+    return (
+        f"Task {task_id} is stopped: its worker no longer runs. The box's disk is full, so it "
+        "is undone once there is room to record its end (free space by undoing other tasks or "
+        "removing workspaces); until then it still shows as running."
+    )
+
+
 def stop_waits_for_room(task_id: str) -> str:
     """What the owner is told of a stop whose end cannot be recorded on a full disk, at once,
     rather than nothing until the stop call times out."""
@@ -143,7 +152,10 @@ class Box:
         self.records = Records(store, bus)
         self.approvals = ApprovalAnswers(self.records)
         self.broker = BrokerMethods(self.records)
-        self._background: set[asyncio.Task[Any]] = set()
+        self._background: set[asyncio.Future[Any]] = set()
+        # Owners' stops and undos whose task's end waits for room on a full disk, by task id:
+        # what they were told.
+        self._ending_on_full: dict[str, str] = {}
         # Ended tasks whose clearing up goes on without their lock (_leave), by task id.
         self._leaving: dict[str, asyncio.Task[None]] = {}
         # Tasks that hold one of the maxRunningTasks places: starting, running or waiting.
@@ -483,16 +495,33 @@ class Box:
         """The stopped task. On a full disk its worker is stopped at once and its end recorded
         once there is room: the owner is told so with a 507 rather than kept waiting."""
         task = await self._task_for(caller, args[0])
+        return await self._unless_waiting_for_room(
+            task.id, lambda waiting: self._stop(task.id, waiting), stop_waits_for_room(task.id)
+        )
+
+    async def _unless_waiting_for_room(
+        self,
+        task_id: str,
+        change: "Callable[[asyncio.Future[None]], Awaitable[dict[str, Any]]]",
+        words: str,
+    ) -> dict[str, Any]:
+        """What the owner's `change` to a task (a stop, an undo) answers; or, once the task's
+        end has to wait for room on a full disk to be recorded, a 507 in `words`, and the change
+        goes on in its own job until there is room. Asked again meanwhile, the owner gets the
+        same words at once, rather than wait behind the task's lock until the call times out."""
+        if task_id in self._ending_on_full:
+            die(Problem.FULL, self._ending_on_full[task_id])
         waiting: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        # Its own job: the end goes on, on a full disk, after the answer.
-        stopping = asyncio.create_task(self._stop(task.id, waiting), name=f"stopping {task.id}")
-        self._background.add(stopping)
-        stopping.add_done_callback(self._background.discard)
-        await asyncio.wait((stopping, waiting), return_when=asyncio.FIRST_COMPLETED)
-        if not stopping.done():
-            stopping.add_done_callback(_log_failure)
-            die(Problem.FULL, stop_waits_for_room(task.id))
-        return stopping.result()
+        job = asyncio.ensure_future(change(waiting))
+        self._background.add(job)
+        job.add_done_callback(self._background.discard)
+        await asyncio.wait((job, waiting), return_when=asyncio.FIRST_COMPLETED)
+        if job.done():
+            return job.result()
+        self._ending_on_full[task_id] = words
+        job.add_done_callback(lambda _: self._ending_on_full.pop(task_id, None))
+        job.add_done_callback(partial(_log_failure, f"the owner's change to task {task_id}"))
+        die(Problem.FULL, words)
 
     async def _stop(self, task_id: str, waiting: "asyncio.Future[None]") -> dict[str, Any]:
         async with self.records.locks[task_id]:
@@ -505,10 +534,19 @@ class Box:
 
     async def undo_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         """Takes a task's changes out of its workspace; tasks after it keep theirs. A task still
-        running is stopped first."""
+        running is stopped first. On a full disk, as stop_task."""
         task = await self.records.task(args[0])
-        async with self.records.locks[task.id]:
-            task = await self.records.task(task.id)
+        return await self._unless_waiting_for_room(
+            task.id,
+            lambda waiting: self._undo(caller, task.id, waiting),
+            undo_waits_for_room(task.id),
+        )
+
+    async def _undo(
+        self, caller: Caller, task_id: str, waiting: "asyncio.Future[None]"
+    ) -> dict[str, Any]:
+        async with self.records.locks[task_id]:
+            task = await self.records.task(task_id)
             if task.state == TaskState.UNDONE:
                 die(Problem.INVALID, f"task {task.id} is already undone")
             if task.review == Review.KEPT:
@@ -518,7 +556,7 @@ class Box:
                     "cannot be undone",
                 )
             if not task.state.ended:
-                task = await self._end(task, TaskState.FAILED, UNDONE_WHILE_RUNNING)
+                task = await self._end(task, TaskState.FAILED, UNDONE_WHILE_RUNNING, waiting)
             found = await self.store.layer_of(task.id)
             joined = found is not None and found[1]
             update: dict[str, Any] = {"state": TaskState.UNDONE}
@@ -1116,25 +1154,15 @@ class Box:
         data: dict[str, Any] = {"state": state.value}
         if error:
             data["error"] = error
-        told = False
-        while True:
-            try:
-                await self.records.record(task, EventKind.TASK_STATE, data, layer=layer)
-                return task
-            except BoxError as failure:
-                if failure.problem != Problem.FULL:
-                    raise
-            # The task's worker is stopped and its units let go: an end left unrecorded would
-            # show it running for good, so it waits for room, however it comes (a task's
-            # changes thrown away, the owner's files removed by hand).
-            if not told:
-                told = True
-                log.warning(
-                    "the end of task %s waits for room on the full disk to be recorded", task.id
-                )
-                if waiting is not None and not waiting.done():
-                    waiting.set_result(None)
-            await asyncio.sleep(END_WAITS_FOR_ROOM_SECONDS)
+        # The task's worker is stopped and its units let go: an end left unrecorded would
+        # show it running for good, so it waits for room, however it comes (a task's changes
+        # thrown away, the owner's files removed by hand).
+        await _until_room(
+            f"the end of task {task.id}",
+            lambda: self.records.record(task, EventKind.TASK_STATE, data, layer=layer),
+            waiting,
+        )
+        return task
 
     async def _let_go(self, unit: str) -> None:
         try:
@@ -1144,10 +1172,31 @@ class Box:
             log.warning("could not clean up %s: %s", unit, failure)
 
 
-def _log_failure(job: "asyncio.Task[Any]") -> None:
+async def _until_room(
+    what: str, record: Callable[[], Awaitable[object]], waiting: "asyncio.Future[None] | None"
+) -> None:
+    """Records, tried again every END_WAITS_FOR_ROOM_SECONDS while the disk is full; `waiting`
+    is set the first time it has to wait."""
+    told = False
+    while True:
+        try:
+            await record()
+            return
+        except BoxError as failure:
+            if failure.problem != Problem.FULL:
+                raise
+        if not told:
+            told = True
+            log.warning("%s waits for room on the full disk to be recorded", what)
+            if waiting is not None and not waiting.done():
+                waiting.set_result(None)
+        await asyncio.sleep(END_WAITS_FOR_ROOM_SECONDS)
+
+
+def _log_failure(what: str, job: "asyncio.Future[Any]") -> None:
     """A job no one awaits any more says how it failed in the log."""
     if not job.cancelled() and (failure := job.exception()) is not None:
-        log.error("%s failed: %s", job.get_name(), failure)
+        log.error("%s failed: %s", what, failure)
 
 
 def _owner_only(caller: Caller) -> None:

@@ -328,6 +328,11 @@ def test_a_disk_filled_from_outside_refuses_in_words_loses_nothing_and_recovers(
     stop_id = stopped["id"]
     answer = http(machine, "POST", f"/api/tasks/{stop_id}/stop", token)
     assert answer == (507, {"error": stop_waits_for_room(stop_id)}), answer
+    # Asked again, and to undo it, the owner is told the same at once, not kept behind the end.
+    again = http(machine, "POST", f"/api/tasks/{stop_id}/stop", token)
+    assert again == answer, again
+    undo = http(machine, "POST", f"/api/tasks/{stop_id}/undo", token)
+    assert undo == answer, undo
     unit = machine.run("systemctl", "is-active", f"box-task-{stop_id}.service", check=False)
     assert unit.stdout.strip() in ("inactive", "unknown"), unit.stdout
     assert json.loads(boxctl(machine, "show", stop_id, "--json").stdout)["state"] == "running"
