@@ -313,6 +313,14 @@ def expected_cost(usage: dict[str, int]) -> dict[str, Any]:
     }
 
 
+def streamed_costs(usage: dict[str, int]) -> list[dict[str, Any]]:
+    """A streamed reply's cost events: what message_start said (its usage with one output
+    token, as reply_events sends), then what the counts grew by."""
+    started = {**usage, "output_tokens": 1}
+    grown = {name: usage[name] - started[name] for name in usage}
+    return [expected_cost(started), expected_cost(grown)]
+
+
 async def test_the_key_and_model_are_the_boxs_and_the_reply_streams_back(rig: Rig) -> None:
     status, body, headers = await post(rig, droid_request())
     assert status == 200
@@ -326,7 +334,10 @@ async def test_the_key_and_model_are_the_boxs_and_the_reply_streams_back(rig: Ri
     assert sent["anthropic-beta"] == "interleaved-thinking-2025-05-14"
     assert forwarded == {**droid_request(), "model": MODEL}
     await rig.gateway.settled()
-    assert rig.manager.costs == [expected_cost(USAGE)]
+    assert rig.manager.costs == streamed_costs(USAGE)
+    assert sum(cost["cents"] for cost in rig.manager.costs) == pytest.approx(
+        expected_cost(USAGE)["cents"], rel=0, abs=1e-9
+    )
 
 
 async def test_a_factory_key_goes_as_key_and_bearer(rig: Rig) -> None:
@@ -365,11 +376,15 @@ async def test_the_first_bytes_arrive_before_the_upstream_has_finished(rig: Rig)
         # The upstream is still holding the rest of its reply.
         assert not release.is_set()
         assert first == events[0] + events[1]
+        # What message_start said is logged already: a broker killed now would lose at most
+        # the output tokens still to come.
+        await rig.manager.until(lambda: bool(rig.manager.costs))
+        assert rig.manager.costs == streamed_costs(USAGE)[:1]
         release.set()
         rest = await reply.read()
     assert first + rest == b"".join(events)
     await rig.gateway.settled()
-    assert rig.manager.costs == [expected_cost(USAGE)]
+    assert rig.manager.costs == streamed_costs(USAGE)
 
 
 async def test_a_non_streamed_reply_is_metered_from_its_usage(rig: Rig) -> None:
@@ -730,3 +745,16 @@ async def test_a_full_disk_is_an_error_droid_retries_in_the_box_s_words(
     assert status == 529
     assert json.loads(body)["error"] == {"type": "overloaded_error", "message": words}
     assert rig.upstream.requests == []
+
+
+def test_what_the_counts_grew_by_never_gives_back_a_count_seen_lower() -> None:
+    """A message_delta that says fewer input tokens than message_start did (no upstream should)
+    is no refund: only what grew is charged again."""
+    usage = StreamUsage()
+    start = {"type": "message", "usage": {"input_tokens": 10, "output_tokens": 1}}
+    usage.feed(sse("message_start", {"type": "message_start", "message": start}))
+    assert usage.at_start == {"input": 10, "output": 1}
+    delta = {"type": "message_delta", "usage": {"input_tokens": 4, "output_tokens": 50}}
+    usage.feed(sse("message_delta", delta))
+    assert usage.at_start == {"input": 10, "output": 1}
+    assert usage.since(usage.at_start) == {"output": 49}

@@ -11,8 +11,11 @@ For each `POST /v1/messages` it:
   again finds the same approval; no answer in time is a 529 that Droid retries;
 - forwards it to the upstream (settings' modelBaseUrl), whatever the task's hosts say, and
   passes the reply back as it arrives, chunk by chunk;
-- logs one cost event per reply from the usage the reply reported (all of it, or as much as
-  came before the reply was cut off), priced like the broker's `/usage`;
+- logs the cost of each reply from the usage the reply reported (all of it, or as much as came
+  before the reply was cut off), priced like the broker's `/usage`: a streamed reply's in two
+  cost events, what `message_start` said (the input and cache tokens) as soon as it has passed,
+  and the rest once the reply ends, so a broker killed mid-reply loses at most the output
+  tokens since (boxd.broker.model_usage);
 - tells the manager when the upstream refuses the key (401): the task ends failed, saying so.
 
 Nothing here logs a request's headers or the key.
@@ -36,7 +39,7 @@ from boxd.broker.budget import budget_cents
 from boxd.broker.credentials import read_secrets
 from boxd.broker.manager_link import Manager, Waiter
 from boxd.broker.model_request import NotAnObject, with_model
-from boxd.broker.model_usage import JsonUsage, StreamUsage, Usage
+from boxd.broker.model_usage import JsonUsage, StreamUsage, tokens_of
 from boxd.connection_guard import Guard
 from boxd.connection_limits import MODEL_GATEWAY_CONNECTIONS, Bounds
 from boxd.errors import BoxError, Problem
@@ -337,11 +340,15 @@ class ModelGateway:
         usage: StreamUsage | JsonUsage | None = None
         if reply.status == 200:
             usage = StreamUsage() if reply.content_type == "text/event-stream" else JsonUsage()
+        logged: dict[str, int] = {}
         try:
             await response.prepare(request)
             async for chunk in reply.content.iter_any():
                 if usage is not None:
                     usage.feed(chunk)
+                    if not logged and isinstance(usage, StreamUsage) and usage.at_start:
+                        logged = usage.at_start
+                        self._log_cost_soon(logged, model)
                 await response.write(chunk)
             await response.write_eof()
         except (aiohttp.ClientError, ConnectionError, TimeoutError) as error:
@@ -351,13 +358,13 @@ class ModelGateway:
             if usage is not None:
                 if isinstance(usage, JsonUsage):
                     usage.finish()
-                self._log_cost_soon(usage, model)
+                self._log_cost_soon(usage.since(logged), model)
         return response
 
-    def _log_cost_soon(self, usage: Usage, model: str) -> None:
-        """Logs the reply's cost in a task of its own, so a handler cancelled mid-way (its
+    def _log_cost_soon(self, counts: dict[str, int], model: str) -> None:
+        """Logs the cost of `counts` in a task of its own, so a handler cancelled mid-way (its
         worker gone) still logs what the model did."""
-        tokens = usage.tokens
+        tokens = tokens_of(counts)
         if tokens is None:
             return
         record = {

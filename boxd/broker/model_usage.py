@@ -6,6 +6,9 @@ cumulative, sometimes with the other counts again. The last value seen of each c
 reply's, so a reply cut off mid-stream still has the usage it reported up to there. Only those
 two events are parsed; everything else passes by unread. A non-streamed reply is one JSON
 message with `usage`.
+
+The gateway logs what `message_start` said as soon as it has passed, and the rest once the reply
+ends (`since`): a broker killed mid-reply has then lost at most the output counted after it.
 """
 
 import json
@@ -39,6 +42,16 @@ class Usage:
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}
 
+    def counts(self) -> dict[str, int]:
+        """The counts seen so far, by boxd.pricing.Tokens' names."""
+        return dict(self._counts)
+
+    def since(self, logged: dict[str, int]) -> dict[str, int]:
+        """What the counts have grown by since `logged`; a count seen lower later is not given
+        back."""
+        grown = {name: count - logged.get(name, 0) for name, count in self._counts.items()}
+        return {name: count for name, count in grown.items() if count > 0}
+
     def take(self, usage: Any) -> None:
         if not isinstance(usage, dict):
             return
@@ -49,14 +62,19 @@ class Usage:
 
     @property
     def tokens(self) -> Tokens | None:
-        if not self._counts:
-            return None
-        return Tokens(
-            input=self._counts.get("input", 0),
-            output=self._counts.get("output", 0),
-            cacheWrite=self._counts.get("cacheWrite", 0),
-            cacheRead=self._counts.get("cacheRead", 0),
-        )
+        return tokens_of(self._counts)
+
+
+def tokens_of(counts: dict[str, int]) -> Tokens | None:
+    """The counts as Tokens, or None if there are none."""
+    if not counts:
+        return None
+    return Tokens(
+        input=counts.get("input", 0),
+        output=counts.get("output", 0),
+        cacheWrite=counts.get("cacheWrite", 0),
+        cacheRead=counts.get("cacheRead", 0),
+    )
 
 
 class StreamUsage(Usage):
@@ -66,6 +84,9 @@ class StreamUsage(Usage):
         super().__init__()
         self._line = bytearray()
         self._skipping = False
+        # The counts message_start said (the input and cache counts, the output so far), once
+        # it is read: what the gateway logs first, whatever else came in the same chunk.
+        self.at_start: dict[str, int] | None = None
 
     def feed(self, chunk: bytes) -> None:
         start = 0
@@ -101,6 +122,8 @@ class StreamUsage(Usage):
             return
         if event.get("type") == "message_start" and isinstance(event.get("message"), dict):
             self.take(event["message"].get("usage"))
+            if self.at_start is None:
+                self.at_start = self.counts()
         elif event.get("type") == "message_delta":
             self.take(event.get("usage"))
 

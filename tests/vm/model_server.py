@@ -17,6 +17,7 @@ script was set gets turn n, and past the script's end a plain text turn "All don
      "error": "...",          # that error's message (optional)
      "stream": true,          # SSE, or one JSON message; by default what the request asked for
      "cutAfter": 3,           # optional: hang up after this many SSE events
+     "holdAfter": [1, 60],    # optional: after this many SSE events, wait this many seconds
      "delay": 0.5}            # optional: seconds before answering
 
 Anything else is a 404 in the API's error shape. The other half, `ModelServer`, is the tests'
@@ -191,7 +192,10 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         events = _events(turn, number, model)
         cut = turn.get("cutAfter")
-        for event in events if cut is None else events[:cut]:
+        hold_after, hold_seconds = turn.get("holdAfter", [None, 0])
+        for number_sent, event in enumerate(events if cut is None else events[:cut]):
+            if number_sent == hold_after:
+                time.sleep(float(hold_seconds))
             self.wfile.write(event)
             self.wfile.flush()
 

@@ -195,11 +195,36 @@ def test_usage_is_metered_exactly_into_the_tasks_cost(
     task = finish(machine, start_fake(machine, token, prompt, model="sonnet")["id"])
     assert task["state"] == "done", task
     assert len(model.requests()) == 2
-    assert task["costCents"] == cost_of(USAGE, plain)
+    # Summed from message_start's part and the rest, for the streamed reply.
+    assert task["costCents"] == pytest.approx(cost_of(USAGE, plain), rel=0, abs=1e-9)
     story = machine.run(
         "journalctl", f"BOX_TASK={task['id']}", "BOX_EVENT=cost", "-o", "cat", "--no-pager"
     ).stdout
-    assert story.count("\n") == 2, story
+    # The streamed reply's two (what message_start said, as soon as it passed; the rest at
+    # its end) and the other's one.
+    assert story.count("\n") == 3, story
+
+
+def test_a_broker_killed_mid_reply_has_logged_what_message_start_said(
+    machine: Machine, token: str, model: ModelServer
+) -> None:
+    """The input and cache tokens, most of what a reply costs, are on record as soon as the
+    reply's message_start has passed: a broker killed before the reply ends (a crash, a power
+    cut) loses at most the output tokens after it."""
+    model.set_script([{"usage": USAGE, "holdAfter": [1, 60]}])
+    task = start_fake(machine, token, ask_model(request()), model="sonnet")
+    task_id = task["id"]
+    started = {**USAGE, "output_tokens": 1}
+    try:
+        deadline = time.monotonic() + 30
+        while json.loads(boxctl(machine, "show", task_id, "--json").stdout)["costCents"] == 0:
+            assert time.monotonic() < deadline, "message_start's cost was never logged"
+            time.sleep(0.2)
+        machine.run("systemctl", "kill", "--signal=KILL", f"box-broker@{task_id}.service")
+        shown = json.loads(boxctl(machine, "show", task_id, "--json").stdout)
+        assert shown["costCents"] == pytest.approx(cost_of(started), rel=0, abs=1e-9), shown
+    finally:
+        http(machine, "POST", f"/api/tasks/{task_id}/stop", token)
 
 
 def over_budget_task(machine: Machine, token: str, model: ModelServer) -> str:
