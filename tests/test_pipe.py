@@ -4,12 +4,13 @@ making the broker buffer, and an error on one side ends both."""
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import socket
 import struct
 from pathlib import Path
 
-from boxd.broker.pipe import PIPE_BYTES
+from boxd.broker.pipe import MOST_GROWN, PIPE_BYTES, _Direction
 from tests.egress_fixtures import egress, server
 
 # A client's receive buffer, asked small so the broker's side fills soon.
@@ -134,3 +135,39 @@ async def test_a_reset_on_one_side_ends_the_other_and_the_connection_is_let_go()
             client.close()
         # The broker closed the task's side after letting the connection go.
         assert proxy.egress.open_connections == 0
+
+
+_F_GETPIPE_SZ = 1032
+
+
+def test_one_broker_grows_at_most_most_grown_pipes_at_once() -> None:
+    """The attacker's test: a task opening many bulk tunnels would take the pipe quota every
+    broker shares (the boxd-broker user's), and leave other tasks' egress tiny pipes."""
+    loop = asyncio.new_event_loop()
+    pairs = [socket.socketpair() for _ in range(MOST_GROWN + 2)]
+    directions = [_Direction(loop, a, b, b"", lambda error: None) for a, b in pairs]
+    try:
+        for direction in directions:
+            direction._make_pipe()
+            direction._grow()
+
+        def size(direction: _Direction) -> int:
+            assert direction.pipe is not None
+            return fcntl.fcntl(direction.pipe[1], _F_GETPIPE_SZ)
+
+        assert [size(d) for d in directions].count(PIPE_BYTES) == MOST_GROWN
+        assert size(directions[-1]) < PIPE_BYTES
+        # One grown pipe closed gives its place to the next bulk transfer.
+        directions[0].stop()
+        later = _Direction(loop, *pairs[0], b"", lambda error: None)
+        later._make_pipe()
+        later._grow()
+        assert size(later) == PIPE_BYTES
+        directions[0] = later
+    finally:
+        for direction in directions:
+            direction.stop()
+        for a, b in pairs:
+            a.close()
+            b.close()
+        loop.close()

@@ -34,8 +34,18 @@ log = logging.getLogger(__name__)
 # (/proc/sys/fs/pipe-max-size); a pipe that may not grow works as it is, more slowly.
 PIPE_BYTES = 1024 * 1024
 GROW_AT = 16 * 1024
+# Grown pipes one broker holds at once, at most: 8 MiB, an eighth of that shared quota, so one
+# task's bulk tunnels cannot spend it all and leave every other task's egress tiny pipes. Its
+# other tunnels keep the default size, and work as fast as a 64 KiB pipe lets them.
+MOST_GROWN = 8
 _F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ, which Python 3.11 does not name
 _NONBLOCKING = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
+
+
+class _Grown:
+    """How many of this broker's pipes are grown now (one broker per process)."""
+
+    count = 0
 # Reads in a row from one wake-up, at most, so one busy tunnel does not starve the others.
 READS_PER_WAKE_UP = 8
 
@@ -72,6 +82,7 @@ class _Direction:
         self.done = False
         self.pipe: tuple[int, int] | None = None
         self.may_grow = True
+        self.grown = False
 
     def start(self) -> None:
         # The pipe is made when the first bytes arrive: the answer that opens a tunnel goes out
@@ -85,11 +96,16 @@ class _Direction:
 
     def _grow(self) -> None:
         """A big read: this is a bulk transfer, which moves faster through a bigger pipe. Asked
-        once; refused when the user's pipe quota is spent, and then the pipe stays as it is."""
+        once; not when the broker holds MOST_GROWN grown pipes already, and refused by the
+        kernel when the user's pipe quota is spent: the pipe then stays as it is."""
         self.may_grow = False
         assert self.pipe is not None
+        if _Grown.count >= MOST_GROWN:
+            return
         with contextlib.suppress(OSError):
             fcntl.fcntl(self.pipe[1], _F_SETPIPE_SZ, PIPE_BYTES)
+            self.grown = True
+            _Grown.count += 1
 
     def stop(self) -> None:
         self._stop_reading()
@@ -98,6 +114,9 @@ class _Direction:
             for end in self.pipe:
                 os.close(end)
             self.pipe = None
+        if self.grown:
+            self.grown = False
+            _Grown.count -= 1
 
     def _readable(self) -> None:
         # While src has more and dst takes it all, read again at once: a bulk transfer then
