@@ -228,6 +228,10 @@ class Box:
             if await self.systemd.status(worker_unit(task.id)) is not None:
                 log.info("task %s is queued but has a worker unit; stopping it first", task.id)
                 await self._let_go(worker_unit(task.id))
+            # Its id may have been a spare of an earlier manager, whose broker, started ahead, holds
+            # the vault of then: it goes, and the task's start starts a new one.
+            if await self.systemd.status(broker_service_unit(task.id)) is not None:
+                await self._let_go(broker_service_unit(task.id))
         await self.droid.begin()
         await self._start_queued()
         job = asyncio.create_task(self._renew_spares())
