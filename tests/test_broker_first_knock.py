@@ -96,3 +96,10 @@ async def test_any_other_error_stops_the_broker_at_once(tmp_path: Path) -> None:
         await asyncio.wait_for(fetch_task(manager, [door]), 5)
     assert raised.value.problem == Problem.FORBIDDEN and manager.asked == 1
     door.close()
+
+
+async def test_a_broker_with_no_task_and_no_socket_stops_rather_than_waits() -> None:
+    manager = Manager()
+    with pytest.raises(BoxError) as raised:
+        await asyncio.wait_for(fetch_task(manager, []), 5)
+    assert raised.value.problem == Problem.NOT_FOUND and manager.asked == 1
