@@ -200,3 +200,18 @@ def test_a_tool_gets_only_the_secrets_it_declares(
     assert read_secrets(("../wallet.key", "vault_wallet.key.cred")) == {}
     monkeypatch.delenv("CREDENTIALS_DIRECTORY")
     assert read_secrets(("mail.user",)) == {}
+
+
+async def test_each_change_is_counted_once_made_and_a_refused_one_is_not(vault: Vault) -> None:
+    # A spare's broker started ahead holds the vault of when it started: the manager tells it
+    # is stale by this count (boxd/manager/box.py).
+    assert vault.changes == 0
+    await vault.set_secret(OWNER, ["mail.password", VALUE])
+    assert vault.changes == 1
+    with pytest.raises(BoxError):
+        await vault.set_secret(OWNER, ["mail.password", ""])
+    with pytest.raises(BoxError):
+        await vault.remove_secret(OWNER, ["no.such"])
+    assert vault.changes == 1
+    await vault.remove_secret(OWNER, ["mail.password"])
+    assert vault.changes == 2

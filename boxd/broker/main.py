@@ -3,7 +3,10 @@ its egress proxies on the sockets box-egress-{http,socks}@<id>.socket bind in it
 its model gateway on the socket box-model@<id>.socket binds there.
 
 It exits 0 once idle for BOX_BROKER_IDLE_MS (boxd/broker/idle.py), and its sockets start it
-again on the next connection. Start-up is on the path of that connection, so only what the
+again on the next connection. A spare's broker (boxd/manager/spares.py) is started before its
+task exists: it imports and joins the bus ahead, then waits, serving nothing and never idle, for
+the first connection to any of its sockets, which only its task's worker can make, and fetches
+its task then. Start-up is on the path of that connection, so only what the
 broker API needs is imported up front: the egress proxies and the model gateway (aiohttp's
 client side, the proxies' parsers) are imported, in a thread, when their first connection
 comes, which many tasks never make.
@@ -23,6 +26,7 @@ from boxd.broker.manager_link import Manager, ManagerLink, Waiter
 from boxd.broker.refusal_log import RefusalLog
 from boxd.connection_limits import BROKER_CONNECTIONS, Bounds
 from boxd.dbus.client import connect_system_bus
+from boxd.errors import BoxError, Problem
 from boxd.ids import check_task_id
 from boxd.paths import box_home
 from boxd.socket_activation import Door, passed_sockets
@@ -151,6 +155,40 @@ async def _until_first(*waits: Awaitable[None]) -> None:
         job.result()
 
 
+async def _first_knock(doors: list[Door]) -> None:
+    """Returns once a connection waits on any of the doors, leaving it in the queue."""
+    loop = asyncio.get_running_loop()
+    knocked: asyncio.Future[None] = loop.create_future()
+
+    def knock() -> None:
+        if not knocked.done():
+            knocked.set_result(None)
+
+    for door in doors:
+        loop.add_reader(door, knock)
+    try:
+        await knocked
+    finally:
+        for door in doors:
+            loop.remove_reader(door)
+
+
+async def fetch_task(manager: Manager, doors: list[Door]) -> dict[str, Any]:
+    """The broker's task. A spare's has none yet: it is fetched once the first connection comes,
+    which only the task's worker can make (each socket is its user's alone, or in its network
+    namespace); the manager gives a broker no task but its own unit's id's."""
+    try:
+        task: dict[str, Any] = (await manager.call("GetTask", ""))["task"]
+        return task
+    except BoxError as error:
+        # With no socket, nothing would ever knock.
+        if error.problem != Problem.NOT_FOUND or not doors:
+            raise
+    await _first_knock(doors)
+    task = (await manager.call("GetTask", ""))["task"]
+    return task
+
+
 async def run(task_id: str) -> None:
     check_task_id(task_id)
     idle = idle_seconds()
@@ -158,12 +196,12 @@ async def run(task_id: str) -> None:
     manager = ManagerLink(bus, task_id)
     waiter = ApprovalWaiter(bus, task_id)
     await waiter.start()
-    task = (await manager.call("GetTask", ""))["task"]
+    passed = passed_sockets(f"box-broker@{task_id}.socket")
+    doors = [door for group in passed.values() for door in group]
+    task = await fetch_task(manager, doors)
     home = box_home()
     wait_ms = float(os.environ.get("BOX_APPROVAL_WAIT_MS", DEFAULT_APPROVAL_WAIT_MS))
     broker = make_broker(manager, waiter, task, home, wait_ms / 1000)
-    passed = passed_sockets(f"box-broker@{task_id}.socket")
-    doors = [door for group in passed.values() for door in group]
     refusals = RefusalLog(manager)
     late = LateDoors(task, manager, waiter, wait_ms / 1000, broker.calls.reserved, refusals)
     for door in passed.pop(EGRESS_HTTP, []):

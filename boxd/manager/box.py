@@ -84,6 +84,7 @@ from boxd.manager.worker_unit import (
     ALL_TASKS_SLICE,
     WORK_GROUP,
     all_tasks_properties,
+    broker_service_unit,
     broker_units,
     task_slice,
     worker_properties,
@@ -171,6 +172,9 @@ class Box:
         self._known_at_open: set[str] = set()
         # Tasks whose id was a spare, until their start: their user and namespace are made.
         self._made_ahead: set[str] = set()
+        # Spares' brokers started ahead, by id, until their task's units start: the vault's
+        # count of changes before each was started (Vault.changes).
+        self._brokers_ahead: dict[str, int] = {}
 
     # Start-up and recovery.
 
@@ -246,6 +250,10 @@ class Box:
             if await self.systemd.status(worker_unit(task.id)) is not None:
                 log.info("task %s is queued but has a worker unit; stopping it first", task.id)
                 await self._let_go(worker_unit(task.id))
+            # Its id may have been a spare of an earlier manager, whose broker, started ahead, holds
+            # the vault of then: it goes, and the task's start starts a new one.
+            if await self.systemd.status(broker_service_unit(task.id)) is not None:
+                await self._let_go(broker_service_unit(task.id))
         await self.droid.begin()
         await self._start_queued()
         job = asyncio.create_task(self._renew_spares())
@@ -273,9 +281,24 @@ class Box:
     async def _make_spare(self, task_id: str) -> None:
         uid = await self.store.claim_uid(task_id, FIRST_UID, LAST_UID, id_taken)
         directory = task_dir(self.home, task_id)
+        directory.mkdir(mode=at_rest.TASK, exist_ok=True)
+        at_rest.restrict(directory, at_rest.TASK)
         await at_once(ensure_user(task_user(task_id), directory, uid), netns.ensure(task_id))
+        # Its broker and sockets too, so the task's first request does not wait for the broker's
+        # start-up (some 300 ms: its sandbox, its imports, the bus). It serves nothing until its
+        # task's worker connects (boxd/broker/main.py); its sockets are the spare's user's and in
+        # its namespace. The vault's count is read first: a change made after that is seen.
+        self._brokers_ahead[task_id] = self.vault.changes
+        for unit in broker_units(task_id):
+            await self.systemd.start_unit(unit)
 
     async def _drop_spare(self, task_id: str) -> None:
+        """Its broker's units go first, and a failure to stop them keeps its user: the next
+        manager finds it and tries again, so no unit outlives the user its sockets belong to."""
+        self._brokers_ahead.pop(task_id, None)
+        for unit in reversed(broker_units(task_id)):
+            await self.systemd.stop_unit(unit)
+            await self.systemd.reset_failed(unit)
         await self._remove_user(task_id)
         await netns.remove(task_id)
 
@@ -951,6 +974,11 @@ class Box:
         (worker_unit.worker_properties): one call to systemd rather than one per unit. The
         broker's start-up overlaps the worker's rather than waiting for its first connection."""
         unit = worker_unit(task.id)
+        ahead = self._brokers_ahead.pop(task.id, None)
+        if ahead is not None and ahead != self.vault.changes:
+            # A spare's broker holds the secrets of when it started: the vault changed since, so
+            # it goes, and the worker's job starts a new one that loads the vault as it is now.
+            await self.systemd.stop_unit(broker_service_unit(task.id))
         self.systemd.watch(unit, partial(self._check_soon, task.id))
         settings = await self.store.settings()
         await self.systemd.start_transient(unit, worker_properties(self.home, task, settings))
@@ -1065,6 +1093,7 @@ class Box:
         failed task's user gone, and last its network namespace, so a namespace left says this
         was cut off. Runs beside the task's lock, never under it: a broker told to stop first
         lets its running tools record their results (FinishCall), which takes that lock."""
+        self._brokers_ahead.pop(task.id, None)
         try:
             for name in broker_units(task.id):
                 await self._let_go(name)

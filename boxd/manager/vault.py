@@ -60,6 +60,9 @@ class Vault:
         self.directory = vault_dir(home)
         self._encrypt = tuple(encrypt)
         self._lock = asyncio.Lock()
+        # How many times the vault's files have changed in this run, counted once the change is
+        # made: a broker started ahead (a spare's) that saw an older count may hold old secrets.
+        self.changes = 0
 
     def open(self) -> None:
         """Makes the directory (brokers do not start without it) and drops what a set cut off
@@ -163,10 +166,12 @@ class Vault:
         except BaseException:
             temporary.unlink(missing_ok=True)
             raise
+        self.changes += 1  # in one thread at a time: under self._lock
         self._sync_directory()
 
     def _remove(self, name: str) -> None:
         self._path(name).unlink()
+        self.changes += 1
         self._sync_directory()
 
     def _sync_directory(self) -> None:

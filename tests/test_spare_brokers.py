@@ -1,0 +1,160 @@
+"""A spare's broker, started ahead (boxd/manager/box.py), with stand-ins for systemd, the store,
+useradd and ip: its units start once its user and namespace are made; a spare dropped loses its
+units before its user, and keeps its user when they could not be stopped; a task that takes a
+spare whose broker started before the vault changed gets a new broker."""
+
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from dbus_fast.aio import MessageBus
+
+from boxd.manager import box as box_module
+from boxd.manager import netns
+from boxd.manager.box import Box
+from boxd.manager.store import Store
+from boxd.manager.systemd import Systemd, SystemdError
+from boxd.manager.worker_unit import broker_service_unit, broker_units, worker_unit
+from boxd.settings import Settings
+from boxd.task import Task, TaskState
+
+SPARE = "t000000001"
+
+
+class FakeSystemd:
+    def __init__(self, said: list[str], fail_stop: bool = False) -> None:
+        self.said = said
+        self.fail_stop = fail_stop
+
+    async def start_unit(self, name: str) -> None:
+        self.said.append(f"start {name}")
+
+    async def stop_unit(self, name: str) -> None:
+        if self.fail_stop:
+            raise SystemdError("org.freedesktop.systemd1.Failed", "could not stop")
+        self.said.append(f"stop {name}")
+
+    async def reset_failed(self, name: str) -> None:
+        pass
+
+    def watch(self, name: str, changed: Any) -> None:
+        pass
+
+    async def start_transient(self, name: str, properties: Any) -> None:
+        self.said.append(f"start {name}")
+
+
+class FakeStore:
+    async def claim_uid(self, task_id: str, *args: Any) -> int:
+        return 1_879_048_193
+
+    async def settings(self) -> Settings:
+        return Settings()
+
+
+@pytest.fixture
+def said(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    said: list[str] = []
+
+    async def ensure_user(name: str, home: Path, uid: int) -> None:
+        said.append(f"useradd {name}")
+
+    async def remove_user(name: str) -> None:
+        said.append(f"userdel {name}")
+
+    async def ensure_netns(task_id: str) -> Path:
+        said.append(f"netns add {task_id}")
+        return Path("/run/netns") / task_id
+
+    async def remove_netns(task_id: str) -> None:
+        said.append(f"netns del {task_id}")
+
+    monkeypatch.setattr(box_module, "ensure_user", ensure_user)
+    monkeypatch.setattr(box_module, "remove_user", remove_user)
+    monkeypatch.setattr(netns, "ensure", ensure_netns)
+    monkeypatch.setattr(netns, "remove", remove_netns)
+    return said
+
+
+def _box(tmp_path: Path, said: list[str], fail_stop: bool = False) -> Box:
+    box = Box(
+        tmp_path,
+        cast(Store, FakeStore()),
+        cast(MessageBus, None),
+        cast(Systemd, FakeSystemd(said, fail_stop)),
+    )
+    (tmp_path / "tasks").mkdir()
+    box.vault.open()
+    return box
+
+
+def _task() -> Task:
+    return Task(
+        id=SPARE,
+        title="t",
+        prompt="p",
+        state=TaskState.RUNNING,
+        user=f"box-{SPARE}",
+        workspace="default",
+        worker="fake",
+        tools=[],
+        hosts=[],
+        source="api",
+        budgetCents=100,
+        createdAt=0.0,
+    )
+
+
+async def test_a_spares_broker_starts_once_its_user_and_namespace_are_made(
+    tmp_path: Path, said: list[str]
+) -> None:
+    box = _box(tmp_path, said)
+    await box._make_spare(SPARE)
+    made = {f"useradd box-{SPARE}", f"netns add {SPARE}"}
+    assert set(said[:2]) == made
+    assert said[2:] == [f"start {unit}" for unit in broker_units(SPARE)]
+    # Its sockets' directory is there, the task's own mode: its worker passes, no one lists it.
+    assert (tmp_path / "tasks" / SPARE).stat().st_mode & 0o777 == 0o711
+
+
+async def test_a_spare_dropped_loses_its_broker_units_before_its_user(
+    tmp_path: Path, said: list[str]
+) -> None:
+    box = _box(tmp_path, said)
+    await box._drop_spare(SPARE)
+    stops = [f"stop {unit}" for unit in reversed(broker_units(SPARE))]
+    assert said == [*stops, f"userdel box-{SPARE}", f"netns del {SPARE}"]
+    assert stops[0] == f"stop {broker_service_unit(SPARE)}"
+
+
+async def test_a_spare_whose_units_could_not_be_stopped_keeps_its_user(
+    tmp_path: Path, said: list[str]
+) -> None:
+    # The next manager finds the user (spares.leftovers) and tries again: no unit is left
+    # whose socket belongs to a user that is gone.
+    box = _box(tmp_path, said, fail_stop=True)
+    with pytest.raises(SystemdError):
+        await box._drop_spare(SPARE)
+    assert said == []
+
+
+async def test_a_spares_broker_is_kept_while_the_vault_is_unchanged(
+    tmp_path: Path, said: list[str]
+) -> None:
+    box = _box(tmp_path, said)
+    await box._make_spare(SPARE)
+    said.clear()
+    await box._start_units(_task())
+    assert said == [f"start {worker_unit(SPARE)}"]
+
+
+async def test_a_spares_broker_started_before_the_vault_changed_is_stopped_first(
+    tmp_path: Path, said: list[str]
+) -> None:
+    box = _box(tmp_path, said)
+    await box._make_spare(SPARE)
+    # A secret set or removed since: the broker started ahead may hold the old vault.
+    box.vault.changes += 1
+    said.clear()
+    await box._start_units(_task())
+    assert said == [f"stop {broker_service_unit(SPARE)}", f"start {worker_unit(SPARE)}"]
