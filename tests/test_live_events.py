@@ -336,3 +336,22 @@ async def test_a_client_that_does_not_read_is_dropped_not_buffered() -> None:
         assert stream.dropped
         await asyncio.wait_for(_until(lambda: hub.open_streams == 0), 10)
         raw.close()
+
+
+async def test_no_signal_is_read_while_no_stream_is_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeBus({BUS_NAME: BOXD})
+    hub = await _hub(fake)
+    read: list[Message] = []
+
+    def reading(message: Message) -> LiveEvent | None:
+        read.append(message)
+        return None
+
+    monkeypatch.setattr("boxd.web.live_events.translate", reading)
+    fake.deliver(event(BOXD, 1, "task.step", {"text": "no one is looking"}))
+    assert read == []
+    stream = hub.subscribe(lambda: None)
+    monkeypatch.undo()
+    fake.deliver(event(BOXD, 2, "task.step", {"text": "someone is"}))
+    assert "someone is" in stream.queue.get_nowait().data
+    assert stream.queue.empty()

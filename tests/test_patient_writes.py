@@ -2,16 +2,17 @@
 
 import asyncio
 import json
-import shutil
 import socket
-import subprocess
-from collections.abc import Iterator
 
 import pytest
 from dbus_fast import Message, MessageType
 from dbus_fast.aio import MessageBus
 
+from boxd.dbus.gathered_writes import gathered
 from boxd.dbus.patient_writes import PatientSocket, patient
+from tests.dbus_daemon import bus_address
+
+__all__ = ["bus_address"]
 
 
 def test_a_full_socket_sends_nothing_rather_than_failing() -> None:
@@ -29,24 +30,14 @@ def test_a_full_socket_sends_nothing_rather_than_failing() -> None:
         assert PatientSocket(left).fileno() == left.fileno()
 
 
-@pytest.fixture
-def bus_address() -> Iterator[str]:
-    daemon = shutil.which("dbus-daemon")
-    if daemon is None:
-        pytest.skip("no dbus-daemon on this machine")
-    process = subprocess.Popen(
-        [daemon, "--session", "--nofork", "--print-address"], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert process.stdout is not None
-        yield process.stdout.readline().strip()
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-async def test_megabyte_messages_back_to_back_keep_the_connection(bus_address: str) -> None:
+@pytest.mark.parametrize("gather", [False, True])
+async def test_megabyte_messages_back_to_back_keep_the_connection(
+    bus_address: str, gather: bool
+) -> None:
     server = patient(await MessageBus(bus_address=bus_address).connect())
+    if gather:
+        # The manager's bus: its messages wait for the end of the turn (gathered_writes).
+        server = gathered(server)
     client = patient(await MessageBus(bus_address=bus_address).connect())
     big = "x" * 1_000_000
 

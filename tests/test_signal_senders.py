@@ -260,3 +260,12 @@ async def test_the_manager_reads_a_unit_only_for_changes_that_may_be_its_end() -
     for message in ends:
         fake.deliver(message)
     assert changed == ["x"] * len(ends)
+
+
+async def test_a_broker_asks_the_bus_for_its_task_s_approval_events_only() -> None:
+    fake, _ = await waiter()
+    events = [rule for rule in fake.rules if "member='Event'" in rule]
+    # Not every step's, call's and cost's Event signal: each would wake the broker for nothing.
+    assert events and all(
+        f"path='{task_path(TASK_ID)}'" in rule and "arg1='approval'" in rule for rule in events
+    )

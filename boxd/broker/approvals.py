@@ -27,10 +27,12 @@ class ApprovalWaiter:
     async def start(self) -> None:
         await self._boxd.start()
         self._bus.add_message_handler(self._on_message)
+        # Approval events only (arg1, the kind): the bus does not wake the broker for each of
+        # its task's steps, calls and costs, which it would only read to drop.
         await add_match(
             self._bus,
             f"type='signal',sender='{BUS_NAME}',path='{self._path}',interface='{TASK}',"
-            "member='Event'",
+            f"member='Event',arg1='{EventKind.APPROVAL.value}'",
         )
 
     def _on_message(self, message: Message) -> None:

@@ -8,6 +8,7 @@ import sdnotify
 from dbus_fast import BusType, RequestNameReply
 from dbus_fast.aio import MessageBus
 
+from boxd.dbus.gathered_writes import gathered
 from boxd.dbus.interface import BUS_NAME
 from boxd.dbus.patient_writes import patient
 from boxd.dbus.server import Server
@@ -38,7 +39,8 @@ async def run() -> None:
     home.mkdir(parents=True, exist_ok=True)
     store = Store(database_path(home), TaskFlush(tasks_dir(home)))
     await store.open()
-    bus = patient(await MessageBus(bus_type=BusType.SYSTEM).connect())
+    # A group commit's answers and signals leave in one write (boxd.dbus.gathered_writes).
+    bus = gathered(patient(await MessageBus(bus_type=BusType.SYSTEM).connect()))
     systemd = Systemd(bus)
     box = Box(home, store, bus, systemd)
     await box.open()

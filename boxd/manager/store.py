@@ -69,6 +69,10 @@ class TaskIdTaken(BoxError):
         super().__init__(Problem.FAILED, task_id_taken(task_id))
 
 
+# A task's row with its latest step (task_steps), as _task reads it.
+_TASKS = "tasks t LEFT JOIN task_steps s ON s.task = t.id"
+_TASK_COLUMNS = "t.id, t.created, t.record, s.step"
+
 # The key of an event's data, as the index of tool.call lines has it.
 _KEY = "json_extract(CASE WHEN json_valid(data) THEN data END, '$.key')"
 _SHARES = "json_extract(CASE WHEN json_valid(data) THEN data END, '$.sharesWith')"
@@ -94,6 +98,13 @@ CREATE INDEX IF NOT EXISTS tool_calls_by_key ON events (task, {_KEY}) WHERE kind
 -- The calls that share a run, by the key of the call that runs: answered with it.
 CREATE INDEX IF NOT EXISTS tool_calls_by_shared ON events (task, {_SHARES})
     WHERE kind = 'tool.call';
+-- A task's latest step, when it is newer than the step in its record: a step changes this row
+-- alone, not the record, which holds the prompt (up to 100,000 characters) and was parsed,
+-- copied, written out and checked again for every step. A save of the whole record drops it.
+CREATE TABLE IF NOT EXISTS task_steps (
+    task TEXT PRIMARY KEY,
+    step TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS tokens (
     hash TEXT PRIMARY KEY,
     name TEXT NOT NULL,
@@ -548,10 +559,10 @@ class Store:
         failed, saying so (and is still found by the state its row had)."""
 
         def read(db: sqlite3.Connection) -> list[Task]:
-            query, values = "SELECT id, created, record FROM tasks", [s.value for s in states]
+            query, values = f"SELECT {_TASK_COLUMNS} FROM {_TASKS}", [s.value for s in states]
             if states:
-                query += f" WHERE state IN ({','.join('?' * len(states))})"
-            rows = db.execute(query + " ORDER BY created", values).fetchall()
+                query += f" WHERE t.state IN ({','.join('?' * len(states))})"
+            rows = db.execute(query + " ORDER BY t.created", values).fetchall()
             return [task for task in map(_task, rows) if task is not None]
 
         return await self._run(read)
@@ -562,8 +573,8 @@ class Store:
 
         def read(db: sqlite3.Connection) -> list[tuple[int, Task | None]]:
             rows = db.execute(
-                "SELECT rowid, id, created, record FROM tasks WHERE rowid < ? "
-                "ORDER BY rowid DESC LIMIT ?",
+                f"SELECT t.rowid, {_TASK_COLUMNS} FROM {_TASKS} WHERE t.rowid < ? "
+                "ORDER BY t.rowid DESC LIMIT ?",
                 (before if before is not None else 2**63 - 1, limit),
             ).fetchall()
             return [(int(row[0]), _task(row[1:])) for row in rows]
@@ -705,13 +716,19 @@ class Ledger:
         self._db = db
         # The tasks saved here, with their events, in order.
         self.saved: list[tuple[Task, Event]] = []
+        # The fields of each task as last read or saved here (a copy, so a task changed in place
+        # still differs): what a save compares with, to write a step alone.
+        self._read: dict[str, dict[str, Any]] = {}
 
     def task(self, task_id: str) -> Task | None:
         """The task; a record that cannot be read comes back as the task failed, saying so."""
         row = self._db.execute(
-            "SELECT id, created, record FROM tasks WHERE id = ?", (task_id,)
+            f"SELECT {_TASK_COLUMNS} FROM {_TASKS} WHERE t.id = ?", (task_id,)
         ).fetchone()
-        return None if row is None else _task(row)
+        task = None if row is None else _task(row)
+        if task is not None:
+            self._read[task_id] = dict(task.__dict__)
+        return task
 
     def answer(self, task_id: str, key: str) -> dict[str, Any] | None:
         row = self._db.execute(
@@ -782,23 +799,17 @@ class Ledger:
     ) -> Event:
         """Writes the task, one event about it, and what the event decides (the answer to a
         key, approvals); in a transaction, so all of it is on disk, or none. A `new` task's id
-        must be no recorded task's: its save never overwrites another task's record."""
-        record = _readable(task)
-        if new:
-            try:
-                self._db.execute(
-                    "INSERT INTO tasks (id, created, state, record) VALUES (?, ?, ?, ?)",
-                    (task.id, task.createdAt, task.state.value, record),
-                )
-            except sqlite3.IntegrityError:
-                raise TaskIdTaken(task.id) from None
-        else:
+        must be no recorded task's: its save never overwrites another task's record. A save
+        that changes nothing but the task's step (every step) writes the step alone."""
+        if not new and task.step is not None and _step_alone(self._read.get(task.id), task):
             self._db.execute(
-                "INSERT INTO tasks (id, created, state, record) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (id) DO UPDATE SET state = excluded.state, "
-                "record = excluded.record",
-                (task.id, task.createdAt, task.state.value, record),
+                "INSERT INTO task_steps (task, step) VALUES (?, ?) "
+                "ON CONFLICT (task) DO UPDATE SET step = excluded.step",
+                (task.id, task.step),
             )
+        else:
+            self._save_record(task, new)
+        self._read[task.id] = dict(task.__dict__)
         event = _append(self._db, task.id, kind, data)
         if answer is not None:
             self._db.execute(
@@ -826,6 +837,33 @@ class Ledger:
             )
         self.saved.append((task, event))
         return event
+
+    def _save_record(self, task: Task, new: bool) -> None:
+        """Writes the task's whole record; its step is the record's again."""
+        record = _readable(task)
+        if new:
+            try:
+                self._db.execute(
+                    "INSERT INTO tasks (id, created, state, record) VALUES (?, ?, ?, ?)",
+                    (task.id, task.createdAt, task.state.value, record),
+                )
+            except sqlite3.IntegrityError:
+                raise TaskIdTaken(task.id) from None
+        else:
+            self._db.execute(
+                "INSERT INTO tasks (id, created, state, record) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET state = excluded.state, "
+                "record = excluded.record",
+                (task.id, task.createdAt, task.state.value, record),
+            )
+        self._db.execute("DELETE FROM task_steps WHERE task = ?", (task.id,))
+
+
+def _step_alone(before: dict[str, Any] | None, after: Task) -> bool:
+    """Whether `after` is the task whose fields were `before` with another step and nothing
+    else. Fields are compared by identity first (a model_copy shares them), so a long prompt is
+    not compared character by character."""
+    return before is not None and after.__dict__ == {**before, "step": after.step}
 
 
 def _commit_once(
@@ -893,14 +931,18 @@ def _readable(task: Task) -> str:
 
 
 def _task(row: tuple[Any, ...]) -> Task | None:
-    task_id, created, record = row
+    """The task of a row of _TASK_COLUMNS."""
+    task_id, created, record, step = row
     if not isinstance(task_id, str) or not is_task_id(task_id):
         log.error("box.db holds a task row whose id %r is not a task id; it is left out", task_id)
         return None
     try:
-        return Task.model_validate_json(record)
+        task = Task.model_validate_json(record)
     except (ValidationError, ValueError, TypeError) as error:
         return salvage(task_id, created, record, error)
+    if isinstance(step, str):
+        task.step = step
+    return task
 
 
 def _approval(approval_id: Any, record: Any) -> Approval | None:

@@ -142,8 +142,9 @@ class LiveEvents:
         self._streams.discard(subscription)
 
     def _on_message(self, message: Message) -> None:
-        # Returns None always: the signal may matter to other handlers too.
-        if self._boxd is None or not self._boxd.sent(message):
+        # Returns None always: the signal may matter to other handlers too. With no stream open
+        # (no page is showing), a signal is not read: every step of every task sends two.
+        if not self._streams or self._boxd is None or not self._boxd.sent(message):
             return
         try:
             event = translate(message)
