@@ -50,7 +50,7 @@ def private_kib(kinds=("Private_Clean:", "Private_Dirty:")):
 _BROKER = (
     _PRIVATE
     + """
-import json, time
+import json, sys, time
 start = time.perf_counter()
 import boxd.broker.main
 imported = time.perf_counter()
@@ -60,8 +60,22 @@ dirty = private_kib(("Private_Dirty:",))
 from boxd.approval import AskRequest
 from boxd.apps.registry import find_tool
 from boxd.broker.calls import CallRequest
-from boxd.plain_errors import parse
 from boxd.step import Step
+
+STEP = b'{"text": "read the files", "data": {"n": 1}}'
+ASK = b'{"question": "May I?", "key": "k1", "costCents": 5}'
+CALL = b'{"tool": "echo.say", "input": {"text": "hi"}, "key": "k"}'
+if hasattr(Step, "read"):
+    # Read by boxd.json_reader, as the broker reads them now.
+    step = lambda: Step.read(STEP).json()
+    ask = lambda: AskRequest.read(ASK)
+    call = lambda: CallRequest.read(CALL)
+else:
+    # A tree whose broker reads them with pydantic models (--against an older checkout).
+    from boxd.plain_errors import parse
+    step = lambda: parse(Step, STEP).model_dump(mode="json")
+    ask = lambda: parse(AskRequest, ASK)
+    call = lambda: parse(CallRequest, CALL)
 
 def twice(use):
     times = []
@@ -72,24 +86,20 @@ def twice(use):
     return times
 
 first = {
-    "POST /step": twice(
-        lambda: parse(Step, b'{"text": "read the files", "data": {"n": 1}}').model_dump(
-            mode="json"
-        )
-    ),
-    "POST /ask": twice(
-        lambda: parse(AskRequest, b'{"question": "May I?", "key": "k1", "costCents": 5}')
-    ),
-    "POST /call": twice(
-        lambda: parse(CallRequest, b'{"tool": "echo.echo", "input": {"text": "hi"}, "key": "k"}')
-    ),
-    "a tool's lookup": twice(lambda: find_tool("echo.echo")),
+    "POST /step": twice(step),
+    "POST /ask": twice(ask),
+    "POST /call": twice(call),
 }
+# Whether the start path (the import, the first step, ask and call) loaded pydantic; a tool's
+# input model loads it with the tool.
+pydantic = "pydantic" in sys.modules
+first["a tool's lookup"] = twice(lambda: find_tool("echo.say"))
 print(json.dumps({
     "import_ms": (imported - start) * 1000,
     "private_kib": memory,
     "dirty_kib": dirty,
     "first": first,
+    "pydantic": pydantic,
 }))
 """
 )
@@ -164,6 +174,8 @@ class Tree:
             first = median([run["first"][kind][0] for run in brokers])
             second = median([run["first"][kind][1] for run in brokers])
             print(f"    {kind}: {first:.2f} ms / {second:.3f} ms")
+        loaded = "yes" if any(run["pydantic"] for run in brokers) else "no"
+        print(f"  pydantic imported by the import and the first step, ask and call: {loaded}")
         step = median([run["import_ms"] + run["first"]["POST /step"][0] for run in brokers])
         print(f"  start path (import + the first POST /step's validation): {step:.1f} ms")
 

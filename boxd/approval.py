@@ -2,16 +2,17 @@
 again with the same key finds the same approval, also after a restart.
 
 A task's broker imports this with every start: the record of an approval and the owner's answer,
-which only the manager and the gateway read, are boxd.approval_record's.
+which only the manager and the gateway read, are boxd.approval_record's; the manager's question
+(boxd.broker_wire.Question) is this module's checks as pydantic validators.
 """
 
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated
-
-from pydantic import BaseModel, BeforeValidator, ConfigDict, StrictStr, field_validator
+from typing import Any
 
 from boxd.caps import MAX_LABEL, cents, text
-from boxd.plain_errors import plain
+from boxd.errors import Problem, die
+from boxd.json_reader import body
 
 MAX_KEY = 200
 MAX_QUESTION = 2000
@@ -27,37 +28,61 @@ class ApprovalState(StrEnum):
 def key(value: object) -> str:
     """Keys make calls idempotent: every /call and /ask needs one."""
     if value is None or value == "":
-        raise plain("a key is required")
+        die(Problem.INVALID, "a key is required")
     if not isinstance(value, str):
-        raise plain("key must be a string")
+        die(Problem.INVALID, "key must be a string")
     if len(value) > MAX_KEY:
-        raise plain(f"key is over {MAX_KEY} characters")
+        die(Problem.INVALID, f"key is over {MAX_KEY} characters")
     return value
 
 
-Key = Annotated[str, BeforeValidator(key)]
+def question(value: object) -> str:
+    if not isinstance(value, str):
+        die(Problem.INVALID, "question: input should be a valid string")
+    if not value.strip():
+        die(Problem.INVALID, "question is missing")
+    if len(value) > MAX_QUESTION:
+        die(Problem.INVALID, f"question is over {MAX_QUESTION} characters")
+    return value
 
 
-class AskRequest(BaseModel):
+payee = text("payee", MAX_LABEL)
+purpose = text("purpose", MAX_LABEL)
+
+
+@dataclass(frozen=True)
+class AskRequest:
     """The body of the broker's `POST /ask`."""
 
-    # Built on its first /ask, which many tasks never send, rather than at the broker's start.
-    model_config = ConfigDict(extra="forbid", validate_default=True, defer_build=True)
+    question: str
+    key: str
+    costCents: float | None = None
+    payee: str | None = None
+    purpose: str | None = None
 
-    question: StrictStr
-    key: Key = ""
-    costCents: Annotated[float, BeforeValidator(cents)] | None = None
-    payee: Annotated[str, text("payee", MAX_LABEL)] | None = None
-    purpose: Annotated[str, text("purpose", MAX_LABEL)] | None = None
-
-    @field_validator("question")
     @classmethod
-    def _question(cls, value: str) -> str:
-        if not value.strip():
-            raise plain("question is missing")
-        if len(value) > MAX_QUESTION:
-            raise plain(f"question is over {MAX_QUESTION} characters")
-        return value
+    def read(cls, raw: str | bytes) -> "AskRequest":
+        fields = body(raw)
+        ask = cls(
+            fields.required("question", question),
+            fields.checked_default("key", key, ""),
+            fields.nullable("costCents", cents),
+            fields.nullable("payee", payee),
+            fields.nullable("purpose", purpose),
+        )
+        fields.done()
+        return ask
+
+    def json(self) -> dict[str, Any]:
+        """As the manager's Ask takes it: what was not given is left out."""
+        given = {
+            "question": self.question,
+            "key": self.key,
+            "costCents": self.costCents,
+            "payee": self.payee,
+            "purpose": self.purpose,
+        }
+        return {name: value for name, value in given.items() if value is not None}
 
 
 def approval_id(task_id: str, call_key: str) -> str:

@@ -1,10 +1,11 @@
-"""What the broker and the manager say to each other about calls, costs and questions."""
+"""What the broker and the manager say to each other about calls, costs and questions: the
+manager's models of them, whose fields are checked by the same plain checks the broker reads its
+requests with (boxd.caps, boxd.approval), as pydantic validators (plain_errors.checked)."""
 
 from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -13,12 +14,13 @@ from pydantic import (
     StringConstraints,
 )
 
-from boxd.approval import AskRequest, Key
-from boxd.caps import MAX_ERROR, MAX_LABEL, MAX_TOKENS, cents, data, text
+from boxd import approval
+from boxd.caps import MAX_ERROR, MAX_LABEL, MAX_TOKENS, cents, cents_of, data, text
+from boxd.plain_errors import checked
 
-Label = Annotated[str, text("tool", MAX_LABEL)]
-TokenKind = Annotated[str, text("tokens", MAX_LABEL)]
-TokenCount = Annotated[int, Field(ge=0, le=MAX_TOKENS)]
+Key = Annotated[str, checked(approval.key)]
+Label = Annotated[str, checked(text("tool", MAX_LABEL))]
+Cents = Annotated[float, checked(cents)]
 
 
 class CallStart(BaseModel):
@@ -29,8 +31,8 @@ class CallStart(BaseModel):
 
     key: Key
     tool: Label
-    input: Annotated[Any, data("input")] = None
-    costCents: Annotated[float, BeforeValidator(cents)] = 0
+    input: Annotated[Any, checked(data("input"))] = None
+    costCents: Cents = 0
     # The key of the same call, running already, whose run this one shares: the result logged
     # for that key is logged for this one in the same commit, so a broker killed in between
     # leaves no key of the run unanswered, to run it again when the task asks again.
@@ -43,9 +45,9 @@ class CallResult(BaseModel):
     key: Key
     tool: Label
     ok: StrictBool
-    output: Annotated[Any, data("output")] = None
-    error: Annotated[str, text("error", MAX_ERROR)] | None = None
-    costCents: Annotated[float, BeforeValidator(cents)] = 0
+    output: Annotated[Any, checked(data("output"))] = None
+    error: Annotated[str, checked(text("error", MAX_ERROR))] | None = None
+    costCents: Cents = 0
     # The key of the call whose run this one shared.
     sharedWith: Key | None = None
 
@@ -61,11 +63,14 @@ class CostRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    cents: Annotated[float, BeforeValidator(lambda v: cents(v, "cents"))]
-    what: Annotated[str, text("what", MAX_LABEL)]
-    model: Annotated[str, text("model", MAX_LABEL)] | None = None
+    cents: Annotated[float, checked(cents_of("cents"))]
+    what: Annotated[str, checked(text("what", MAX_LABEL))]
+    model: Annotated[str, checked(text("model", MAX_LABEL))] | None = None
     tokens: (
-        dict[Annotated[str, text("tokens", MAX_LABEL)], Annotated[int, Field(ge=0, le=MAX_TOKENS)]]
+        dict[
+            Annotated[str, checked(text("tokens", MAX_LABEL))],
+            Annotated[int, Field(ge=0, le=MAX_TOKENS)],
+        ]
         | None
     ) = None
 
@@ -88,17 +93,21 @@ class NetRefusal(BaseModel):
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
-class Question(AskRequest):
-    """An /ask, or the OK an over-budget /call needs (`tool` names the call it is for), or the
-    OK the model gateway needs before a request past the budget (`model` names the model it
-    runs on, `inputHash` the sha256 of the request's body)."""
+class Question(BaseModel):
+    """An /ask (boxd.approval.AskRequest, checked the same), or the OK an over-budget /call
+    needs (`tool` names the call it is for), or the OK the model gateway needs before a request
+    past the budget (`model` names the model it runs on, `inputHash` the sha256 of the request's
+    body)."""
 
-    # The manager's, built with the others as it starts, not on its first question as the
-    # broker's AskRequest is.
-    model_config = ConfigDict(defer_build=False)
+    model_config = ConfigDict(extra="forbid", validate_default=True)
 
+    question: Annotated[str, checked(approval.question)]
+    key: Key = ""
+    costCents: Cents | None = None
+    payee: Annotated[str, checked(approval.payee)] | None = None
+    purpose: Annotated[str, checked(approval.purpose)] | None = None
     tool: Label | None = None
-    model: Annotated[str, text("model", MAX_LABEL)] | None = None
+    model: Annotated[str, checked(text("model", MAX_LABEL))] | None = None
     inputHash: Sha256 | None = None
 
 

@@ -3,14 +3,17 @@ sends is capped, so no record, log line or answer grows without bound; README li
 
 The caps of a task request (title, prompt, hosts, files, ...) are start-a-task.txt's, in
 task_request.py; a key and a question are approval.py's.
+
+Each check takes a value and returns it, or raises BoxError in a sentence that names the field:
+the broker's requests are read with them as they are (boxd.json_reader), the manager's records
+with them as pydantic validators (boxd.plain_errors.checked), so a broker imports no pydantic.
 """
 
 import math
+from collections.abc import Callable
 from typing import Any
 
-from pydantic import BeforeValidator
-from pydantic_core import PydanticCustomError
-
+from boxd.errors import Problem, die
 from boxd.strict_json import size
 
 # One cost, one tool call's cost, one question's cost: $10,000,000. Far above any budget
@@ -31,37 +34,32 @@ MAX_ERROR = 4000
 MAX_TOOLS = 50
 
 
-def _plain(message: str) -> PydanticCustomError:
-    # The same type plain_errors.PLAIN names: the message is the whole sentence.
-    return PydanticCustomError("box", message)
-
-
-def text(field: str, limit: int) -> BeforeValidator:
+def text(field: str, limit: int) -> Callable[[object], str]:
     """A string of at most `limit` characters."""
 
     def check(value: object) -> str:
         if not isinstance(value, str):
-            raise _plain(f"{field} must be a string")
+            die(Problem.INVALID, f"{field} must be a string")
         if len(value) > limit:
-            raise _plain(f"{field} is over {limit:,} characters")
+            die(Problem.INVALID, f"{field} is over {limit:,} characters")
         return value
 
-    return BeforeValidator(check)
+    return check
 
 
-def data(field: str, limit: int = MAX_DATA) -> BeforeValidator:
+def data(field: str, limit: int = MAX_DATA) -> Callable[[object], Any]:
     """Any JSON value of at most `limit` characters as compact JSON."""
 
     def check(value: object) -> Any:
         try:
             shown = size(value)
         except (TypeError, ValueError, RecursionError):
-            raise _plain(f"{field} is not a JSON value") from None
+            die(Problem.INVALID, f"{field} is not a JSON value")
         if shown > limit:
-            raise _plain(f"{field} is over {MAX_DATA_WORDS} as JSON ({shown:,} characters)")
+            die(Problem.INVALID, f"{field} is over {MAX_DATA_WORDS} as JSON ({shown:,} characters)")
         return value
 
-    return BeforeValidator(check)
+    return check
 
 
 def cents(value: object, field: str = "costCents") -> float:
@@ -72,5 +70,10 @@ def cents(value: object, field: str = "costCents") -> float:
         or not math.isfinite(value)
         or not 0 <= value <= MAX_CENTS
     ):
-        raise _plain(f"{field} must be a number of US cents from 0 to {MAX_CENTS:,}")
+        die(Problem.INVALID, f"{field} must be a number of US cents from 0 to {MAX_CENTS:,}")
     return float(value)
+
+
+def cents_of(field: str) -> Callable[[object], float]:
+    """cents() for a field named otherwise than costCents."""
+    return lambda value: cents(value, field)

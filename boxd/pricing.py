@@ -1,13 +1,13 @@
 """What a model call cost, from its token counts and the model's list prices."""
 
 import re
-from dataclasses import dataclass
-from typing import Annotated
-
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 
 from boxd.caps import MAX_TOKENS
 from boxd.errors import Problem, die
+from boxd.json_reader import Fields
+from boxd.strict_json import where
 
 
 @dataclass(frozen=True)
@@ -50,17 +50,49 @@ PRICES: dict[str, Price] = {
 # Models are also named with their snapshot date, e.g. claude-sonnet-4-5-20250929.
 _DATED = re.compile(r"-\d{8}\Z")
 
-Count = Annotated[StrictInt, Field(ge=0, le=MAX_TOKENS)]
+
+def _count(path: tuple[str, ...]) -> Callable[[object], int]:
+    """A token count: a JSON integer from 0 to MAX_TOKENS (not 1.0, not true), refused in
+    pydantic's words, as before."""
+
+    def check(value: object) -> int:
+        if type(value) is not int:
+            die(Problem.INVALID, f"{where(path)}: input should be a valid integer")
+        if value < 0:
+            die(Problem.INVALID, f"{where(path)}: input should be greater than or equal to 0")
+        if value > MAX_TOKENS:
+            die(
+                Problem.INVALID,
+                f"{where(path)}: input should be less than or equal to {MAX_TOKENS}",
+            )
+        return value
+
+    return check
 
 
-class Tokens(BaseModel):
-    # Built on the task's first /usage or model answer, not at its broker's start.
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+@dataclass(frozen=True)
+class Tokens:
+    """The token counts of a model call: a /usage's `tokens`, or what the gateway read."""
 
-    input: Count
-    output: Count
-    cacheWrite: Count = 0
-    cacheRead: Count = 0
+    input: int
+    output: int
+    cacheWrite: int = 0
+    cacheRead: int = 0
+
+    @classmethod
+    def read(cls, value: object, path: tuple[str, ...]) -> "Tokens":
+        fields = Fields(value, path)
+        tokens = cls(
+            fields.required("input", _count(fields.path("input"))),
+            fields.required("output", _count(fields.path("output"))),
+            fields.optional("cacheWrite", _count(fields.path("cacheWrite")), 0),
+            fields.optional("cacheRead", _count(fields.path("cacheRead")), 0),
+        )
+        fields.done()
+        return tokens
+
+    def json(self) -> dict[str, int]:
+        return asdict(self)
 
 
 def price_of(model: str) -> Price:

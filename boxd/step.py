@@ -3,18 +3,30 @@
 Its own module, so the broker, which starts with every task, does not build the task models.
 """
 
-from typing import Annotated, Any
-
-from pydantic import BaseModel, ConfigDict
+from dataclasses import dataclass
+from typing import Any
 
 from boxd import caps
+from boxd.json_reader import body
 
 
-class Step(BaseModel):
+@dataclass(frozen=True)
+class Step:
     """The body of the broker's `POST /step`, and the data of its `task.step` event."""
 
-    # Built on the first step the broker (or the manager) is sent, not as the broker starts.
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+    text: str
+    data: Any = None
 
-    text: Annotated[str, caps.text("text", caps.MAX_STEP_TEXT)]
-    data: Annotated[Any, caps.data("data")] = None
+    @classmethod
+    def read(cls, raw: str | bytes) -> "Step":
+        """Read by the broker from its worker, and by the manager from the broker."""
+        fields = body(raw)
+        step = cls(
+            fields.required("text", caps.text("text", caps.MAX_STEP_TEXT)),
+            fields.optional("data", caps.data("data"), None),
+        )
+        fields.done()
+        return step
+
+    def json(self) -> dict[str, Any]:
+        return {"text": self.text, "data": self.data}

@@ -6,10 +6,15 @@ infinity stored in a task's cost made its record unreadable (pydantic writes it 
 every body is read here: a number that is not finite, or an integer beyond JSON's safe range,
 is refused in words that name where it was; so is a key given twice in one object, which every
 reader here would take as its last value while a proxy or a log in front may read the first.
+What pydantic's reader refused and Python's takes is refused here too, as nothing behind this
+reader may meet it: text that is not UTF-8 (Python's guesses UTF-16 and takes encoded lone
+surrogates), a lone surrogate escaped in a string (`"\\ud800"`: no character, and no store or
+D-Bus message can carry it), and nesting deeper than MAX_DEPTH.
 """
 
 import json
 import math
+import re
 from typing import Any
 
 from boxd.errors import Problem, die
@@ -19,6 +24,12 @@ MAX_INTEGER = 9_007_199_254_740_991
 # What one request may carry, body or D-Bus argument: the spec's "The body is over 10 MB".
 MAX_BODY = 10 * 1024 * 1024
 TOO_LARGE = "the body is over 10 MB"
+# Arrays and objects one in another, the body's own included: pydantic's reader stopped at about
+# this depth, and a record of events deeper than that could not be read back by it.
+MAX_DEPTH = 200
+# A `\\u` escape of a UTF-16 surrogate, the only way a lone one gets into UTF-8 JSON text.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class _Refused:
@@ -85,6 +96,37 @@ def _find(value: Any, path: tuple[str, ...]) -> tuple[tuple[str, ...], _Refused]
     return None
 
 
+def _too_deep(value: Any, depth: int = 1) -> bool:
+    if depth > MAX_DEPTH:
+        return True
+    if isinstance(value, dict):
+        items: Any = value.values()
+    elif isinstance(value, list):
+        items = value
+    else:
+        return False
+    return any(isinstance(item, dict | list) and _too_deep(item, depth + 1) for item in items)
+
+
+def _lone_surrogate(value: Any, path: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The path of the first string or key holding a lone surrogate, if any."""
+    if isinstance(value, str):
+        return path if _SURROGATE.search(value) else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if _SURROGATE.search(key):
+                return (*path, key.encode("utf-8", "backslashreplace").decode())
+            found = _lone_surrogate(item, (*path, key))
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _lone_surrogate(item, (*path, str(index)))
+            if found is not None:
+                return found
+    return None
+
+
 def where(path: tuple[str, ...]) -> str:
     return ".".join(path) or "the body"
 
@@ -101,8 +143,11 @@ def loads(body: str | bytes, what: str = "the body") -> Any:
         return refusal
 
     try:
+        # UTF-8 only: json.loads would guess UTF-16 or UTF-32 from bytes, and decode encoded
+        # surrogates.
+        text = body.decode() if isinstance(body, bytes) else body
         value = json.loads(
-            body,
+            text,
             parse_constant=lambda text: mark(_constant(text)),
             parse_float=lambda text: mark(_float(text)),
             parse_int=lambda text: mark(_int(text)),
@@ -122,6 +167,13 @@ def loads(body: str | bytes, what: str = "the body") -> Any:
         if found is not None:
             path, refusal = found
             die(Problem.INVALID, refusal.words(path))
+    # Counted first: a body with fewer brackets than MAX_DEPTH cannot be that deep.
+    if text.count("[") + text.count("{") > MAX_DEPTH and _too_deep(value):
+        die(Problem.INVALID, f"{what} is nested too deeply")
+    if _SURROGATE_ESCAPE.search(text):
+        lone = _lone_surrogate(value, ())
+        if lone is not None:
+            die(Problem.INVALID, f"{where(lone)} holds a lone surrogate, so it is not UTF-8 text")
     return value
 
 

@@ -1,30 +1,95 @@
 """A broker starts with every task and on the first request after it exited idle, so what it
-imports is on that path: the manager's models, the App SDK and the tool models are not imported or
-built as it starts, and its request models are built on their first request."""
+imports is on that path: not the manager's models, the App SDK, the tools' models, nor pydantic
+at all. It reads its requests with boxd.json_reader, so a task that logs steps, asks, and says
+its costs never loads pydantic; a tool's input model (the App SDK's, pydantic) comes with the
+first tool a `POST /call` looks up."""
 
 import json
 import subprocess
 import sys
 
+# A broker of a task with one tool, served on a Unix socket by its own server, asked over raw
+# HTTP (an HTTP client would import what is looked for), its manager answered in memory.
 _LOOK = """
-import json, sys
+import asyncio, json, sys, tempfile
+from pathlib import Path
 import boxd.broker.main
-from boxd.approval import AskRequest
-from boxd.broker.app import CostRequest, UsageRequest
-from boxd.broker.calls import CallRequest
-from boxd.step import Step
-from boxd.plain_errors import parse
+imported = sorted(sys.modules)
+from boxd.broker.app import make_broker
+from tests.broker_serving import serving
 
-models = {"AskRequest": AskRequest, "CallRequest": CallRequest, "Step": Step,
-          "CostRequest": CostRequest, "UsageRequest": UsageRequest}
-built = {name: model.__pydantic_complete__ for name, model in models.items()}
-step = parse(Step, b'{"text": "read the files"}').model_dump(mode="json")
-print(json.dumps({
-    "modules": sorted(sys.modules),
-    "built": built,
-    "step": step,
-    "built_after": Step.__pydantic_complete__,
-}))
+TASK = {"id": "t000000001", "tools": ["echo.say"], "budgetCents": 100, "costCents": 0}
+
+class Manager:
+    async def call(self, member, *args):
+        if member == "GetTask":
+            return {"task": TASK, "steps": []}
+        if member == "Ask":
+            return {"id": "t000000001.k", "state": "approved"}
+        if member == "BeginCall":
+            return {"answered": None, "spentCents": 0, "reservedCents": {}, "approval": None}
+        if member == "FinishCall":
+            answer = {"ok": True, "output": json.loads(args[0])["output"]}
+            return {"answered": answer, "spentCents": 0}
+        return {"seq": 1, "data": json.loads(args[0])}
+
+class Waiter:
+    async def wait(self, approval, seconds):
+        return approval["state"]
+
+async def ask(path, method, target, body=b""):
+    reader, writer = await asyncio.open_unix_connection(path)
+    writer.write(
+        f"{method} {target} HTTP/1.1\\r\\nHost: box\\r\\nContent-Type: application/json\\r\\n"
+        f"Content-Length: {len(body)}\\r\\nConnection: close\\r\\n\\r\\n".encode() + body
+    )
+    answer = await reader.read()
+    writer.close()
+    head, _, body = answer.partition(b"\\r\\n\\r\\n")
+    if b"chunked" in head.lower():
+        chunks = b""
+        while True:
+            size, _, body = body.partition(b"\\r\\n")
+            if int(size, 16) == 0:
+                break
+            chunks += body[: int(size, 16)]
+            body = body[int(size, 16) + 2 :]
+        body = chunks
+    return int(head.split(b" ", 2)[1]), json.loads(body or b"null")
+
+TOOL_CALL = b'{"tool": "echo.say", "input": {"text": "hi"}, "key": "t"}'
+REQUESTS = [
+    ("GET", "/task", b""),
+    ("POST", "/step", b'{"text": "read the files", "data": {"n": 1}}'),
+    ("POST", "/step", b'{"text": 1}'),
+    ("POST", "/ask", b'{"question": "May I?", "key": "k", "costCents": 5}'),
+    ("POST", "/ask", b'{"question": "May I?"}'),
+    ("POST", "/cost", b'{"cents": 1.5, "what": "a search"}'),
+    ("POST", "/cost", b'{"cents": true, "what": "a search"}'),
+    ("POST", "/usage", b'{"model": "claude-sonnet-4-6", "tokens": {"input": 10, "output": 2}}'),
+    ("POST", "/usage", b'{"model": "m", "tokens": {"input": 1.0, "output": 2}}'),
+    ("POST", "/call", b'{"tool": "wallet.pay", "key": "k"}'),
+    ("POST", "/call", b'{"tool": "echo.say", "key": 7}'),
+]
+
+async def main():
+    with tempfile.TemporaryDirectory() as home:
+        manager = Manager()
+        broker = make_broker(manager, Waiter(), TASK,
+                             Path(home), 0.01)
+        path = str(Path(home) / "broker.sock")
+        async with serving(broker, path):
+            answers = [[*request[:2], *await ask(path, *request)] for request in REQUESTS]
+            served = sorted(sys.modules)
+            tool = await ask(path, "POST", "/call", TOOL_CALL)
+            print(json.dumps({
+                "imported": imported,
+                "served": served,
+                "answers": answers,
+                "tool": [*tool, "pydantic" in sys.modules],
+            }))
+
+asyncio.run(main())
 """
 
 
@@ -34,8 +99,8 @@ def _look() -> dict[str, object]:
     return found
 
 
-def test_the_broker_imports_no_model_of_the_manager_nor_the_apps() -> None:
-    modules = _look()["modules"]
+def test_the_broker_imports_no_model_of_the_manager_nor_the_apps_nor_pydantic() -> None:
+    modules = _look()["imported"]
     assert isinstance(modules, list)
     for name in (
         "boxd.approval_record",
@@ -46,6 +111,15 @@ def test_the_broker_imports_no_model_of_the_manager_nor_the_apps() -> None:
         "boxd.task",
         "boxd.task_request",
         "boxd.manager",
+        "boxd.broker_wire",
+        "boxd.plain_errors",
+        # Its requests are read by boxd.json_reader: pydantic and its model machinery were
+        # ~22 ms and some 7.5 MiB of each broker's own heap.
+        "pydantic",
+        "pydantic_core",
+        "annotated_types",
+        # The installed packages' entry points are read on the first tool look-up.
+        "importlib.metadata",
         # The broker keeps no database: boxd.full_disk's check does not load SQLite.
         "sqlite3",
         # Its own HTTP server (boxd/broker/http_server.py): aiohttp cost each broker 180 ms to
@@ -55,9 +129,43 @@ def test_the_broker_imports_no_model_of_the_manager_nor_the_apps() -> None:
         assert name not in modules, f"the broker imports {name} as it starts"
 
 
-def test_the_request_models_are_built_on_their_first_request() -> None:
+def test_steps_asks_costs_and_usage_load_no_pydantic_and_a_tool_does() -> None:
     found = _look()
-    built = found["built"]
-    assert isinstance(built, dict) and len(built) == 5 and not any(built.values()), built
-    assert found["step"] == {"text": "read the files", "data": None}
-    assert found["built_after"] is True
+    served = found["served"]
+    assert isinstance(served, list)
+    for name in ("pydantic", "pydantic_core", "annotated_types", "boxd.sdk", "aiohttp"):
+        assert name not in served, f"the broker's first requests import {name}"
+    answers = found["answers"]
+    assert isinstance(answers, list)
+    assert [answer[:3] for answer in answers] == [
+        ["GET", "/task", 200],
+        ["POST", "/step", 200],
+        ["POST", "/step", 400],
+        ["POST", "/ask", 200],
+        ["POST", "/ask", 400],
+        ["POST", "/cost", 200],
+        ["POST", "/cost", 400],
+        ["POST", "/usage", 200],
+        ["POST", "/usage", 400],
+        ["POST", "/call", 400],
+        ["POST", "/call", 400],
+    ]
+    bodies = [answer[3] for answer in answers]
+    assert bodies[0]["task"]["id"] == "t000000001"
+    assert bodies[1]["data"] == {"text": "read the files", "data": {"n": 1}}
+    assert bodies[2] == {"error": "text must be a string"}
+    assert bodies[3] == {"approved": True}
+    assert bodies[4] == {"error": "a key is required"}
+    assert bodies[5]["data"] == {"cents": 1.5, "what": "a search"}
+    assert bodies[6]["error"].startswith("cents must be a number of US cents")
+    assert bodies[7]["data"]["tokens"] == {
+        "input": 10,
+        "output": 2,
+        "cacheWrite": 0,
+        "cacheRead": 0,
+    }
+    assert bodies[8] == {"error": "tokens.input: input should be a valid integer"}
+    assert bodies[9]["error"].startswith("this task may not call wallet.pay")
+    assert bodies[10] == {"error": "key must be a string"}
+    # A tool's input model is pydantic's (the App SDK): its first look-up loads it.
+    assert found["tool"] == [200, {"ok": True, "output": {"text": "hi"}}, True]

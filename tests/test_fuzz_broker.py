@@ -1,6 +1,8 @@
 """Garbage at every route of a task's broker (boxd/broker/app.py, broker-api.txt), the real
 broker on a real Unix socket, served as its unit serves it, with the manager kept in memory as
-the broker's other tests keep it: bodies from the routes' models, broken (tests/fuzz_bodies.py),
+the broker's other tests keep it: bodies from the schemas of the routes' requests (the pydantic
+models they were read with before boxd.json_reader, tests/old_request_models.py), broken
+(tests/fuzz_bodies.py),
 odd paths and content types. Never a 5xx; every refusal {"error": "..."} in plain words (400,
 as the spec says); the broker still answering afterwards. tests/vm/test_fuzz.py runs a real
 broker of a real task."""
@@ -17,12 +19,10 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 from yarl import URL
 
-from boxd.approval import AskRequest
-from boxd.broker.app import CostRequest, UsageRequest, make_broker
-from boxd.broker.calls import CallRequest
-from boxd.step import Step
+from boxd.broker.app import make_broker
 from tests.broker_serving import serving
 from tests.fuzz_bodies import FUZZ, Body, broken_bodies, segments, send
+from tests.old_request_models import AskRequest, CallRequest, CostRequest, Step, UsageRequest
 from tests.test_broker_and_fake_worker import MemoryLog, MemoryWaiter
 
 # What each route reads; a route the broker serves without an entry here fails the first test.

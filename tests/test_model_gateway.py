@@ -309,7 +309,7 @@ def expected_cost(usage: dict[str, int]) -> dict[str, Any]:
         "cents": price_cents(MODEL, tokens),
         "what": "model",
         "model": MODEL,
-        "tokens": tokens.model_dump(),
+        "tokens": tokens.json(),
     }
 
 

@@ -1,7 +1,6 @@
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
 
 from boxd.errors import BoxError, Problem
 from boxd.pricing import PRICES, Tokens, price_cents
@@ -70,17 +69,18 @@ def test_unknown_model(model: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("body", "field"),
+    ("body", "words"),
     [
-        ({"output": 1}, "input"),
-        ({"input": -1, "output": 1}, "input"),
-        ({"input": 1, "output": 1.5}, "output"),
-        ({"input": 1, "output": "2"}, "output"),
-        ({"input": 1, "output": 1, "cacheRead": True}, "cacheRead"),
-        ({"input": 1, "output": 1, "cached": 3}, "cached"),
+        ({"output": 1}, "tokens.input is missing"),
+        ({"input": -1, "output": 1}, "tokens.input: input should be greater than or equal to 0"),
+        ({"input": 1, "output": 1.5}, "tokens.output: input should be a valid integer"),
+        ({"input": 1, "output": "2"}, "tokens.output: input should be a valid integer"),
+        ({"input": 1, "output": 1, "cacheRead": True}, "tokens.cacheRead: input should be a"),
+        ({"input": 1, "output": 1, "cached": 3}, "unknown field tokens.cached"),
+        ([1, 2], "tokens: input should be an object"),
     ],
 )
-def test_bad_token_counts(body: dict[str, Any], field: str) -> None:
-    with pytest.raises(ValidationError) as caught:
-        Tokens.model_validate(body)
-    assert [error["loc"] for error in caught.value.errors()] == [(field,)]
+def test_bad_token_counts(body: Any, words: str) -> None:
+    with pytest.raises(BoxError) as caught:
+        Tokens.read(body, ("tokens",))
+    assert caught.value.message.startswith(words)

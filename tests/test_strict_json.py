@@ -61,7 +61,7 @@ def test_broken_bodies_say_why() -> None:
 
 def test_every_door_reads_strictly() -> None:
     with pytest.raises(BoxError, match=r"^data.x: Infinity is not a number$"):
-        parse(Step, '{"text": "a", "data": {"x": Infinity}}')
+        Step.read('{"text": "a", "data": {"x": Infinity}}')
     with pytest.raises(BoxError, match=r"^budgetCents: 1e999 is not a finite number$"):
         parse_task_request('{"title": "t", "prompt": "p", "budgetCents": 1e999}')
     with pytest.raises(BoxError, match=r"^taskTasksMax: NaN is not a number$"):
@@ -70,7 +70,31 @@ def test_every_door_reads_strictly() -> None:
     with pytest.raises(BoxError, match=r"^approved: input should be a valid boolean$"):
         parse(Answer, '{"approved": "yes"}')
     with pytest.raises(BoxError, match=r"^text must be a string$"):
-        parse(Step, '{"text": 1}')
+        Step.read('{"text": 1}')
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        # What pydantic's reader refused, refused here in words: nothing behind the reader takes
+        # it (a lone surrogate cannot be stored or sent over D-Bus; depth has no end).
+        ('{"text": "\\ud800"}', "text holds a lone surrogate, so it is not UTF-8 text"),
+        ('["a", "\\udfff\\ud800"]', "1 holds a lone surrogate"),
+        ('{"\\ud800x": 1}', "\\ud800x holds a lone surrogate"),
+        (b'{"a": "\xed\xa0\x80"}', "the body is not UTF-8 text"),
+        ('{"a": 1}'.encode("utf-16"), "the body is not UTF-8 text"),
+        ("[" * 201 + "]" * 201, "the body is nested too deeply"),
+        ('{"a":' * 201 + "1" + "}" * 201, "the body is nested too deeply"),
+    ],
+)
+def test_what_no_reader_behind_takes(body: str | bytes, words: str) -> None:
+    assert refused(body).startswith(words)
+
+
+def test_what_is_not_refused() -> None:
+    assert loads('["\\ud83d\\ude00", "\\\\ud800"]') == ["\U0001f600", "\\ud800"]
+    assert loads("[" * 200 + "]" * 200) is not None
+    assert loads('"' + "[" * 300 + '"') == "[" * 300
 
 
 @pytest.mark.parametrize(
@@ -92,4 +116,4 @@ def test_every_door_refuses_a_key_given_twice() -> None:
     with pytest.raises(BoxError, match=r"^prompt is given twice"):
         parse_task_request('{"title": "t", "prompt": "p", "prompt": "q"}')
     with pytest.raises(BoxError, match=r"^data.a is given twice"):
-        parse(Step, '{"text": "a", "data": {"a": 1, "a": 1}}')
+        Step.read('{"text": "a", "data": {"a": 1, "a": 1}}')

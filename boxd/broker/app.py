@@ -3,9 +3,7 @@
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
-
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from typing import Any
 
 from boxd.approval import ApprovalState, AskRequest
 from boxd.apps.registry import find_tool
@@ -13,29 +11,50 @@ from boxd.broker.calls import Calls
 from boxd.broker.http_request import Request
 from boxd.broker.http_server import Answer, Routes, json_answer
 from boxd.broker.manager_link import Manager, Waiter
-from boxd.caps import MAX_LABEL, cents, text
+from boxd.caps import MAX_LABEL, cents_of, text
 from boxd.dbus.client import pages
 from boxd.errors import BoxError, Problem
 from boxd.json_pages import pieces
-from boxd.plain_errors import parse
+from boxd.json_reader import body
 from boxd.pricing import Tokens, price_cents
 from boxd.step import Step
 
-
-class CostRequest(BaseModel):
-    # Built on the first /cost, not as every broker starts (tests/test_broker_imports.py).
-    model_config = ConfigDict(extra="forbid", defer_build=True)
-
-    cents: Annotated[float, BeforeValidator(lambda v: cents(v, "cents"))]
-    what: Annotated[str, text("what", MAX_LABEL)]
+_what = text("what", MAX_LABEL)
 
 
-class UsageRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+@dataclass(frozen=True)
+class CostRequest:
+    """The body of `POST /cost`."""
 
-    model: Annotated[str, text("model", MAX_LABEL)]
+    cents: float
+    what: str
+
+    @classmethod
+    def read(cls, raw: bytes) -> "CostRequest":
+        fields = body(raw)
+        cost = cls(fields.required("cents", cents_of("cents")), fields.required("what", _what))
+        fields.done()
+        return cost
+
+
+@dataclass(frozen=True)
+class UsageRequest:
+    """The body of `POST /usage`: the cost is the model's list price of the tokens."""
+
+    model: str
     tokens: Tokens
-    what: Annotated[str, text("what", MAX_LABEL)] = "model"
+    what: str = "model"
+
+    @classmethod
+    def read(cls, raw: bytes) -> "UsageRequest":
+        fields = body(raw)
+        usage = cls(
+            fields.required("model", text("model", MAX_LABEL)),
+            fields.required("tokens", lambda value: Tokens.read(value, ("tokens",))),
+            fields.optional("what", _what, "model"),
+        )
+        fields.done()
+        return usage
 
 
 # Refusals that say "nothing was done; ask again later" rather than "this request is wrong".
@@ -73,39 +92,37 @@ class Broker:
         return json_answer(tools)
 
     async def post_step(self, request: Request) -> Answer:
-        step = parse(Step, request.body)
+        step = Step.read(request.body)
         # The manager answers once the task's files are on disk and then the step: it flushes
         # the task's file system before the commit that holds the step (boxd.manager.task_flush),
         # once for all the steps committed together, and refuses the step with a 507 when it
         # cannot.
-        event = await self.manager.call("LogStep", json.dumps(step.model_dump(mode="json")))
+        event = await self.manager.call("LogStep", json.dumps(step.json()))
         return json_answer(event)
 
     async def post_call(self, request: Request) -> Answer:
         return json_answer(await self.calls.call(request.body))
 
     async def post_ask(self, request: Request) -> Answer:
-        ask = parse(AskRequest, request.body)
-        approval = await self.manager.call(
-            "Ask", json.dumps(ask.model_dump(mode="json", exclude_none=True))
-        )
+        ask = AskRequest.read(request.body)
+        approval = await self.manager.call("Ask", json.dumps(ask.json()))
         state = await self.waiter.wait(approval, self.wait_seconds)
         if state == ApprovalState.PENDING:
             return json_answer({"pending": True})
         return json_answer({"approved": state == ApprovalState.APPROVED})
 
     async def post_cost(self, request: Request) -> Answer:
-        cost = parse(CostRequest, request.body)
+        cost = CostRequest.read(request.body)
         record = {"cents": cost.cents, "what": cost.what}
         return json_answer(await self.manager.call("LogCost", json.dumps(record)))
 
     async def post_usage(self, request: Request) -> Answer:
-        usage = parse(UsageRequest, request.body)
+        usage = UsageRequest.read(request.body)
         record = {
             "cents": price_cents(usage.model, usage.tokens),
             "what": usage.what,
             "model": usage.model,
-            "tokens": usage.tokens.model_dump(),
+            "tokens": usage.tokens.json(),
         }
         return json_answer(await self.manager.call("LogCost", json.dumps(record)))
 

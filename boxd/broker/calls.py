@@ -19,11 +19,9 @@ import json
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
-from boxd.approval import ApprovalState, Key
+from boxd.approval import ApprovalState, key
 from boxd.apps.registry import find_tool
 from boxd.broker.budget import why_ask
 from boxd.broker.credentials import read_secrets
@@ -32,10 +30,12 @@ from boxd.canonical_json import input_hash
 from boxd.caps import MAX_DATA, MAX_DATA_WORDS, MAX_LABEL, data, text
 from boxd.errors import Problem, die
 from boxd.full_disk import is_full
-from boxd.plain_errors import describe, parse
+from boxd.json_reader import body as json_body
 from boxd.strict_json import size
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from boxd.sdk import Tool
 
 log = logging.getLogger(__name__)
@@ -65,15 +65,25 @@ def tool_full(name: str) -> str:
     )
 
 
-class CallRequest(BaseModel):
-    """The body of `POST /call`."""
+@dataclass(frozen=True)
+class CallRequest:
+    """The body of `POST /call`. Read without pydantic, which comes with the tool's input model
+    once the tool is looked up (the App SDK's)."""
 
-    # Built on the task's first /call, which many tasks never send, not at the broker's start.
-    model_config = ConfigDict(extra="forbid", validate_default=True, defer_build=True)
+    tool: str
+    input: Any
+    key: str
 
-    tool: Annotated[str, text("tool", MAX_LABEL)]
-    input: Annotated[Any, data("input")] = None
-    key: Key = ""
+    @classmethod
+    def read(cls, raw: bytes) -> "CallRequest":
+        fields = json_body(raw)
+        request = cls(
+            fields.required("tool", text("tool", MAX_LABEL)),
+            fields.optional("input", data("input"), None),
+            fields.checked_default("key", key, ""),
+        )
+        fields.done()
+        return request
 
 
 @dataclass(frozen=True)
@@ -81,7 +91,7 @@ class _Call:
     key: str
     name: str
     tool: "Tool[Any]"
-    input: BaseModel
+    input: "BaseModel"
     app_name: str
     cost: float
 
@@ -143,6 +153,11 @@ class Calls:
         if found is None:
             die(Problem.INVALID, f"no tool {request.tool}: it is not installed on this box")
         app, tool = found
+        # Loaded with the tool's app, whose input models are pydantic's.
+        from pydantic import ValidationError
+
+        from boxd.plain_errors import describe
+
         try:
             value = tool.input.model_validate(request.input if request.input is not None else {})
         except ValidationError as error:
@@ -152,7 +167,7 @@ class Calls:
         return _Call(request.key, request.tool, tool, value, app.name, float(tool.cost(value)))
 
     async def call(self, body: bytes) -> dict[str, Any]:
-        request = parse(CallRequest, body)
+        request = CallRequest.read(body)
         call = self._check(request)
         same = call.same
         # Taken on arrival, so a call that comes while the first one runs shares it.

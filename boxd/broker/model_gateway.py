@@ -371,7 +371,7 @@ class ModelGateway:
             "cents": price_cents(model, tokens),
             "what": "model",
             "model": model,
-            "tokens": tokens.model_dump(),
+            "tokens": tokens.json(),
         }
         job = asyncio.create_task(self._log_cost(record))
         self._logging.add(job)

@@ -50,7 +50,7 @@ class BrokerMethods:
         return with_next({"task": task.public(), "steps": steps}, following)
 
     async def log_step(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        step = parse(Step, args[1])
+        step = Step.read(args[1])
         task_id = check_task_id(args[0])
 
         def log(ledger: Ledger) -> Event:
@@ -58,7 +58,7 @@ class BrokerMethods:
             if task.state.ended:
                 die(Problem.INVALID, f"task {task.id} has ended ({task.state}); it logs no more")
             task = task.model_copy(update={"step": step.text})
-            return ledger.save_task(task, EventKind.TASK_STEP, step.model_dump(mode="json"))
+            return ledger.save_task(task, EventKind.TASK_STEP, step.json())
 
         # Answered once the task's files and then the step are on disk: the store flushes the
         # task's file system before the commit that holds the step (boxd.manager.task_flush).
