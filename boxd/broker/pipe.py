@@ -46,6 +46,8 @@ class _Grown:
     """How many of this broker's pipes are grown now (one broker per process)."""
 
     count = 0
+
+
 # Reads in a row from one wake-up, at most, so one busy tunnel does not starve the others.
 READS_PER_WAKE_UP = 8
 
