@@ -716,8 +716,9 @@ class Ledger:
         self._db = db
         # The tasks saved here, with their events, in order.
         self.saved: list[tuple[Task, Event]] = []
-        # The fields of each task as last read or saved here (a copy, so a task changed in place
-        # still differs): what a save compares with, to write a step alone.
+        # The fields of each task as last read or saved here: what a save compares with, to
+        # write a step alone. A shallow copy: a field given a new value differs, and the task's
+        # lists and models are never changed in place (a change is a model_copy or a new value).
         self._read: dict[str, dict[str, Any]] = {}
 
     def task(self, task_id: str) -> Task | None:
