@@ -17,6 +17,7 @@ from boxd.manager.systemd import Systemd, SystemdError
 from boxd.manager.worker_unit import broker_service_unit, broker_units, worker_unit
 from boxd.settings import Settings
 from boxd.task import Task, TaskState
+from tests.test_store import a_task
 
 SPARE = "t000000001"
 
@@ -89,20 +90,7 @@ def _box(tmp_path: Path, said: list[str], fail_stop: bool = False) -> Box:
 
 
 def _task() -> Task:
-    return Task(
-        id=SPARE,
-        title="t",
-        prompt="p",
-        state=TaskState.RUNNING,
-        user=f"box-{SPARE}",
-        workspace="default",
-        worker="fake",
-        tools=[],
-        hosts=[],
-        source="api",
-        budgetCents=100,
-        createdAt=0.0,
-    )
+    return a_task(SPARE).model_copy(update={"state": TaskState.RUNNING})
 
 
 async def test_a_spares_broker_starts_once_its_user_and_namespace_are_made(
