@@ -19,7 +19,7 @@ from boxd.key_use import input_hash
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.records import Records
-from boxd.manager.store import Store
+from boxd.manager.store import Flush, Store
 from boxd.task import TaskState
 from tests.test_store import a_task
 
@@ -38,8 +38,10 @@ class QuietBus:
         pass
 
 
-async def open_methods(path: Path) -> tuple[BrokerMethods, ApprovalAnswers, Store]:
-    store = Store(path)
+async def open_methods(
+    path: Path, flush: Flush | None = None
+) -> tuple[BrokerMethods, ApprovalAnswers, Store]:
+    store = Store(path, flush)
     await store.open()
     records = Records(store, cast(MessageBus, QuietBus()))
     task = await store.task(TASK)

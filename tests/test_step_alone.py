@@ -5,20 +5,18 @@ On a real SQLite record through the manager's own LogStep (BrokerMethods.log_ste
 import json
 import sqlite3
 from pathlib import Path
-from typing import cast
 
 import pytest
-from dbus_fast.aio import MessageBus
 
 from boxd.caller import Caller, Role
 from boxd.errors import BoxError
 from boxd.event import EventKind
+from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.damaged import DAMAGED
-from boxd.manager.records import Records
 from boxd.manager.store import Ledger, Store
 from boxd.task import Task, TaskState
-from tests.test_broker_methods import QuietBus
+from tests.test_broker_methods import open_methods as open_running
 from tests.test_store import a_task
 
 BROKER = Caller(Role.BROKER, ":1.7", task="t000000001")
@@ -37,18 +35,9 @@ def raw(path: Path) -> tuple[str, list[tuple[str, str]]]:
     return str(record), [(str(a), str(b)) for a, b in steps]
 
 
-async def open_methods(path: Path) -> tuple[BrokerMethods, None, Store]:
+async def open_methods(path: Path) -> tuple[BrokerMethods, ApprovalAnswers, Store]:
     """The manager's broker methods on a record with a running task; files flush at once."""
-    store = Store(path, flush=lambda task_ids: {})
-    await store.open()
-    records = Records(store, cast(MessageBus, QuietBus()))
-    task = await store.task(TASK)
-    if task is None:
-        task = a_task().model_copy(update={"state": TaskState.RUNNING})
-        records.export(task)
-        await records.record(task, EventKind.TASK_STATE, {"state": "running"})
-    records.export(task)
-    return BrokerMethods(records), None, store
+    return await open_running(path, lambda task_ids: {})
 
 
 async def test_a_step_leaves_the_record_and_every_reader_sees_it(tmp_path: Path) -> None:
