@@ -3,12 +3,14 @@ useradd and ip: its units start once its user and namespace are made; a spare dr
 units before its user, and keeps its user when they could not be stopped; a task that takes a
 spare whose broker started before the vault changed gets a new broker."""
 
+import asyncio
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 from dbus_fast.aio import MessageBus
 
+from boxd.caller import Caller, Role
 from boxd.manager import box as box_module
 from boxd.manager import netns
 from boxd.manager.box import Box
@@ -146,3 +148,74 @@ async def test_a_spares_broker_started_before_the_vault_changed_is_stopped_first
     said.clear()
     await box._start_units(_task())
     assert said == [f"stop {broker_service_unit(SPARE)}", f"start {worker_unit(SPARE)}"]
+
+
+OWNER = Caller(Role.OWNER, "owner", user="owner")
+
+
+async def test_a_secret_removed_while_the_task_starts_never_reaches_the_spares_broker(
+    tmp_path: Path, said: list[str]
+) -> None:
+    box = _box(tmp_path, said)
+    (box.vault.directory / "mail.password.cred").write_bytes(b"sealed")
+    await box._make_spare(SPARE)
+    said.clear()
+
+    async def settings() -> Settings:
+        # The store thread's trip, while the owner's removal runs to its end and is answered.
+        await box.vault.remove_secret(OWNER, ["mail.password"])
+        said.append("owner told: removed")
+        return Settings()
+
+    box.store.settings = settings  # type: ignore[method-assign]
+    await box._start_units(_task())
+    assert said == [
+        "owner told: removed",
+        f"stop {broker_service_unit(SPARE)}",
+        f"start {worker_unit(SPARE)}",
+    ]
+
+
+async def test_a_secret_removed_as_the_worker_starts_waits_for_the_start(
+    tmp_path: Path, said: list[str]
+) -> None:
+    # The removal is answered only once the worker is started: the task started before it, and
+    # kept the broker whose vault held the secret then, as every task started before does.
+    box = _box(tmp_path, said)
+    (box.vault.directory / "mail.password.cred").write_bytes(b"sealed")
+    await box._make_spare(SPARE)
+    said.clear()
+    systemd = cast(FakeSystemd, box.systemd)
+    started = systemd.start_transient
+    removal: list[asyncio.Task[None]] = []
+
+    async def remove() -> None:
+        await box.vault.remove_secret(OWNER, ["mail.password"])
+        said.append("owner told: removed")
+
+    async def start_transient(name: str, properties: Any) -> None:
+        removal.append(asyncio.create_task(remove()))
+        await asyncio.sleep(0.01)
+        await started(name, properties)
+
+    systemd.start_transient = start_transient  # type: ignore[method-assign]
+    await box._start_units(_task())
+    await removal[0]
+    assert said == [f"start {worker_unit(SPARE)}", "owner told: removed"]
+
+
+async def test_a_dropped_spare_leaves_no_directory(tmp_path: Path, said: list[str]) -> None:
+    box = _box(tmp_path, said)
+    await box._make_spare(SPARE)
+    await box._drop_spare(SPARE)
+    assert not (tmp_path / "tasks" / SPARE).exists()
+
+
+async def test_a_dropped_spare_leaves_a_directory_with_something_in_it(
+    tmp_path: Path, said: list[str]
+) -> None:
+    box = _box(tmp_path, said)
+    await box._make_spare(SPARE)
+    (tmp_path / "tasks" / SPARE / "left").write_text("x")
+    await box._drop_spare(SPARE)
+    assert (tmp_path / "tasks" / SPARE / "left").read_text() == "x"

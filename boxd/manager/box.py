@@ -3,6 +3,7 @@ units, ends them, undoes and keeps them. Every change is recorded through Record
 task's lock; what brokers ask is in broker_methods, the owner's answers in approval_answers."""
 
 import asyncio
+import contextlib
 import grp
 import logging
 import pwd
@@ -301,6 +302,10 @@ class Box:
             await self.systemd.reset_failed(unit)
         await self._remove_user(task_id)
         await netns.remove(task_id)
+        # Its directory, made with it; nothing of a task was ever in it, and what is not empty
+        # (or not a directory) is left as it is.
+        with contextlib.suppress(OSError):
+            task_dir(self.home, task_id).rmdir()
 
     def routes(self) -> dict[api.Method, Handler]:
         return {
@@ -974,14 +979,17 @@ class Box:
         (worker_unit.worker_properties): one call to systemd rather than one per unit. The
         broker's start-up overlaps the worker's rather than waiting for its first connection."""
         unit = worker_unit(task.id)
-        ahead = self._brokers_ahead.pop(task.id, None)
-        if ahead is not None and ahead != self.vault.changes:
-            # A spare's broker holds the secrets of when it started: the vault changed since, so
-            # it goes, and the worker's job starts a new one that loads the vault as it is now.
-            await self.systemd.stop_unit(broker_service_unit(task.id))
-        self.systemd.watch(unit, partial(self._check_soon, task.id))
         settings = await self.store.settings()
-        await self.systemd.start_transient(unit, worker_properties(self.home, task, settings))
+        # The vault holds still from the count's check to the worker's start: a secret removed
+        # once the owner was told so never reaches this task through a broker started before.
+        async with self.vault.unchanged() as changes:
+            ahead = self._brokers_ahead.pop(task.id, None)
+            if ahead is not None and ahead != changes:
+                # A spare's broker holds the secrets of when it started: the vault changed since,
+                # so it goes, and the worker's job starts a new one that loads the vault as it is.
+                await self.systemd.stop_unit(broker_service_unit(task.id))
+            self.systemd.watch(unit, partial(self._check_soon, task.id))
+            await self.systemd.start_transient(unit, worker_properties(self.home, task, settings))
 
     async def _layers_seen(self, task: Task) -> list[str]:
         """The layers a task saw when it started, to mount its view again after a restart."""

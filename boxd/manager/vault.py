@@ -20,10 +20,11 @@ line and no error: those name the secret only.
 import asyncio
 import base64
 import binascii
+import contextlib
 import logging
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from boxd.caller import Caller
@@ -63,6 +64,13 @@ class Vault:
         # How many times the vault's files have changed in this run, counted once the change is
         # made: a broker started ahead (a spare's) that saw an older count may hold old secrets.
         self.changes = 0
+
+    @contextlib.asynccontextmanager
+    async def unchanged(self) -> AsyncIterator[int]:
+        """The count of changes, held: no secret is set or removed until the caller is done
+        acting on it (starting a task whose broker may have loaded the vault before)."""
+        async with self._lock:
+            yield self.changes
 
     def open(self) -> None:
         """Makes the directory (brokers do not start without it) and drops what a set cut off
