@@ -16,6 +16,7 @@ from dbus_fast import ErrorType, Message, MessageFlag, MessageType
 from dbus_fast.aio import MessageBus
 
 from boxd.caller import OWNER_ONLY, Caller, Role
+from boxd.dbus.carried_text import carried
 from boxd.dbus.interface import GATEWAY, ROOT_PATH, Bound, Method, find_method, introspection_xml
 from boxd.errors import BoxError, Problem, die
 
@@ -76,14 +77,17 @@ class Server:
             result = await self._handlers[method.method](caller, args)
             reply = Message.new_method_return(message, "s", [json.dumps(result)])
         except BoxError as error:
-            reply = Message.new_error(message, error.problem.dbus_name, error.message)
+            # Its words may quote what the caller sent, NUL or lone surrogate included.
+            reply = Message.new_error(message, error.problem.dbus_name, carried(error.message))
         except Exception as error:
             log.exception("%s.%s failed", method.interface, method.name)
             reply = Message.new_error(
                 message,
                 Problem.FAILED.dbus_name,
-                f"boxd failed on {method.name}: {type(error).__name__}: {error}. "
-                "journalctl -u boxd tells more.",
+                carried(
+                    f"boxd failed on {method.name}: {type(error).__name__}: {error}. "
+                    "journalctl -u boxd tells more."
+                ),
             )
         if not message.flags & MessageFlag.NO_REPLY_EXPECTED:
             self._bus.send(reply)

@@ -8,6 +8,7 @@ from dbus_fast.annotations import DBusDouble, DBusSignature, DBusStr
 from dbus_fast.constants import PropertyAccess
 from dbus_fast.service import ServiceInterface, dbus_property, dbus_signal
 
+from boxd.dbus.carried_text import carried
 from boxd.dbus.interface import TASK
 from boxd.event_record import Event
 from boxd.task import Task
@@ -16,13 +17,13 @@ from boxd.task import Task
 def _properties(task: Task) -> dict[str, Any]:
     return {
         "Id": task.id,
-        "Title": task.title,
+        "Title": carried(task.title),
         "State": task.state.value,
         "Worker": task.worker,
         "User": task.user,
         "Workspace": task.workspace,
-        "Step": task.step or "",
-        "Error": task.error or "",
+        "Step": carried(task.step or ""),
+        "Error": carried(task.error or ""),
         "CostCents": float(task.costCents),
     }
 
