@@ -186,6 +186,30 @@ async def test_the_manager_ignores_systemd_lookalikes() -> None:
     assert changed == ["x"]
 
 
+def reloading(sender: str) -> Message:
+    return signal(
+        sender,
+        "/org/freedesktop/systemd1",
+        "org.freedesktop.systemd1.Manager",
+        "Reloading",
+        "b",
+        [True],
+    )
+
+
+async def test_only_systemd_reloading_counts_as_a_reload() -> None:
+    # A spare's broker started before a reload is replaced as its task starts: a stranger's
+    # lookalike would only cost a broker's start, but the count is systemd's alone.
+    fake = FakeBus({SYSTEMD_NAME: SYSTEMD, BUS_NAME: BOXD})
+    systemd = Systemd(fake.bus)
+    await systemd.subscribe()
+    fake.deliver(reloading(STRANGER))
+    fake.deliver(reloading(BOXD))
+    assert systemd.reloads == 0
+    fake.deliver(reloading(SYSTEMD))
+    assert systemd.reloads == 1
+
+
 def test_task_objects_wait_for_the_name() -> None:
     """Exporting broadcasts a task's properties; only the name's owner's signals are fenced."""
     fake = FakeBus({})

@@ -28,6 +28,7 @@ class FakeSystemd:
     def __init__(self, said: list[str], fail_stop: bool = False) -> None:
         self.said = said
         self.fail_stop = fail_stop
+        self.reloads = 0
 
     async def start_unit(self, name: str) -> None:
         self.said.append(f"start {name}")
@@ -219,3 +220,16 @@ async def test_a_dropped_spare_leaves_a_directory_with_something_in_it(
     (tmp_path / "tasks" / SPARE / "left").write_text("x")
     await box._drop_spare(SPARE)
     assert (tmp_path / "tasks" / SPARE / "left").read_text() == "x"
+
+
+async def test_a_spares_broker_started_before_systemd_reloaded_is_stopped_first(
+    tmp_path: Path, said: list[str]
+) -> None:
+    box = _box(tmp_path, said)
+    await box._make_spare(SPARE)
+    # A daemon-reload since (a drop-in for box-broker@.service, say): the broker started ahead
+    # runs with its unit as it was, as no task's broker started from now on does.
+    cast(FakeSystemd, box.systemd).reloads += 1
+    said.clear()
+    await box._start_units(_task())
+    assert said == [f"stop {broker_service_unit(SPARE)}", f"start {worker_unit(SPARE)}"]

@@ -9,6 +9,7 @@ import logging
 import pwd
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,15 @@ def _full(workspace: str) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Ahead:
+    """What a spare's broker, started ahead of its task, was started with: the vault as of its
+    count of changes (Vault.changes), its unit as of systemd's count of reloads."""
+
+    vault_changes: int
+    reloads: int
+
+
 class Box:
     def __init__(self, home: Path, store: Store, bus: MessageBus, systemd: Systemd) -> None:
         self.home = home
@@ -173,9 +183,9 @@ class Box:
         self._known_at_open: set[str] = set()
         # Tasks whose id was a spare, until their start: their user and namespace are made.
         self._made_ahead: set[str] = set()
-        # Spares' brokers started ahead, by id, until their task's units start: the vault's
-        # count of changes before each was started (Vault.changes).
-        self._brokers_ahead: dict[str, int] = {}
+        # Spares' brokers started ahead, by id, until their task's units start: what each was
+        # started with, the vault's count of changes and systemd's of reloads (Ahead).
+        self._brokers_ahead: dict[str, Ahead] = {}
 
     # Start-up and recovery.
 
@@ -289,7 +299,7 @@ class Box:
         # start-up (some 300 ms: its sandbox, its imports, the bus). It serves nothing until its
         # task's worker connects (boxd/broker/main.py); its sockets are the spare's user's and in
         # its namespace. The vault's count is read first: a change made after that is seen.
-        self._brokers_ahead[task_id] = self.vault.changes
+        self._brokers_ahead[task_id] = Ahead(self.vault.changes, self.systemd.reloads)
         for unit in broker_units(task_id):
             await self.systemd.start_unit(unit)
 
@@ -984,9 +994,10 @@ class Box:
         # once the owner was told so never reaches this task through a broker started before.
         async with self.vault.unchanged() as changes:
             ahead = self._brokers_ahead.pop(task.id, None)
-            if ahead is not None and ahead != changes:
-                # A spare's broker holds the secrets of when it started: the vault changed since,
-                # so it goes, and the worker's job starts a new one that loads the vault as it is.
+            if ahead is not None and ahead != Ahead(changes, self.systemd.reloads):
+                # A spare's broker holds the secrets and the unit of when it started: the vault
+                # changed since, or systemd reloaded its units (a drop-in's Environment=, say), so
+                # it goes, and the worker's job starts a new one, as a task's broker is started.
                 await self.systemd.stop_unit(broker_service_unit(task.id))
             self.systemd.watch(unit, partial(self._check_soon, task.id))
             await self.systemd.start_transient(unit, worker_properties(self.home, task, settings))

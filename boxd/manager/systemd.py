@@ -102,6 +102,9 @@ class Systemd:
         # RemainAfterExit) is garbage-collected at once, and reading it afterwards finds a
         # fresh, never-run unit of the same name.
         self._exits: dict[str, dict[str, Any]] = {}
+        # How many times systemd has begun to reload its units (daemon-reload) in this run: a
+        # unit's process started before runs with the unit as it was (its Environment=, ...).
+        self.reloads = 0
         bus.add_message_handler(self._on_message)
 
     async def _call(
@@ -135,6 +138,7 @@ class Systemd:
             f"type='signal',sender='{_SYSTEMD}',interface='{_PROPERTIES}',"
             f"member='PropertiesChanged',path_namespace='{_MANAGER_PATH}/unit'",
             f"type='signal',sender='{_SYSTEMD}',interface='{_MANAGER}',member='JobRemoved'",
+            f"type='signal',sender='{_SYSTEMD}',interface='{_MANAGER}',member='Reloading'",
         )
         for rule in rules:
             await add_match(self._bus, rule)
@@ -166,6 +170,14 @@ class Systemd:
                 self._finished[job] = result
                 while len(self._finished) > _REMEMBERED_JOBS:
                     self._finished.popitem(last=False)
+            return None
+        if (
+            message.member == "Reloading"
+            and message.interface == _MANAGER
+            and message.path == _MANAGER_PATH
+            and message.signature == "b"
+        ):
+            self.reloads += 1
             return None
         if (
             message.member == "PropertiesChanged"

@@ -7,7 +7,7 @@ as it is when the task starts, not as it was when the spare was made."""
 import json
 import time
 
-from tests.vm.box_api import BOXCTL, boxctl, finish, start_fake
+from tests.vm.box_api import BOXCTL, BROKER_UNIT, boxctl, finish, start_fake, unit_environment
 from tests.vm.machine import Machine
 
 
@@ -130,3 +130,35 @@ def test_a_task_taking_a_spare_gets_the_vault_as_it_is_not_as_it_was(
     finally:
         boxctl(machine, "stop", task["id"], check=False)
         boxctl(machine, "vault", "rm", "test.new", check=False)
+
+
+def broker_environment(machine: Machine, task_id: str, timeout: float = 30) -> set[str]:
+    """The environment of the task's running broker process, once it runs."""
+    unit = f"box-broker@{task_id}.service"
+    deadline = time.monotonic() + timeout
+    while True:
+        pid = machine.run("systemctl", "show", "-p", "MainPID", "--value", unit).stdout.strip()
+        if pid not in ("", "0"):
+            environ = machine.run("cat", f"/proc/{pid}/environ", check=False).stdout
+            if environ:
+                return set(environ.split("\0"))
+        assert time.monotonic() < deadline, f"{unit} never ran"
+        time.sleep(0.1)
+
+
+def test_a_task_taking_a_spare_gets_the_broker_unit_as_it_is_after_a_reload(
+    machine: Machine, token: str
+) -> None:
+    """An owner who changes box-broker@.service (a drop-in, then daemon-reload) has every task
+    started from then on get it, whether its id was a spare whose broker started before."""
+    before = brokers_ready(machine)
+    with unit_environment(machine, BROKER_UNIT, "BOX_TEST_RELOADED", "yes"):
+        for spare in before:
+            old = broker_environment(machine, spare.removeprefix("box-"))
+            assert "BOX_TEST_RELOADED=yes" not in old
+        task = start_fake(machine, token, "sleep 60")
+        try:
+            assert task["user"] in before, "the task took no spare made before the reload"
+            assert "BOX_TEST_RELOADED=yes" in broker_environment(machine, task["id"])
+        finally:
+            boxctl(machine, "stop", task["id"], check=False)
