@@ -40,6 +40,8 @@ GROW_AT = 16 * 1024
 MOST_GROWN = 8
 _F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ, which Python 3.11 does not name
 _NONBLOCKING = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
+# Reads in a row from one wake-up, at most, so one busy tunnel does not starve the others.
+READS_PER_WAKE_UP = 8
 
 
 class _Grown:
@@ -47,9 +49,6 @@ class _Grown:
 
     count = 0
 
-
-# Reads in a row from one wake-up, at most, so one busy tunnel does not starve the others.
-READS_PER_WAKE_UP = 8
 
 Ended = Callable[[OSError | None], None]
 
