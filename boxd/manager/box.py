@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dbus_fast.aio import MessageBus
 
@@ -147,6 +147,9 @@ class Ahead:
     reloads: int
 
 
+T = TypeVar("T")
+
+
 class Box:
     def __init__(self, home: Path, store: Store, bus: MessageBus, systemd: Systemd) -> None:
         self.home = home
@@ -169,7 +172,7 @@ class Box:
         # what they were told.
         self._ending_on_full: dict[str, str] = {}
         # Ended tasks whose clearing up goes on without their lock (_leave), by task id.
-        self._leaving: dict[str, asyncio.Task[None]] = {}
+        self._leaving: dict[str, asyncio.Future[None]] = {}
         # Tasks that hold one of the maxRunningTasks places: starting, running or waiting.
         self._places: set[str] = set()
         # Tasks given a place and not yet started, each with what is set once its start is over:
@@ -186,6 +189,14 @@ class Box:
         # Spares' brokers started ahead, by id, until their task's units start: what each was
         # started with, the vault's count of changes and systemd's of reloads (Ahead).
         self._brokers_ahead: dict[str, Ahead] = {}
+
+    def _in_background(self, work: "Awaitable[T]") -> "asyncio.Future[T]":
+        """`work` as a job of its own, held until it ends (the loop keeps only weak references
+        to tasks)."""
+        job = asyncio.ensure_future(work)
+        self._background.add(job)
+        job.add_done_callback(self._background.discard)
+        return job
 
     # Start-up and recovery.
 
@@ -267,9 +278,7 @@ class Box:
                 await self._let_go(broker_service_unit(task.id))
         await self.droid.begin()
         await self._start_queued()
-        job = asyncio.create_task(self._renew_spares())
-        self._background.add(job)
-        job.add_done_callback(self._background.discard)
+        self._in_background(self._renew_spares())
 
     async def _renew_spares(self) -> None:
         """Removes the spares an earlier manager left (spares.py says why), then makes new."""
@@ -291,9 +300,7 @@ class Box:
 
     async def _make_spare(self, task_id: str) -> None:
         uid = await self.store.claim_uid(task_id, FIRST_UID, LAST_UID, id_taken)
-        directory = task_dir(self.home, task_id)
-        directory.mkdir(mode=at_rest.TASK, exist_ok=True)
-        at_rest.restrict(directory, at_rest.TASK)
+        directory = self._task_directory(task_id)
         await at_once(ensure_user(task_user(task_id), directory, uid), netns.ensure(task_id))
         # Its broker and sockets too, so the task's first request does not wait for the broker's
         # start-up (some 300 ms: its sandbox, its imports, the bus). It serves nothing until its
@@ -302,6 +309,14 @@ class Box:
         self._brokers_ahead[task_id] = Ahead(self.vault.changes, self.systemd.reloads)
         for unit in broker_units(task_id):
             await self.systemd.start_unit(unit)
+
+    def _task_directory(self, task_id: str) -> Path:
+        """The task's directory, made if it is not there, with the task's mode: its worker
+        passes through to its socket, home and view; no other user lists it."""
+        directory = task_dir(self.home, task_id)
+        directory.mkdir(mode=at_rest.TASK, exist_ok=True)
+        at_rest.restrict(directory, at_rest.TASK)
+        return directory
 
     async def _drop_spare(self, task_id: str) -> None:
         """Its broker's units go first, and a failure to stop them keeps its user: the next
@@ -365,9 +380,7 @@ class Box:
         401 to the worker, so the worker's exit that follows does not end it in other words."""
         task = await self.records.task(args[0])
         if not task.state.ended:
-            job = asyncio.create_task(self._end_by_broker(task.id, KEY_REFUSED))
-            self._background.add(job)
-            job.add_done_callback(self._background.discard)
+            self._in_background(self._end_by_broker(task.id, KEY_REFUSED))
         return task.public()
 
     async def _end_by_broker(self, task_id: str, error: str) -> None:
@@ -550,9 +563,7 @@ class Box:
         if task_id in self._ending_on_full:
             die(Problem.FULL, self._ending_on_full[task_id])
         waiting: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        job = asyncio.ensure_future(change(waiting))
-        self._background.add(job)
-        job.add_done_callback(self._background.discard)
+        job = self._in_background(change(waiting))
         await asyncio.wait((job, waiting), return_when=asyncio.FIRST_COMPLETED)
         if job.done():
             return job.result()
@@ -895,9 +906,7 @@ class Box:
             started.set()
 
     def _start_queued_soon(self) -> None:
-        job = asyncio.create_task(self._start_queued())
-        self._background.add(job)
-        job.add_done_callback(self._background.discard)
+        self._in_background(self._start_queued())
 
     async def _start(self, task: Task) -> Task:
         """Starts a queued task that has been given a place."""
@@ -964,9 +973,7 @@ class Box:
         it. Under the workspace's lock. A failure is raised once every step is over, so the
         task's end undoes them all."""
         user = task_user(task.id)
-        directory = task_dir(self.home, task.id)
-        directory.mkdir(mode=at_rest.TASK, exist_ok=True)
-        at_rest.restrict(directory, at_rest.TASK)
+        directory = self._task_directory(task.id)
         uid = await task_uid(
             user, partial(self.store.claim_uid, task.id, FIRST_UID, LAST_UID, id_taken)
         )
@@ -1013,9 +1020,7 @@ class Box:
         return names
 
     def _check_soon(self, task_id: str) -> None:
-        job = asyncio.create_task(self._check(task_id))
-        self._background.add(job)
-        job.add_done_callback(self._background.discard)
+        self._in_background(self._check(task_id))
 
     async def _check(self, task_id: str) -> None:
         """A worker unit changed: if it has finished, the task ends done or failed."""
@@ -1101,10 +1106,8 @@ class Box:
         for name in (worker_unit(task.id), task_slice(task.id)):
             await self._let_go(name)
         if task.id not in self._leaving:
-            job = asyncio.create_task(self._leave(task))
+            job = self._in_background(self._leave(task))
             self._leaving[task.id] = job
-            self._background.add(job)
-            job.add_done_callback(self._background.discard)
             job.add_done_callback(lambda _: self._leaving.pop(task.id, None))
 
     async def _leave(self, task: Task) -> None:
@@ -1146,9 +1149,7 @@ class Box:
         return [task for task in found if task is not None and task.state.ended]
 
     def _free_disk_soon(self) -> None:
-        job = asyncio.create_task(self._free_disk())
-        self._background.add(job)
-        job.add_done_callback(self._background.discard)
+        self._in_background(self._free_disk())
 
     async def _free_disk(self) -> None:
         """The record could not grow: the disk is full. The unfinished task whose changes take
