@@ -1,9 +1,12 @@
-"""A spare's broker, started ahead (boxd/manager/box.py), with stand-ins for systemd, the store,
-useradd and ip: its units start once its user and namespace are made; a spare dropped loses its
-units before its user, and keeps its user when they could not be stopped; a task that takes a
-spare whose broker started before the vault changed gets a new broker."""
+"""A spare's broker and worker, started ahead (boxd/manager/box.py), with stand-ins for systemd,
+the store, useradd, ip and /proc: their units start once its user and namespace are made; a
+spare dropped loses its units before its user, and keeps its user when they could not be
+stopped; a task that takes a spare whose broker started before the vault changed gets a new
+broker; a task whose spare's worker cannot be woken, or runs in a unit that is not the one the
+task would get now, gets a new worker."""
 
 import asyncio
+import signal
 from pathlib import Path
 from typing import Any, cast
 
@@ -12,11 +15,17 @@ from dbus_fast.aio import MessageBus
 
 from boxd.caller import Caller, Role
 from boxd.manager import box as box_module
-from boxd.manager import netns
+from boxd.manager import netns, task_home
 from boxd.manager.box import Box
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError
-from boxd.manager.worker_unit import broker_service_unit, broker_units, worker_unit
+from boxd.manager.worker_unit import (
+    AHEAD_MODULE,
+    broker_service_unit,
+    broker_units,
+    task_slice,
+    worker_unit,
+)
 from boxd.settings import Settings
 from boxd.task import Task, TaskState
 from tests.test_store import a_task
@@ -24,11 +33,18 @@ from tests.test_store import a_task
 SPARE = "t000000001"
 
 
+WORKER_PID = 4242
+
+
 class FakeSystemd:
     def __init__(self, said: list[str], fail_stop: bool = False) -> None:
         self.said = said
         self.fail_stop = fail_stop
         self.reloads = 0
+        self.pid: int | None = WORKER_PID
+        self.signal_fails = False
+        self.started: dict[str, Any] = {}
+        self.watched: set[str] = set()
 
     async def start_unit(self, name: str) -> None:
         self.said.append(f"start {name}")
@@ -42,10 +58,22 @@ class FakeSystemd:
         pass
 
     def watch(self, name: str, changed: Any) -> None:
-        pass
+        self.watched.add(name)
+
+    def unwatch(self, name: str) -> None:
+        self.watched.discard(name)
 
     async def start_transient(self, name: str, properties: Any) -> None:
         self.said.append(f"start {name}")
+        self.started[name] = dict(properties)
+
+    async def main_pid(self, name: str) -> int | None:
+        return self.pid
+
+    async def signal_main(self, name: str, number: int) -> None:
+        if self.signal_fails:
+            raise SystemdError("org.freedesktop.systemd1.NoSuchProcess", "no main process")
+        self.said.append(f"signal {number} {name}")
 
 
 class FakeStore:
@@ -73,6 +101,16 @@ def said(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     async def remove_netns(task_id: str) -> None:
         said.append(f"netns del {task_id}")
 
+    async def prepare_home(home: Path, task_id: str, uid: int) -> Path:
+        said.append(f"home {task_id}")
+        return home
+
+    def ready(pid: int, view: Path, wakes: Any) -> str | None:
+        assert pid == WORKER_PID
+        return None
+
+    monkeypatch.setattr(task_home, "prepare", prepare_home)
+    monkeypatch.setattr(box_module, "not_ready", ready)
     monkeypatch.setattr(box_module, "ensure_user", ensure_user)
     monkeypatch.setattr(box_module, "remove_user", remove_user)
     monkeypatch.setattr(netns, "ensure", ensure_netns)
@@ -96,16 +134,26 @@ def _task() -> Task:
     return a_task(SPARE).model_copy(update={"state": TaskState.RUNNING})
 
 
-async def test_a_spares_broker_starts_once_its_user_and_namespace_are_made(
+async def test_a_spares_broker_and_worker_start_once_its_user_and_namespace_are_made(
     tmp_path: Path, said: list[str]
 ) -> None:
     box = _box(tmp_path, said)
     await box._make_spare(SPARE)
     made = {f"useradd box-{SPARE}", f"netns add {SPARE}"}
     assert set(said[:2]) == made
-    assert said[2:] == [f"start {unit}" for unit in broker_units(SPARE)]
+    assert said[2:] == [
+        *(f"start {unit}" for unit in broker_units(SPARE)),
+        f"home {SPARE}",
+        f"start {worker_unit(SPARE)}",
+    ]
+    started = cast(FakeSystemd, box.systemd).started[worker_unit(SPARE)]
+    assert started["ExecStart"].value[0][1][-2:] == ["-m", AHEAD_MODULE]
     # Its sockets' directory is there, the task's own mode: its worker passes, no one lists it.
     assert (tmp_path / "tasks" / SPARE).stat().st_mode & 0o777 == 0o711
+    # And its view's mount point, root's and empty, which its worker passes into and waits in.
+    view = tmp_path / "tasks" / SPARE / "work"
+    assert view.stat().st_mode & 0o777 == 0o711
+    assert list(view.iterdir()) == []
 
 
 async def test_a_spare_dropped_loses_its_broker_units_before_its_user(
@@ -114,7 +162,9 @@ async def test_a_spare_dropped_loses_its_broker_units_before_its_user(
     box = _box(tmp_path, said)
     await box._drop_spare(SPARE)
     stops = [f"stop {unit}" for unit in reversed(broker_units(SPARE))]
-    assert said == [*stops, f"userdel box-{SPARE}", f"netns del {SPARE}"]
+    # Its worker's slice too: systemd keeps a slice loaded until it is stopped.
+    worker = [f"stop {worker_unit(SPARE)}", f"stop {task_slice(SPARE)}"]
+    assert said == [*worker, *stops, f"userdel box-{SPARE}", f"netns del {SPARE}"]
     assert stops[0] == f"stop {broker_service_unit(SPARE)}"
 
 
@@ -136,7 +186,9 @@ async def test_a_spares_broker_is_kept_while_the_vault_is_unchanged(
     await box._make_spare(SPARE)
     said.clear()
     await box._start_units(_task())
-    assert said == [f"start {worker_unit(SPARE)}"]
+    # Its worker, started ahead too, is told to be the task's fake worker, and watched.
+    assert said == [f"signal {signal.SIGUSR1} {worker_unit(SPARE)}"]
+    assert worker_unit(SPARE) in cast(FakeSystemd, box.systemd).watched
 
 
 async def test_a_spares_broker_started_before_the_vault_changed_is_stopped_first(
@@ -148,7 +200,11 @@ async def test_a_spares_broker_started_before_the_vault_changed_is_stopped_first
     box.vault.changes += 1
     said.clear()
     await box._start_units(_task())
-    assert said == [f"stop {broker_service_unit(SPARE)}", f"start {worker_unit(SPARE)}"]
+    # Its worker holds no secret: it is woken, and its first connection starts a new broker.
+    assert said == [
+        f"stop {broker_service_unit(SPARE)}",
+        f"signal {signal.SIGUSR1} {worker_unit(SPARE)}",
+    ]
 
 
 OWNER = Caller(Role.OWNER, "owner", user="owner")
@@ -173,7 +229,7 @@ async def test_a_secret_removed_while_the_task_starts_never_reaches_the_spares_b
     assert said == [
         "owner told: removed",
         f"stop {broker_service_unit(SPARE)}",
-        f"start {worker_unit(SPARE)}",
+        f"signal {signal.SIGUSR1} {worker_unit(SPARE)}",
     ]
 
 
@@ -187,22 +243,22 @@ async def test_a_secret_removed_as_the_worker_starts_waits_for_the_start(
     await box._make_spare(SPARE)
     said.clear()
     systemd = cast(FakeSystemd, box.systemd)
-    started = systemd.start_transient
+    woken = systemd.signal_main
     removal: list[asyncio.Task[None]] = []
 
     async def remove() -> None:
         await box.vault.remove_secret(OWNER, ["mail.password"])
         said.append("owner told: removed")
 
-    async def start_transient(name: str, properties: Any) -> None:
+    async def signal_main(name: str, number: int) -> None:
         removal.append(asyncio.create_task(remove()))
         await asyncio.sleep(0.01)
-        await started(name, properties)
+        await woken(name, number)
 
-    systemd.start_transient = start_transient  # type: ignore[method-assign]
+    systemd.signal_main = signal_main  # type: ignore[method-assign]
     await box._start_units(_task())
     await removal[0]
-    assert said == [f"start {worker_unit(SPARE)}", "owner told: removed"]
+    assert said == [f"signal {signal.SIGUSR1} {worker_unit(SPARE)}", "owner told: removed"]
 
 
 async def test_a_dropped_spare_leaves_no_directory(tmp_path: Path, said: list[str]) -> None:
@@ -232,4 +288,84 @@ async def test_a_spares_broker_started_before_systemd_reloaded_is_stopped_first(
     cast(FakeSystemd, box.systemd).reloads += 1
     said.clear()
     await box._start_units(_task())
-    assert said == [f"stop {broker_service_unit(SPARE)}", f"start {worker_unit(SPARE)}"]
+    # Its worker's unit is as it was too: it goes, and a new one starts.
+    assert said == [
+        f"stop {broker_service_unit(SPARE)}",
+        f"stop {worker_unit(SPARE)}",
+        f"start {worker_unit(SPARE)}",
+    ]
+
+
+async def test_a_droid_task_wakes_the_spares_worker_with_its_own_signal(
+    tmp_path: Path, said: list[str]
+) -> None:
+    box = _box(tmp_path, said)
+    await box._make_spare(SPARE)
+    said.clear()
+    await box._start_units(_task().model_copy(update={"worker": "droid"}))
+    assert said == [f"signal {signal.SIGUSR2} {worker_unit(SPARE)}"]
+
+
+async def test_a_spares_worker_started_before_the_settings_changed_is_replaced(
+    tmp_path: Path, said: list[str]
+) -> None:
+    # Its sandbox's limits (MemoryMax=, TasksMax=, CPUQuota=) are the settings' of when it
+    # started: a task gets the unit of now.
+    box = _box(tmp_path, said)
+    await box._make_spare(SPARE)
+    said.clear()
+    changed = Settings(taskCPUPercent=50)
+
+    async def settings() -> Settings:
+        return changed
+
+    box.store.settings = settings  # type: ignore[method-assign]
+    await box._start_units(_task())
+    assert said == [f"stop {worker_unit(SPARE)}", f"start {worker_unit(SPARE)}"]
+    started = cast(FakeSystemd, box.systemd).started[worker_unit(SPARE)]
+    assert started["CPUQuotaPerSecUSec"].value == 500_000
+    assert started["ExecStart"].value[0][1][-1] == "boxd.workers.fake"
+
+
+async def test_a_spares_worker_whose_process_is_gone_is_replaced(
+    tmp_path: Path, said: list[str]
+) -> None:
+    box = _box(tmp_path, said)
+    await box._make_spare(SPARE)
+    cast(FakeSystemd, box.systemd).pid = None
+    said.clear()
+    await box._start_units(_task())
+    assert said == [f"stop {worker_unit(SPARE)}", f"start {worker_unit(SPARE)}"]
+
+
+async def test_a_spares_worker_not_ready_is_replaced_not_signalled(
+    tmp_path: Path, said: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Not yet catching its signal (which would kill it), or not seeing the task's view (it
+    # would run on an empty directory): never woken.
+    box = _box(tmp_path, said)
+    await box._make_spare(SPARE)
+    monkeypatch.setattr(box_module, "not_ready", lambda *_: "it does not yet catch SIGUSR1")
+    said.clear()
+    await box._start_units(_task())
+    assert said == [f"stop {worker_unit(SPARE)}", f"start {worker_unit(SPARE)}"]
+
+
+async def test_a_spares_worker_that_could_not_be_signalled_is_replaced(
+    tmp_path: Path, said: list[str]
+) -> None:
+    # Gone between the check and the signal: systemd has no main process to send it to.
+    box = _box(tmp_path, said)
+    await box._make_spare(SPARE)
+    systemd = cast(FakeSystemd, box.systemd)
+    systemd.signal_fails = True
+    said.clear()
+    await box._start_units(_task())
+    assert said == [f"stop {worker_unit(SPARE)}", f"start {worker_unit(SPARE)}"]
+    assert worker_unit(SPARE) in systemd.watched
+
+
+async def test_a_task_that_took_no_spare_starts_its_worker(tmp_path: Path, said: list[str]) -> None:
+    box = _box(tmp_path, said)
+    await box._start_units(_task())
+    assert said == [f"start {worker_unit(SPARE)}"]

@@ -7,9 +7,16 @@ from dbus_fast import Message
 
 from boxd.broker.main import MODEL_GATEWAY
 from boxd.manager.netns import MODEL_GATEWAY_PORT
-from boxd.manager.worker_unit import model_socket_unit, worker_properties
+from boxd.manager.worker_unit import (
+    AHEAD_MODULE,
+    ahead_worker_properties,
+    model_socket_unit,
+    wake_signal,
+    worker_properties,
+)
 from boxd.settings import Settings
 from boxd.task import Task, TaskState
+from boxd.workers.ahead import WORKERS
 
 
 def _task() -> Task:
@@ -132,3 +139,20 @@ def test_the_worker_starts_with_its_broker_in_one_job_and_after_the_sockets() ->
     broker = (Path(__file__).parents[1] / "units/box-broker@.service").read_text()
     served = broker.split("Sockets=", 1)[1].splitlines()[0].split()
     assert [name.replace("%i", "t000000001") for name in served] == sockets
+
+
+def test_a_worker_started_ahead_gets_a_tasks_unit_but_for_its_program() -> None:
+    # A task that takes a spare runs in the unit it would have had without one: same sandbox,
+    # user, slice, environment and working directory, for either worker.
+    home, settings = Path("/var/lib/box"), Settings()
+    ahead = dict(ahead_worker_properties(home, "t000000001", settings))
+    for worker in ("fake", "droid"):
+        task = _task().model_copy(update={"worker": worker})
+        own = dict(worker_properties(home, task, settings))
+        assert ahead.keys() == own.keys()
+        differ = [name for name in own if own[name] != ahead[name]]
+        assert differ == ["ExecStart"]
+        program = ahead["ExecStart"].value[0][1]
+        assert program[:-1] == own["ExecStart"].value[0][1][:-1]
+        assert program[-1] == AHEAD_MODULE
+        assert wake_signal(task) == WORKERS[worker].wake

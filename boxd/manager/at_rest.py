@@ -26,6 +26,9 @@ TASKS = 0o711
 # one else: what is in it is closed on its own too (its view and home 0700, the task's user; its
 # upper layer 0700; its sockets 0600).
 TASK = 0o711
+# A view's mount point before its view is mounted, which a spare's worker waits in (layers.py):
+# root's and empty, passed through and listed by no one.
+MOUNT_POINT = 0o711
 # BOX_HOME/workspaces, group boxd-work.
 WORKSPACES = 0o750
 # Each workspace's base: setgid, so what is put in it belongs to boxd-work too.

@@ -82,13 +82,16 @@ from boxd.manager.users import (
     task_uid,
 )
 from boxd.manager.vault import Vault
+from boxd.manager.worker_ahead import not_ready
 from boxd.manager.worker_unit import (
     ALL_TASKS_SLICE,
     WORK_GROUP,
+    ahead_worker_properties,
     all_tasks_properties,
     broker_service_unit,
     broker_units,
     task_slice,
+    wake_signal,
     worker_properties,
     worker_unit,
 )
@@ -99,6 +102,7 @@ from boxd.settings import NetworkDefault, Settings, change_settings
 from boxd.strict_json import loads
 from boxd.task import Review, Task, TaskState
 from boxd.task_request import Worker, parse_task_request
+from boxd.workers.ahead import WAKES
 
 PHONE = "phone:"
 log = logging.getLogger(__name__)
@@ -140,11 +144,21 @@ def _full(workspace: str) -> str:
 
 @dataclass(frozen=True)
 class Ahead:
-    """What a spare's broker, started ahead of its task, was started with: the vault as of its
-    count of changes (Vault.changes), its unit as of systemd's count of reloads."""
+    """What a spare's broker and worker, started ahead of its task, were started with: the vault
+    as of its count of changes (Vault.changes), their units as of systemd's count of reloads, the
+    worker's sandbox as of the box's settings."""
 
     vault_changes: int
     reloads: int
+    settings: Settings
+
+    def broker_holds(self, vault_changes: int, reloads: int) -> bool:
+        """Whether the broker started ahead holds the secrets and the unit of now."""
+        return (self.vault_changes, self.reloads) == (vault_changes, reloads)
+
+    def worker_holds(self, reloads: int, settings: Settings) -> bool:
+        """Whether the worker started ahead runs in the unit a task's worker would get now."""
+        return self.reloads == reloads and self.settings == settings
 
 
 T = TypeVar("T")
@@ -186,9 +200,9 @@ class Box:
         self._known_at_open: set[str] = set()
         # Tasks whose id was a spare, until their start: their user and namespace are made.
         self._made_ahead: set[str] = set()
-        # Spares' brokers started ahead, by id, until their task's units start: what each was
-        # started with, the vault's count of changes and systemd's of reloads (Ahead).
-        self._brokers_ahead: dict[str, Ahead] = {}
+        # Spares' brokers and workers started ahead, by id, until their task's units start: what
+        # each was started with (Ahead).
+        self._ahead: dict[str, Ahead] = {}
 
     def _in_background(self, work: "Awaitable[T]") -> "asyncio.Future[T]":
         """`work` as a job of its own, held until it ends (the loop keeps only weak references
@@ -306,9 +320,18 @@ class Box:
         # start-up (some 300 ms: its sandbox, its imports, the bus). It serves nothing until its
         # task's worker connects (boxd/broker/main.py); its sockets are the spare's user's and in
         # its namespace. The vault's count is read first: a change made after that is seen.
-        self._brokers_ahead[task_id] = Ahead(self.vault.changes, self.systemd.reloads)
+        settings = await self.store.settings()
+        self._ahead[task_id] = Ahead(self.vault.changes, self.systemd.reloads, settings)
         for unit in broker_units(task_id):
             await self.systemd.start_unit(unit)
+        # And its worker, which imports its code and waits, as the spare's user and in the
+        # worker's sandbox, in the empty mount point of its view, until its task's view is
+        # mounted there and it is told which worker to be (boxd/workers/ahead.py).
+        await task_home.prepare(self.home, task_id, uid)
+        await asyncio.to_thread(self.layers.mount_point, task_id)
+        await self.systemd.start_transient(
+            worker_unit(task_id), ahead_worker_properties(self.home, task_id, settings)
+        )
 
     def _task_directory(self, task_id: str) -> Path:
         """The task's directory, made if it is not there, with the task's mode: its worker
@@ -319,18 +342,25 @@ class Box:
         return directory
 
     async def _drop_spare(self, task_id: str) -> None:
-        """Its broker's units go first, and a failure to stop them keeps its user: the next
-        manager finds it and tries again, so no unit outlives the user its sockets belong to."""
-        self._brokers_ahead.pop(task_id, None)
-        for unit in reversed(broker_units(task_id)):
+        """Its worker's and broker's units go first, and a failure to stop them keeps its user:
+        the next manager finds it and tries again, so no unit outlives the user it runs as or
+        its sockets belong to."""
+        self._ahead.pop(task_id, None)
+        for unit in (
+            worker_unit(task_id),
+            task_slice(task_id),
+            *reversed(broker_units(task_id)),
+        ):
             await self.systemd.stop_unit(unit)
             await self.systemd.reset_failed(unit)
         await self._remove_user(task_id)
         await netns.remove(task_id)
-        # Its directory, made with it; nothing of a task was ever in it, and what is not empty
-        # (or not a directory) is left as it is.
-        with contextlib.suppress(OSError):
-            task_dir(self.home, task_id).rmdir()
+        await task_home.remove(self.home, task_id)
+        # Its view's mount point and its directory, made with it; nothing of a task was ever in
+        # them, and what is not empty (or not a directory, or mounted) is left as it is.
+        for empty in (task_work_dir(self.home, task_id), task_dir(self.home, task_id)):
+            with contextlib.suppress(OSError):
+                empty.rmdir()
 
     def routes(self) -> dict[api.Method, Handler]:
         return {
@@ -1000,14 +1030,41 @@ class Box:
         # The vault holds still from the count's check to the worker's start: a secret removed
         # once the owner was told so never reaches this task through a broker started before.
         async with self.vault.unchanged() as changes:
-            ahead = self._brokers_ahead.pop(task.id, None)
-            if ahead is not None and ahead != Ahead(changes, self.systemd.reloads):
+            ahead = self._ahead.pop(task.id, None)
+            if ahead is not None and not ahead.broker_holds(changes, self.systemd.reloads):
                 # A spare's broker holds the secrets and the unit of when it started: the vault
                 # changed since, or systemd reloaded its units (a drop-in's Environment=, say), so
-                # it goes, and the worker's job starts a new one, as a task's broker is started.
+                # it goes, and its socket starts a new one on the worker's first connection.
                 await self.systemd.stop_unit(broker_service_unit(task.id))
+            if ahead is not None and await self._wake_ahead(task, ahead, settings):
+                return
             self.systemd.watch(unit, partial(self._check_soon, task.id))
             await self.systemd.start_transient(unit, worker_properties(self.home, task, settings))
+
+    async def _wake_ahead(self, task: Task, ahead: Ahead, settings: Settings) -> bool:
+        """Makes the spare's worker started ahead this task's worker, if it still can be: its
+        unit is the one the task would get now, and its process is there, catches its signal and
+        sees the task's view (worker_ahead.py). Otherwise it goes, and False says to start one."""
+        unit = worker_unit(task.id)
+        why: str | None = "the box's settings or systemd's units changed since it started"
+        if ahead.worker_holds(self.systemd.reloads, settings):
+            pid = await self.systemd.main_pid(unit)
+            if pid is None:
+                why = "its process is gone"
+            else:
+                view = task_work_dir(self.home, task.id)
+                why = await asyncio.to_thread(not_ready, pid, view, WAKES)
+        if why is None:
+            self.systemd.watch(unit, partial(self._check_soon, task.id))
+            try:
+                await self.systemd.signal_main(unit, wake_signal(task))
+                return True
+            except SystemdError as failure:
+                self.systemd.unwatch(unit)
+                why = str(failure)
+        log.info("task %s: starting a new worker, not the one started ahead: %s", task.id, why)
+        await self._let_go(unit)
+        return False
 
     async def _layers_seen(self, task: Task) -> list[str]:
         """The layers a task saw when it started, to mount its view again after a restart."""
@@ -1115,7 +1172,7 @@ class Box:
         failed task's user gone, and last its network namespace, so a namespace left says this
         was cut off. Runs beside the task's lock, never under it: a broker told to stop first
         lets its running tools record their results (FinishCall), which takes that lock."""
-        self._brokers_ahead.pop(task.id, None)
+        self._ahead.pop(task.id, None)
         try:
             for name in broker_units(task.id):
                 await self._let_go(name)

@@ -65,6 +65,17 @@ class Layers:
     def _scratch(self, task_id: str) -> Path:
         return task_dir(self.home, task_id) / "overlay-work"
 
+    def mount_point(self, task_id: str) -> None:
+        """Makes the view's mount point for a spare's worker, which starts in it before its task
+        exists and so before its view is mounted (boxd/workers/ahead.py): a task's user may pass
+        through it. One already there is left as it is: it may be a view mounted."""
+        view = task_work_dir(self.home, task_id)
+        try:
+            view.mkdir(mode=at_rest.MOUNT_POINT)
+        except FileExistsError:
+            return
+        at_rest.restrict(view, at_rest.MOUNT_POINT)
+
     async def mount(self, task_id: str, workspace: str, stack: list[str], uid: int) -> None:
         """Mounts the task's view: its upper directory over `stack` (layer names, newest first)
         over the base. Mounting again after a restart keeps what the task already wrote."""

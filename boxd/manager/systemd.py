@@ -298,6 +298,22 @@ class Systemd:
             main_status=exit["ExecMainStatus"],
         )
 
+    async def main_pid(self, name: str) -> int | None:
+        """The unit's main process, or None when it has none or systemd has no such unit."""
+        try:
+            reply = await self._call(_MANAGER_PATH, _MANAGER, "GetUnit", "s", [name])
+            pid = await self._call(reply.body[0], _PROPERTIES, "Get", "ss", [_SERVICE, "MainPID"])
+        except SystemdError as error:
+            if error.no_such_unit:
+                return None
+            raise
+        value = pid.body[0].value
+        return value if isinstance(value, int) and value > 0 else None
+
+    async def signal_main(self, name: str, number: int) -> None:
+        """Sends `number` to the unit's main process only (systemctl kill --kill-whom=main)."""
+        await self._call(_MANAGER_PATH, _MANAGER, "KillUnit", "ssi", [name, "main", number])
+
     async def unit_of_pid(self, pid: int) -> str | None:
         try:
             reply = await self._call(_MANAGER_PATH, _MANAGER, "GetUnitByPID", "u", [pid])

@@ -5,6 +5,7 @@ the unit, with its exit status, loaded until the manager has recorded the result
 manager was down when the worker exited (systemd 252 has no AddRef for transient units).
 """
 
+import signal
 import sys
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from boxd.paths import broker_socket, task_own_home, task_work_dir
 from boxd.settings import Settings
 from boxd.task import Task
 from boxd.task_request import Worker
+from boxd.workers.ahead import WORKERS
 
 WORK_GROUP = "boxd-work"
 
@@ -74,12 +76,18 @@ def all_tasks_properties(settings: Settings) -> list[tuple[str, Variant]]:
 PYTHON_FLAGS = ("-I", "-u")
 
 
-WORKER_MODULES = {Worker.FAKE: "boxd.workers.fake", Worker.DROID: "boxd.workers.droid"}
+# What a spare's worker, started ahead of its task, runs until it is told which worker to be.
+AHEAD_MODULE = "boxd.workers.ahead"
 
 
 def worker_command(task: Task) -> list[str]:
-    module = WORKER_MODULES[Worker(task.worker)]
+    module = WORKERS[Worker(task.worker).value].module
     return [sys.executable, *PYTHON_FLAGS, "-m", module]
+
+
+def wake_signal(task: Task) -> signal.Signals:
+    """The signal that makes a worker started ahead run as this task's worker."""
+    return WORKERS[Worker(task.worker).value].wake
 
 
 def home_environment(own_home: Path) -> list[str]:
@@ -112,39 +120,53 @@ def broker_units(task_id: str) -> list[str]:
 
 
 def worker_properties(home: Path, task: Task, settings: Settings) -> list[tuple[str, Variant]]:
-    work = str(task_work_dir(home, task.id))
-    command = worker_command(task)
-    sockets = [unit for unit in broker_units(task.id) if unit.endswith(".socket")]
+    return _properties(home, task.id, worker_command(task), settings)
+
+
+def ahead_worker_properties(
+    home: Path, task_id: str, settings: Settings
+) -> list[tuple[str, Variant]]:
+    """The unit of a spare's worker, started before its task exists: the same as any task's
+    worker's (so the unit a task gets does not depend on whether it took a spare), but for the
+    program, which waits to be told which worker to be (boxd/workers/ahead.py)."""
+    return _properties(home, task_id, [sys.executable, *PYTHON_FLAGS, "-m", AHEAD_MODULE], settings)
+
+
+def _properties(
+    home: Path, task_id: str, command: list[str], settings: Settings
+) -> list[tuple[str, Variant]]:
+    work = str(task_work_dir(home, task_id))
+    sockets = [unit for unit in broker_units(task_id) if unit.endswith(".socket")]
     return [
         # Not the title: any local user reads a unit's description (systemctl, systemd's
         # signals), and a task's content is for the owner only.
-        ("Description", Variant("s", f"boxd task {task.id}")),
+        ("Description", Variant("s", f"boxd task {task_id}")),
         ("Type", Variant("s", "exec")),
         # The broker and its sockets start in the same job as the worker: one call to systemd
         # for all six units. The worker waits for the sockets to listen, never for the broker,
         # whose start-up overlaps its own; its first connection waits in the socket meanwhile.
         # Wants, not Requires: a broker that crashes is restarted alone, and the worker goes on.
-        ("Wants", Variant("as", broker_units(task.id))),
+        ("Wants", Variant("as", broker_units(task_id))),
         ("After", Variant("as", sockets)),
         ("TimeoutStartUSec", Variant("t", WORKER_START_SECONDS * 1_000_000)),
         ("ExecStart", Variant("a(sasb)", [[command[0], command, False]])),
         ("RemainAfterExit", Variant("b", True)),
-        ("User", Variant("s", task_user(task.id))),
+        ("User", Variant("s", task_user(task_id))),
         # Every task's files belong to group boxd-work and are group-writable, so a later
         # task can change what an earlier one, or the owner, left in the workspace.
         ("Group", Variant("s", WORK_GROUP)),
         ("UMask", Variant("u", 0o002)),
-        ("Slice", Variant("s", task_slice(task.id))),
+        ("Slice", Variant("s", task_slice(task_id))),
         ("WorkingDirectory", Variant("s", work)),
         (
             "Environment",
             Variant(
                 "as",
                 [
-                    f"BOX_SOCKET={broker_socket(home, task.id)}",
-                    f"BOX_TASK={task.id}",
+                    f"BOX_SOCKET={broker_socket(home, task_id)}",
+                    f"BOX_TASK={task_id}",
                     f"BOX_MODEL_URL={MODEL_URL}",
-                    *home_environment(task_own_home(home, task.id)),
+                    *home_environment(task_own_home(home, task_id)),
                     *(
                         f"{name}={value}"
                         for name, value in proxy_environment(
@@ -154,5 +176,5 @@ def worker_properties(home: Path, task: Task, settings: Settings) -> list[tuple[
                 ],
             ),
         ),
-        *sandbox_properties(home, task.id, settings),
+        *sandbox_properties(home, task_id, settings),
     ]

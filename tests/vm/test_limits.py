@@ -277,8 +277,12 @@ def test_a_queued_task_whose_cut_off_start_left_a_worker_runs(machine: Machine, 
         waiting = start_fake(machine, token, "step ran", title="waits in line")
         started.append(waiting["id"])
         assert waiting["state"] == "queued"
-        # What the cut-off start left: the task's worker unit, loaded and running.
-        machine.run("systemd-run", f"--unit=box-task-{waiting['id']}", "sleep", "600")
+        # What the cut-off start left: the task's worker unit, loaded and running. A task that
+        # took a spare has that spare's worker, started ahead, under that name: it goes first.
+        unit = f"box-task-{waiting['id']}.service"
+        machine.run("systemctl", "stop", unit)
+        machine.run("systemctl", "reset-failed", unit, check=False)
+        machine.run("systemd-run", f"--unit={unit}", "sleep", "600")
         machine.run("systemctl", "restart", "boxd.service")
         boxctl(machine, "stop", blocker["id"])
         ended = finish(machine, waiting["id"])

@@ -1,10 +1,13 @@
-"""Spare task users and namespaces, and their brokers, made ahead so a task starts sooner
-(boxd/manager/spares.py), in a real box. A spare must be as new as any task's user: one left by a
-manager that was killed is removed by the next, units and all, never handed to a task, and a task
-that takes a spare works as its own user in its own namespace, with a broker that holds the vault
-as it is when the task starts, not as it was when the spare was made."""
+"""Spare task users and namespaces, and their brokers and workers, made ahead so a task starts
+sooner (boxd/manager/spares.py), in a real box. A spare must be as new as any task's user: one
+left by a manager that was killed is removed by the next, units and all, never handed to a task,
+and a task that takes a spare works as its own user in its own namespace and view, with a broker
+that holds the vault as it is when the task starts, not as it was when the spare was made. A
+spare's worker waits as its user, in its sandbox, on an empty directory; no one but root wakes
+it, and one that cannot be woken is replaced by a new worker."""
 
 import json
+import signal
 import time
 
 from tests.vm.box_api import BOXCTL, BROKER_UNIT, boxctl, finish, start_fake, unit_environment
@@ -69,10 +72,128 @@ def brokers_ready(machine: Machine, timeout: float = 30) -> set[str]:
         time.sleep(0.1)
 
 
+BOX_HOME = "/var/lib/box"
+# The signals a worker started ahead waits for (boxd/workers/ahead.py).
+WAKES = {signal.SIGUSR1, signal.SIGUSR2}
+
+
+def worker_units(machine: Machine, spare: str) -> set[str]:
+    """The spare's worker unit and slice, if systemd has them loaded, active or not."""
+    task_id = spare.removeprefix("box-")
+    listed = machine.run(
+        "systemctl",
+        "list-units",
+        "--all",
+        "--plain",
+        "--no-legend",
+        f"box-task-{task_id}.service",
+        f"box-{task_id}.slice",
+    ).stdout.splitlines()
+    return {line.split()[0] for line in listed if line.strip()}
+
+
+def _waiting_pid(machine: Machine, spare: str) -> int | None:
+    """The pid of the spare's worker, once it waits for its wake-up signals."""
+    unit = f"box-task-{spare.removeprefix('box-')}.service"
+    shown = machine.run("systemctl", "show", "-P", "MainPID", unit, check=False).stdout.strip()
+    if not shown.isdigit() or shown == "0":
+        return None
+    status = machine.run("cat", f"/proc/{shown}/status", check=False).stdout
+    caught = next(
+        (line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), "0"
+    )
+    waits = all(int(caught, 16) >> (number - 1) & 1 for number in WAKES)
+    return int(shown) if waits else None
+
+
+def workers_ready(machine: Machine, timeout: float = 30) -> dict[str, int]:
+    """The spares, once each one's broker runs and its worker waits, by user: its worker's pid."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = brokers_ready(machine)
+        ready = {spare: pid for spare in found if (pid := _waiting_pid(machine, spare))}
+        if ready.keys() == found:
+            return ready
+        assert time.monotonic() < deadline, f"the workers of {found - ready.keys()} never waited"
+        time.sleep(0.1)
+
+
+def test_the_worker_started_ahead_runs_the_task_in_its_view(machine: Machine, token: str) -> None:
+    note = f"{BOX_HOME}/workspaces/home/ahead-note.txt"
+    machine.run("sh", "-c", f"echo written by the owner > {note}")
+    try:
+        ready = workers_ready(machine)
+        task = start_fake(
+            machine,
+            token,
+            "sh echo $PPID; pwd; id -un; cat ahead-note.txt; grep SigBlk /proc/$PPID/status",
+        )
+        ended = finish(machine, task["id"])
+    finally:
+        machine.run("rm", "-f", note)
+    assert ended["state"] == "done", ended
+    assert task["user"] in ready, "the task took no spare whose worker waited"
+    parent, where, user, read, blocked = ended["steps"][0]["text"].splitlines()
+    # The very process that waited before the task was asked for ran it, as the task's user,
+    # in its view of the workspace, with no signal left blocked for what it runs.
+    assert int(parent) == ready[task["user"]]
+    assert where == f"{BOX_HOME}/tasks/{task['id']}/work"
+    assert user == task["user"]
+    assert read == "written by the owner"
+    assert int(blocked.split()[1], 16) == 0
+
+
+def test_a_spares_worker_waits_as_its_user_on_an_empty_directory_and_no_stranger_wakes_it(
+    machine: Machine,
+) -> None:
+    ready = workers_ready(machine)
+    spare, pid = sorted(ready.items())[0]
+    task_id = spare.removeprefix("box-")
+    unit = f"box-task-{task_id}.service"
+    shown = machine.run(
+        "systemctl", "show", unit, "-p", "User", "-p", "ProtectSystem", "-p", "WorkingDirectory"
+    ).stdout.splitlines()
+    assert sorted(shown) == [
+        "ProtectSystem=strict",
+        f"User={spare}",
+        f"WorkingDirectory={BOX_HOME}/tasks/{task_id}/work",
+    ]
+    # Its view's mount point, as it sees it: nothing in it, nothing mounted on it yet.
+    assert machine.run("ls", "-A", f"/proc/{pid}/cwd").stdout == ""
+    assert machine.run(
+        "stat", "-c", "%a %U", f"{BOX_HOME}/tasks/{task_id}/work"
+    ).stdout.split() == [
+        "711",
+        "root",
+    ]
+    # Another user's signal is refused: only root, through systemd, and the spare's user wake it.
+    for wake in WAKES:
+        refused = machine.run("kill", f"-{int(wake)}", str(pid), user="nobody", check=False)
+        assert refused.returncode != 0
+    assert _waiting_pid(machine, spare) == pid
+
+
+def test_a_task_whose_spares_worker_was_killed_gets_a_new_worker(
+    machine: Machine, token: str
+) -> None:
+    ready = workers_ready(machine)
+    for pid in ready.values():
+        machine.run("kill", "-KILL", str(pid))
+    # One task for each spare, so none is left with a dead worker.
+    tasks = [start_fake(machine, token, "sh echo $PPID; id -un") for _ in ready]
+    for task in tasks:
+        ended = finish(machine, task["id"])
+        assert ended["state"] == "done", ended
+        assert task["user"] in ready, "the task took no spare whose worker was killed"
+        parent, user = ended["steps"][0]["text"].splitlines()
+        assert int(parent) != ready[task["user"]]
+        assert user == task["user"]
+
+
 def test_a_spare_left_by_a_killed_manager_is_removed_and_never_used(
     machine: Machine, token: str
 ) -> None:
-    before = brokers_ready(machine)
+    before = set(workers_ready(machine))
     machine.run("systemctl", "kill", "--signal=KILL", "boxd.service")
     machine.run(
         "timeout",
@@ -86,8 +207,10 @@ def test_a_spare_left_by_a_killed_manager_is_removed_and_never_used(
     while left := (task_users(machine) | namespaces(machine)) & before:
         assert time.monotonic() < deadline, f"spares {left} still there after a restart"
         time.sleep(0.1)
-    # Their brokers' units went before their users, whose sockets they were.
+    # Their brokers' and workers' units went before their users, whose sockets and processes
+    # they were, and their workers' slices with them.
     assert not set().union(*(broker_units(machine, spare) for spare in before))
+    assert not set().union(*(worker_units(machine, spare) for spare in before))
     task = start_fake(machine, token, "sh id -un")
     ended = finish(machine, task["id"])
     assert ended["state"] == "done", ended
