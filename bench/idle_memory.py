@@ -17,7 +17,10 @@ It prints:
   agent's, not boxd's) beside it;
 - the first request after idle, whose connection starts the broker again (GET /tools, and POST
   /step as the worker's next step), against the same request to a broker already up;
-- whether each broker's unit went inactive, never failed, and was started again by its socket.
+- whether each broker's unit went inactive, never failed, and was started again by its socket;
+- what the spares cost while they wait for a task (boxd/manager/spares.py): each one's broker
+  and worker, both started ahead and both boxd's own (the worker runs no agent until a task
+  takes it), measured before any task starts.
 
 The memory of 100 running tasks' brokers is bench/load.py's ("running, broker").
 """
@@ -49,6 +52,9 @@ from bench.load import (
     unit_cgroups,
     worker_unit,
 )
+from boxd.manager.spares import SPARES
+from boxd.manager.worker_ahead import caught_signals
+from boxd.workers.ahead import WAKES
 
 TASKS = 5
 IDLE_MS = 3000
@@ -112,6 +118,46 @@ def worker_memory(task_id: str) -> int:
     unit = worker_unit(task_id)
     group = unit_cgroups([unit]).get(unit)
     return (cgroup_bytes(group) or 0) if group is not None else 0
+
+
+def waiting_spares() -> list[str]:
+    """The ids of the spares whose broker and worker run: before any task, every worker unit
+    is a spare's."""
+    listed = run(
+        "systemctl", "list-units", "--plain", "--no-legend", "--state=running", "box-task-*.service"
+    )
+    ids = [
+        line.split()[0].removeprefix("box-task-").removesuffix(".service")
+        for line in listed.splitlines()
+        if line.strip()
+    ]
+    return [
+        task_id for task_id in ids if unit_state(broker_unit(task_id))["ActiveState"] == "active"
+    ]
+
+
+def status_of(unit: str) -> str:
+    """/proc/<pid>/status of the unit's main process, or "" when it has none."""
+    try:
+        return Path(f"/proc/{unit_state(unit)['MainPID']}/status").read_text()
+    except OSError:
+        return ""
+
+
+def spares_memory() -> list[dict[str, int]]:
+    def waiting() -> bool:
+        # A worker started ahead has done its imports once it catches its wake-up signals.
+        ids = waiting_spares()
+        return len(ids) == SPARES and all(
+            caught_signals(status_of(worker_unit(task_id))) >= WAKES for task_id in ids
+        )
+
+    if not wait_until(waiting, 120):
+        sys.exit(f"boxd did not have its {SPARES} spares' brokers and workers waiting in 120 s")
+    return [
+        {"broker": boxd_memory(task_id), "worker": worker_memory(task_id)}
+        for task_id in waiting_spares()
+    ]
 
 
 def wait_until(done: Any, seconds: float) -> bool:
@@ -180,6 +226,7 @@ def one_task(task_id: str, idle_seconds: float, exits: bool) -> dict[str, Any]:
 
 def measure(token: str, tasks: int, idle_ms: int) -> dict[str, Any]:
     total, top = import_profile()
+    spares = spares_memory()
     DROP_IN.parent.mkdir(parents=True, exist_ok=True)
     DROP_IN.write_text(f"[Service]\nEnvironment=BOX_BROKER_IDLE_MS={idle_ms}\n")
     run("systemctl", "daemon-reload")
@@ -198,7 +245,13 @@ def measure(token: str, tasks: int, idle_ms: int) -> dict[str, Any]:
             stop_unended(started)
         DROP_IN.unlink(missing_ok=True)
         run("systemctl", "daemon-reload")
-    return {"import_ms": total, "import_top": top, "idle_ms": idle_ms, "tasks": results}
+    return {
+        "import_ms": total,
+        "import_top": top,
+        "idle_ms": idle_ms,
+        "tasks": results,
+        "spares": spares,
+    }
 
 
 def table(result: dict[str, Any]) -> str:
@@ -234,7 +287,13 @@ def table(result: dict[str, Any]) -> str:
         after = f"after idle {spread(cold, 'ms', 1000)}" if cold else "never idle (no exit)"
         out.append(f"    {kind:<12} {after};  warm {spread(warm, 'ms', 1000)}")
     exits = [t["exit"] for t in one]
+    spares = result["spares"]
     out += [
+        "",
+        f"  {len(spares)} spares waiting for a task, each its broker and its worker started ahead"
+        " (boxd's own, both)",
+        f"    broker {spread([s['broker'] for s in spares], 'MiB', 2**-20)}",
+        f"    worker {spread([s['worker'] for s in spares], 'MiB', 2**-20)}",
         "",
         f"  brokers that exited idle: {sum(t['exited'] for t in one)} of {len(one)}; their "
         f"units then: {', '.join(sorted({e['ActiveState'] + '/' + e['Result'] for e in exits}))}"

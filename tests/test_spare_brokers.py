@@ -17,6 +17,7 @@ from boxd.caller import Caller, Role
 from boxd.manager import box as box_module
 from boxd.manager import netns, task_home
 from boxd.manager.box import Box
+from boxd.manager.spares import Spares
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError
 from boxd.manager.worker_unit import (
@@ -42,6 +43,7 @@ class FakeSystemd:
         self.fail_stop = fail_stop
         self.reloads = 0
         self.pid: int | None = WORKER_PID
+        self.pid_fails = False
         self.signal_fails = False
         self.started: dict[str, Any] = {}
         self.watched: set[str] = set()
@@ -68,6 +70,8 @@ class FakeSystemd:
         self.started[name] = dict(properties)
 
     async def main_pid(self, name: str) -> int | None:
+        if self.pid_fails:
+            raise SystemdError("org.freedesktop.DBus.Error.Timeout", "no answer")
         return self.pid
 
     async def signal_main(self, name: str, number: int) -> None:
@@ -105,11 +109,16 @@ def said(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         said.append(f"home {task_id}")
         return home
 
+    async def remove_home(home: Path, task_id: str) -> None:
+        said.append(f"rm home {task_id}")
+
     def ready(pid: int, view: Path, wakes: Any) -> str | None:
         assert pid == WORKER_PID
         return None
 
     monkeypatch.setattr(task_home, "prepare", prepare_home)
+    monkeypatch.setattr(task_home, "remove", remove_home)
+    monkeypatch.setattr(box_module, "catches", lambda pid, wakes: pid == WORKER_PID)
     monkeypatch.setattr(box_module, "not_ready", ready)
     monkeypatch.setattr(box_module, "ensure_user", ensure_user)
     monkeypatch.setattr(box_module, "remove_user", remove_user)
@@ -164,7 +173,15 @@ async def test_a_spare_dropped_loses_its_broker_units_before_its_user(
     stops = [f"stop {unit}" for unit in reversed(broker_units(SPARE))]
     # Its worker's slice too: systemd keeps a slice loaded until it is stopped.
     worker = [f"stop {worker_unit(SPARE)}", f"stop {task_slice(SPARE)}"]
-    assert said == [*worker, *stops, f"userdel box-{SPARE}", f"netns del {SPARE}"]
+    # Its home and directories before its user and namespace, which a manager cut off in
+    # between leaves for the next to find (spares.leftovers) and drop again.
+    assert said == [
+        *worker,
+        *stops,
+        f"rm home {SPARE}",
+        f"userdel box-{SPARE}",
+        f"netns del {SPARE}",
+    ]
     assert stops[0] == f"stop {broker_service_unit(SPARE)}"
 
 
@@ -369,3 +386,66 @@ async def test_a_task_that_took_no_spare_starts_its_worker(tmp_path: Path, said:
     box = _box(tmp_path, said)
     await box._start_units(_task())
     assert said == [f"start {worker_unit(SPARE)}"]
+
+
+async def test_a_settings_change_outside_the_workers_unit_keeps_the_spares_worker(
+    tmp_path: Path, said: list[str]
+) -> None:
+    box = _box(tmp_path, said)
+    await box._make_spare(SPARE)
+    said.clear()
+
+    async def settings() -> Settings:
+        return Settings(defaultBudgetCents=7)
+
+    box.store.settings = settings  # type: ignore[method-assign]
+    await box._start_units(_task())
+    assert said == [f"signal {signal.SIGUSR1} {worker_unit(SPARE)}"]
+
+
+async def test_a_spares_worker_whose_pid_systemd_does_not_give_is_replaced(
+    tmp_path: Path, said: list[str]
+) -> None:
+    # The task starts all the same, with a worker of its own, rather than failing.
+    box = _box(tmp_path, said)
+    await box._make_spare(SPARE)
+    cast(FakeSystemd, box.systemd).pid_fails = True
+    said.clear()
+    await box._start_units(_task())
+    assert said == [f"stop {worker_unit(SPARE)}", f"start {worker_unit(SPARE)}"]
+
+
+async def test_a_spare_is_ready_only_once_its_worker_catches_its_signals(
+    tmp_path: Path, said: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Taken before, its worker would be found not ready and replaced: slower than no spare.
+    looks: list[int] = []
+
+    def catches(pid: int, wakes: Any) -> bool:
+        looks.append(pid)
+        return len(looks) >= 3
+
+    monkeypatch.setattr(box_module, "catches", catches)
+    monkeypatch.setattr(box_module, "AHEAD_POLL_SECONDS", 0)
+    box = _box(tmp_path, said)
+    spares = Spares(box._make_spare, box._drop_spare, count=1)
+    spares.fill_soon()
+    await asyncio.sleep(0)
+    assert spares.take() is None
+    await spares.filled()
+    assert looks == [WORKER_PID] * 3
+    assert spares.take() is not None
+
+
+async def test_a_spare_whose_worker_never_gets_ready_is_still_made(
+    tmp_path: Path, said: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its user, namespace and broker still spare the task their making; its worker is replaced.
+    monkeypatch.setattr(box_module, "catches", lambda pid, wakes: False)
+    monkeypatch.setattr(box_module, "AHEAD_READY_SECONDS", 0.05)
+    monkeypatch.setattr(box_module, "AHEAD_POLL_SECONDS", 0.01)
+    box = _box(tmp_path, said)
+    spares = Spares(box._make_spare, box._drop_spare, count=1)
+    spares.fill_soon()
+    await spares.filled()
+    assert spares.take() is not None

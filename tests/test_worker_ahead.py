@@ -141,3 +141,17 @@ def test_a_signal_that_wakes_no_worker_kills_nothing_and_is_not_a_wake(tmp_path:
     finally:
         worker.kill()
         worker.wait()
+
+
+def test_a_view_reached_through_a_link_is_found_where_the_kernel_mounted_it(
+    tmp_path: Path,
+) -> None:
+    # A BOX_HOME given through a link: mountinfo has the path the kernel mounted on, no link.
+    real = tmp_path / "real"
+    (real / "work").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(real)
+    mounted = OVERLAY.replace(f" {VIEW} ", f" {os.path.realpath(real / 'work')} ")
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    _proc(proc, _status(_bits(*WAKES)), f"{mounted}\n")
+    assert not_ready(77, tmp_path / "link" / "work", WAKES, proc) is None

@@ -14,6 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dbus_fast import Variant
 from dbus_fast.aio import MessageBus
 
 from boxd.approval import TASK_ENDED, ApprovalState
@@ -82,7 +83,7 @@ from boxd.manager.users import (
     task_uid,
 )
 from boxd.manager.vault import Vault
-from boxd.manager.worker_ahead import not_ready
+from boxd.manager.worker_ahead import catches, not_ready
 from boxd.manager.worker_unit import (
     ALL_TASKS_SLICE,
     WORK_GROUP,
@@ -112,6 +113,10 @@ Handler = Callable[[Caller, list[Any]], Awaitable[Any]]
 STOPPED = "Stopped by its owner."
 VANISHED = "The worker's unit was gone before boxd could read how it ended."
 UNDONE_WHILE_RUNNING = "Stopped by its owner, to undo it."
+# How long a spare waits for its worker started ahead to be ready (its imports: 0.1 to 0.3 s at
+# rest, seconds under load), and how often it looks.
+AHEAD_READY_SECONDS = 30.0
+AHEAD_POLL_SECONDS = 0.02
 # How often an end that could not be recorded on the full disk is tried again.
 END_WAITS_FOR_ROOM_SECONDS = 1.0
 
@@ -145,20 +150,21 @@ def _full(workspace: str) -> str:
 @dataclass(frozen=True)
 class Ahead:
     """What a spare's broker and worker, started ahead of its task, were started with: the vault
-    as of its count of changes (Vault.changes), their units as of systemd's count of reloads, the
-    worker's sandbox as of the box's settings."""
+    as of its count of changes (Vault.changes), their units as of systemd's count of reloads, and
+    the worker's unit's properties."""
 
     vault_changes: int
     reloads: int
-    settings: Settings
+    worker: list[tuple[str, Variant]]
 
     def broker_holds(self, vault_changes: int, reloads: int) -> bool:
         """Whether the broker started ahead holds the secrets and the unit of now."""
         return (self.vault_changes, self.reloads) == (vault_changes, reloads)
 
-    def worker_holds(self, reloads: int, settings: Settings) -> bool:
-        """Whether the worker started ahead runs in the unit a task's worker would get now."""
-        return self.reloads == reloads and self.settings == settings
+    def worker_holds(self, reloads: int, worker: list[tuple[str, Variant]]) -> bool:
+        """Whether the worker started ahead runs in the unit it would be started in now: the
+        settings' limits are in its properties, a drop-in's changes in systemd's reloads."""
+        return self.reloads == reloads and self.worker == worker
 
 
 T = TypeVar("T")
@@ -320,8 +326,8 @@ class Box:
         # start-up (some 300 ms: its sandbox, its imports, the bus). It serves nothing until its
         # task's worker connects (boxd/broker/main.py); its sockets are the spare's user's and in
         # its namespace. The vault's count is read first: a change made after that is seen.
-        settings = await self.store.settings()
-        self._ahead[task_id] = Ahead(self.vault.changes, self.systemd.reloads, settings)
+        worker = ahead_worker_properties(self.home, task_id, await self.store.settings())
+        self._ahead[task_id] = Ahead(self.vault.changes, self.systemd.reloads, worker)
         for unit in broker_units(task_id):
             await self.systemd.start_unit(unit)
         # And its worker, which imports its code and waits, as the spare's user and in the
@@ -329,9 +335,21 @@ class Box:
         # mounted there and it is told which worker to be (boxd/workers/ahead.py).
         await task_home.prepare(self.home, task_id, uid)
         await asyncio.to_thread(self.layers.mount_point, task_id)
-        await self.systemd.start_transient(
-            worker_unit(task_id), ahead_worker_properties(self.home, task_id, settings)
-        )
+        await self.systemd.start_transient(worker_unit(task_id), worker)
+        await self._until_waiting(worker_unit(task_id))
+
+    async def _until_waiting(self, unit: str) -> None:
+        """Returns once the spare's worker catches its wake-up signals, its imports done, or
+        after AHEAD_READY_SECONDS all the same: a task that takes it before would find it not
+        ready and start a new worker, so until then the spare is not handed out."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + AHEAD_READY_SECONDS
+        while loop.time() < deadline:
+            pid = await self.systemd.main_pid(unit)
+            if pid is not None and await asyncio.to_thread(catches, pid, WAKES):
+                return
+            await asyncio.sleep(AHEAD_POLL_SECONDS)
+        log.warning("the worker started ahead as %s did not get ready in time", unit)
 
     def _task_directory(self, task_id: str) -> Path:
         """The task's directory, made if it is not there, with the task's mode: its worker
@@ -353,14 +371,16 @@ class Box:
         ):
             await self.systemd.stop_unit(unit)
             await self.systemd.reset_failed(unit)
-        await self._remove_user(task_id)
-        await netns.remove(task_id)
+        # Its home, its view's mount point and its directory, made with it, before its user and
+        # namespace, which a manager cut off in between leaves for the next to find (leftovers)
+        # and drop again. Nothing of a task was ever in them; what is not empty (or not a
+        # directory, or mounted) is left as it is.
         await task_home.remove(self.home, task_id)
-        # Its view's mount point and its directory, made with it; nothing of a task was ever in
-        # them, and what is not empty (or not a directory, or mounted) is left as it is.
         for empty in (task_work_dir(self.home, task_id), task_dir(self.home, task_id)):
             with contextlib.suppress(OSError):
                 empty.rmdir()
+        await self._remove_user(task_id)
+        await netns.remove(task_id)
 
     def routes(self) -> dict[api.Method, Handler]:
         return {
@@ -1047,11 +1067,16 @@ class Box:
         sees the task's view (worker_ahead.py). Otherwise it goes, and False says to start one."""
         unit = worker_unit(task.id)
         why: str | None = "the box's settings or systemd's units changed since it started"
-        if ahead.worker_holds(self.systemd.reloads, settings):
-            pid = await self.systemd.main_pid(unit)
-            if pid is None:
-                why = "its process is gone"
+        if ahead.worker_holds(
+            self.systemd.reloads, ahead_worker_properties(self.home, task.id, settings)
+        ):
+            try:
+                pid = await self.systemd.main_pid(unit)
+            except SystemdError as failure:
+                pid, why = None, str(failure)
             else:
+                why = "its process is gone"
+            if pid is not None:
                 view = task_work_dir(self.home, task.id)
                 why = await asyncio.to_thread(not_ready, pid, view, WAKES)
         if why is None:

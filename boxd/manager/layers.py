@@ -93,8 +93,10 @@ class Layers:
         base = f"../../{workspaces_dir(self.home).name}/{workspace}"
         # No redirects or metadata-only copies: a layer holds whole files and whole folders,
         # so it can leave the stack, or be applied to the owner's real folders, on its own.
+        # nosuid, as systemd binds the view into a worker it starts (NoNewPrivileges=): a spare's
+        # worker, started before the view, sees this mount itself, and sees it the same.
         options = (
-            f"lowerdir={':'.join([*stack, base])},upperdir={upper},"
+            f"nosuid,lowerdir={':'.join([*stack, base])},upperdir={upper},"
             f"workdir={self._scratch(task_id)},redirect_dir=off,metacopy=off"
         )
         failed = await _run(

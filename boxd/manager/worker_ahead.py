@@ -3,6 +3,7 @@ it catches the signal that wakes it, so the signal does not kill it, and it sees
 mounted on its working directory, in its own mount namespace, so it does not run on an empty
 directory. Read from /proc as root; the worker cannot hide or fake either."""
 
+import os
 import signal
 from collections.abc import Iterable
 from pathlib import Path
@@ -43,6 +44,16 @@ def top_mount(mountinfo: str, path: Path) -> str | None:
     return found
 
 
+def catches(pid: int, wakes: Iterable[int], proc: Path = PROC) -> bool:
+    """Whether the process catches all of `wakes`: a worker started ahead does once its imports
+    are done."""
+    try:
+        status = (proc / str(pid) / "status").read_text()
+    except OSError:
+        return False
+    return set(wakes) <= caught_signals(status)
+
+
 def not_ready(pid: int, view: Path, wakes: Iterable[int], proc: Path = PROC) -> str | None:
     """Why the worker started ahead as `pid` cannot be woken, or None when it can."""
     try:
@@ -53,7 +64,9 @@ def not_ready(pid: int, view: Path, wakes: Iterable[int], proc: Path = PROC) -> 
     missing = set(wakes) - caught_signals(status)
     if missing:
         return f"it does not yet catch {signal.Signals(min(missing)).name}"
-    mounted = top_mount(mountinfo, view)
+    # The kernel writes the path it mounted on, with no link in it: a BOX_HOME reached through a
+    # link would never match as given. Only root can change these directories.
+    mounted = top_mount(mountinfo, Path(os.path.realpath(view)))
     if mounted != "overlay":
         return f"it does not see the task's view on {view}"
     return None

@@ -173,6 +173,15 @@ def test_a_spares_worker_waits_as_its_user_on_an_empty_directory_and_no_stranger
     assert _waiting_pid(machine, spare) == pid
 
 
+# The view as the task's worker sees it: the per-mount options and the file system type of the
+# last mount on its working directory.
+VIEW_MOUNT = (
+    "sh echo $PPID; id -un; "
+    'awk -v v="$(pwd)" \'$5 == v { o = $6; for (i = 7; $i != "-"; i++) {}; t = $(i + 1) } '
+    "END { print o, t }' /proc/self/mountinfo"
+)
+
+
 def test_a_task_whose_spares_worker_was_killed_gets_a_new_worker(
     machine: Machine, token: str
 ) -> None:
@@ -180,14 +189,26 @@ def test_a_task_whose_spares_worker_was_killed_gets_a_new_worker(
     for pid in ready.values():
         machine.run("kill", "-KILL", str(pid))
     # One task for each spare, so none is left with a dead worker.
-    tasks = [start_fake(machine, token, "sh echo $PPID; id -un") for _ in ready]
+    tasks = [start_fake(machine, token, VIEW_MOUNT) for _ in ready]
+    fresh = set()
     for task in tasks:
         ended = finish(machine, task["id"])
         assert ended["state"] == "done", ended
         assert task["user"] in ready, "the task took no spare whose worker was killed"
-        parent, user = ended["steps"][0]["text"].splitlines()
+        parent, user, view = ended["steps"][0]["text"].splitlines()
         assert int(parent) != ready[task["user"]]
         assert user == task["user"]
+        fresh.add(view)
+    # A worker woken sees its view as a worker started for its task does: the mount that
+    # reached it from the box's namespace has the same options as the one systemd bound in.
+    woken = workers_ready(machine)
+    task = start_fake(machine, token, VIEW_MOUNT)
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    parent, _user, view = ended["steps"][0]["text"].splitlines()
+    assert int(parent) == woken[task["user"]]
+    assert fresh == {view}
+    assert view.endswith(" overlay")
 
 
 def test_a_spare_left_by_a_killed_manager_is_removed_and_never_used(
