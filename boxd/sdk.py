@@ -1,11 +1,11 @@
 """The App SDK: how an app gives the box tools.
 
-An app is a Python package with an entry point in group `boxd.apps` that names an `App`. Each
-tool is `<app>.<verb>` with a pydantic input model (its JSON Schema is what `GET /tools` shows),
-a description, `cost(input) -> cents`, whether it always needs the owner's OK, and the vault
-secrets it needs. Tools run in the task's broker, never in the task: the task sees only the
-output. A tool receives `ctx.key`, the idempotency key of the call, and must pass it on to
-whatever it changes, so a call cut off and run again never does the thing twice.
+An app is a Python package with an entry point in group `boxd.apps`, named as the app, that
+names an `App`. Each tool is `<app>.<verb>` with a pydantic input model (its JSON Schema is what
+`GET /tools` shows), a description, `cost(input) -> cents`, whether it always needs the owner's
+OK, and the vault secrets it needs. Tools run in the task's broker, never in the task: the task
+sees only the output. A tool receives `ctx.key`, the idempotency key of the call, and must pass
+it on to whatever it changes, so a call cut off and run again never does the thing twice.
 """
 
 from collections.abc import Awaitable, Callable, Mapping

@@ -87,6 +87,7 @@ async def main():
                 "served": served,
                 "answers": answers,
                 "tool": [*tool, "pydantic" in sys.modules],
+                "after_tool": sorted(sys.modules),
             }))
 
 asyncio.run(main())
@@ -169,3 +170,13 @@ def test_steps_asks_costs_and_usage_load_no_pydantic_and_a_tool_does() -> None:
     assert bodies[10] == {"error": "key must be a string"}
     # A tool's input model is pydantic's (the App SDK): its first look-up loads it.
     assert found["tool"] == [200, {"ok": True, "output": {"text": "hi"}}, True]
+
+
+def test_a_tool_loads_its_own_app_alone() -> None:
+    # What a broker imports it holds for good: the other apps (mail's smtplib and ssl use,
+    # wallet's SQLite, and their models) were some 1 MiB of each broker that ran a tool.
+    modules = _look()["after_tool"]
+    assert isinstance(modules, list)
+    assert "boxd.apps.echo" in modules
+    for name in ("boxd.apps.mail", "boxd.apps.wallet", "smtplib", "sqlite3"):
+        assert name not in modules, f"a broker that ran echo.say imports {name}"

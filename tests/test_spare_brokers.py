@@ -323,36 +323,51 @@ async def test_a_droid_task_wakes_the_spares_worker_with_its_own_signal(
     assert said == [f"signal {signal.SIGUSR2} {worker_unit(SPARE)}"]
 
 
-async def test_a_spares_worker_started_before_the_settings_changed_is_replaced(
-    tmp_path: Path, said: list[str]
+# Its sandbox's limits (MemoryMax=, TasksMax=, CPUQuota=) are the settings' of when it started:
+# a task gets the unit of now. A change that is not in its unit (a default budget) keeps it.
+@pytest.mark.parametrize(
+    ("changed", "replaced"),
+    [(Settings(taskCPUPercent=50), True), (Settings(defaultBudgetCents=7), False)],
+)
+async def test_a_settings_change_replaces_the_spares_worker_if_its_unit_changes(
+    tmp_path: Path, said: list[str], changed: Settings, replaced: bool
 ) -> None:
-    # Its sandbox's limits (MemoryMax=, TasksMax=, CPUQuota=) are the settings' of when it
-    # started: a task gets the unit of now.
     box = _box(tmp_path, said)
     await box._make_spare(SPARE)
     said.clear()
-    changed = Settings(taskCPUPercent=50)
 
     async def settings() -> Settings:
         return changed
 
     box.store.settings = settings  # type: ignore[method-assign]
     await box._start_units(_task())
+    if not replaced:
+        assert said == [f"signal {signal.SIGUSR1} {worker_unit(SPARE)}"]
+        return
     assert said == [f"stop {worker_unit(SPARE)}", f"start {worker_unit(SPARE)}"]
     started = cast(FakeSystemd, box.systemd).started[worker_unit(SPARE)]
     assert started["CPUQuotaPerSecUSec"].value == 500_000
     assert started["ExecStart"].value[0][1][-1] == "boxd.workers.fake"
 
 
-async def test_a_spares_worker_whose_process_is_gone_is_replaced(
-    tmp_path: Path, said: list[str]
+# What systemd says of a spare's worker whose task then gets a new one, rather than failing:
+# its process is gone; its pid is not given (an error on the bus); it went between the check and
+# the signal (no main process to send it to).
+@pytest.mark.parametrize(
+    ("fault", "value"), [("pid", None), ("pid_fails", True), ("signal_fails", True)]
+)
+async def test_a_spares_worker_systemd_cannot_reach_is_replaced(
+    tmp_path: Path, said: list[str], fault: str, value: object
 ) -> None:
     box = _box(tmp_path, said)
     await box._make_spare(SPARE)
-    cast(FakeSystemd, box.systemd).pid = None
+    systemd = cast(FakeSystemd, box.systemd)
+    setattr(systemd, fault, value)
     said.clear()
     await box._start_units(_task())
     assert said == [f"stop {worker_unit(SPARE)}", f"start {worker_unit(SPARE)}"]
+    # The new worker is the one watched.
+    assert worker_unit(SPARE) in systemd.watched
 
 
 async def test_a_spares_worker_not_ready_is_replaced_not_signalled(
@@ -368,51 +383,10 @@ async def test_a_spares_worker_not_ready_is_replaced_not_signalled(
     assert said == [f"stop {worker_unit(SPARE)}", f"start {worker_unit(SPARE)}"]
 
 
-async def test_a_spares_worker_that_could_not_be_signalled_is_replaced(
-    tmp_path: Path, said: list[str]
-) -> None:
-    # Gone between the check and the signal: systemd has no main process to send it to.
-    box = _box(tmp_path, said)
-    await box._make_spare(SPARE)
-    systemd = cast(FakeSystemd, box.systemd)
-    systemd.signal_fails = True
-    said.clear()
-    await box._start_units(_task())
-    assert said == [f"stop {worker_unit(SPARE)}", f"start {worker_unit(SPARE)}"]
-    assert worker_unit(SPARE) in systemd.watched
-
-
 async def test_a_task_that_took_no_spare_starts_its_worker(tmp_path: Path, said: list[str]) -> None:
     box = _box(tmp_path, said)
     await box._start_units(_task())
     assert said == [f"start {worker_unit(SPARE)}"]
-
-
-async def test_a_settings_change_outside_the_workers_unit_keeps_the_spares_worker(
-    tmp_path: Path, said: list[str]
-) -> None:
-    box = _box(tmp_path, said)
-    await box._make_spare(SPARE)
-    said.clear()
-
-    async def settings() -> Settings:
-        return Settings(defaultBudgetCents=7)
-
-    box.store.settings = settings  # type: ignore[method-assign]
-    await box._start_units(_task())
-    assert said == [f"signal {signal.SIGUSR1} {worker_unit(SPARE)}"]
-
-
-async def test_a_spares_worker_whose_pid_systemd_does_not_give_is_replaced(
-    tmp_path: Path, said: list[str]
-) -> None:
-    # The task starts all the same, with a worker of its own, rather than failing.
-    box = _box(tmp_path, said)
-    await box._make_spare(SPARE)
-    cast(FakeSystemd, box.systemd).pid_fails = True
-    said.clear()
-    await box._start_units(_task())
-    assert said == [f"stop {worker_unit(SPARE)}", f"start {worker_unit(SPARE)}"]
 
 
 async def test_a_spare_is_ready_only_once_its_worker_catches_its_signals(

@@ -1,40 +1,49 @@
-"""Finds the installed apps by their entry points (group `boxd.apps`).
+"""Finds the installed apps by their entry points (group `boxd.apps`), each named as its app.
 
-They are loaded on the first look-up of a tool (a task's first GET /tools or POST /call), not
-when a broker starts: most tasks' brokers start, log steps and exit idle without a tool.
+They are loaded on the first look-up of one of their tools (a task's first GET /tools or POST
+/call), not when a broker starts, and one app at a time: most tasks' brokers start, log steps
+and exit idle without a tool, and a broker holds for good what it imported (an app, its
+modules, the App SDK and pydantic), so a task that calls only `echo.say` loads `echo` alone. An
+app that cannot be loaded fails its own tools' look-ups, no other app's.
 """
 
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
     from boxd.sdk import App, Tool
+
+GROUP = "boxd.apps"
 
 
 @cache
-def installed_apps() -> "dict[str, App]":
+def _points() -> "dict[str, EntryPoint]":
+    """By name: the first of a name, as the first distribution of a name is the one seen."""
     # Here, not at import: reading the installed packages' metadata is some 14 ms of a broker's
-    # start. The App SDK comes with the apps, which import it.
+    # start. (pydantic imports importlib.metadata too, for its plugins, once a model is built.)
     from importlib.metadata import entry_points
 
+    found: dict[str, EntryPoint] = {}
+    for point in entry_points(group=GROUP):
+        found.setdefault(point.name, point)
+    return found
+
+
+@cache
+def _app(name: str) -> "App | None":
+    """The app named `name`: its entry point's, if that names an App of the same name."""
+    # Here, not at import: the App SDK comes with the apps, which import it.
     from boxd.sdk import App
 
-    apps: dict[str, App] = {}
-    for point in entry_points(group="boxd.apps"):
-        app = point.load()
-        if isinstance(app, App):
-            apps[app.name] = app
-    return apps
+    point = _points().get(name)
+    app = point.load() if point is not None else None
+    return app if isinstance(app, App) and app.name == name else None
 
 
 def find_tool(name: str) -> "tuple[App, Tool[Any]] | None":
     app_name, _, verb = name.partition(".")
-    app = installed_apps().get(app_name)
+    app = _app(app_name) if app_name else None
     tool = app.tool(verb) if app is not None and verb else None
     return None if app is None or tool is None else (app, tool)
-
-
-def tool_names() -> list[str]:
-    return sorted(
-        f"{app.name}.{tool.verb}" for app in installed_apps().values() for tool in app.tools
-    )

@@ -351,6 +351,22 @@ class Box:
             await asyncio.sleep(AHEAD_POLL_SECONDS)
         log.warning("the worker started ahead as %s did not get ready in time", unit)
 
+    async def _why_not_woken(self, task: Task, ahead: Ahead, settings: Settings) -> str | None:
+        """Why the spare's worker started ahead cannot be this task's, or None: its unit must be
+        the one the task would get now, and its process there, catching its signal and seeing
+        the task's view (worker_ahead.py)."""
+        if not ahead.worker_holds(
+            self.systemd.reloads, ahead_worker_properties(self.home, task.id, settings)
+        ):
+            return "the box's settings or systemd's units changed since it started"
+        try:
+            pid = await self.systemd.main_pid(worker_unit(task.id))
+        except SystemdError as failure:
+            return str(failure)
+        if pid is None:
+            return "its process is gone"
+        return await asyncio.to_thread(not_ready, pid, task_work_dir(self.home, task.id), WAKES)
+
     def _task_directory(self, task_id: str) -> Path:
         """The task's directory, made if it is not there, with the task's mode: its worker
         passes through to its socket, home and view; no other user lists it."""
@@ -1062,23 +1078,10 @@ class Box:
             await self.systemd.start_transient(unit, worker_properties(self.home, task, settings))
 
     async def _wake_ahead(self, task: Task, ahead: Ahead, settings: Settings) -> bool:
-        """Makes the spare's worker started ahead this task's worker, if it still can be: its
-        unit is the one the task would get now, and its process is there, catches its signal and
-        sees the task's view (worker_ahead.py). Otherwise it goes, and False says to start one."""
+        """Makes the spare's worker started ahead this task's worker, if it still can be (see
+        _why_not_woken). Otherwise it goes, and False says to start one."""
         unit = worker_unit(task.id)
-        why: str | None = "the box's settings or systemd's units changed since it started"
-        if ahead.worker_holds(
-            self.systemd.reloads, ahead_worker_properties(self.home, task.id, settings)
-        ):
-            try:
-                pid = await self.systemd.main_pid(unit)
-            except SystemdError as failure:
-                pid, why = None, str(failure)
-            else:
-                why = "its process is gone"
-            if pid is not None:
-                view = task_work_dir(self.home, task.id)
-                why = await asyncio.to_thread(not_ready, pid, view, WAKES)
+        why = await self._why_not_woken(task, ahead, settings)
         if why is None:
             self.systemd.watch(unit, partial(self._check_soon, task.id))
             try:
