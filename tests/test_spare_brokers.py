@@ -6,7 +6,9 @@ broker; a task whose spare's worker cannot be woken, or runs in a unit that is n
 task would get now, gets a new worker."""
 
 import asyncio
+import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -19,7 +21,7 @@ from boxd.manager import netns, task_home
 from boxd.manager.box import Box
 from boxd.manager.spares import Spares
 from boxd.manager.store import Store
-from boxd.manager.systemd import Systemd, SystemdError
+from boxd.manager.systemd import Systemd, SystemdError, UnitStatus
 from boxd.manager.worker_unit import (
     AHEAD_MODULE,
     broker_service_unit,
@@ -35,6 +37,7 @@ SPARE = "t000000001"
 
 
 WORKER_PID = 4242
+CLD_KILLED = os.CLD_KILLED
 
 
 class FakeSystemd:
@@ -46,7 +49,8 @@ class FakeSystemd:
         self.pid_fails = False
         self.signal_fails = False
         self.started: dict[str, Any] = {}
-        self.watched: set[str] = set()
+        self.watched: dict[str, Callable[[], None]] = {}
+        self.ended = False
 
     async def start_unit(self, name: str) -> None:
         self.said.append(f"start {name}")
@@ -59,11 +63,16 @@ class FakeSystemd:
     async def reset_failed(self, name: str) -> None:
         pass
 
-    def watch(self, name: str, changed: Any) -> None:
-        self.watched.add(name)
+    def watch(self, name: str, changed: Callable[[], None]) -> None:
+        self.watched[name] = changed
 
     def unwatch(self, name: str) -> None:
-        self.watched.discard(name)
+        self.watched.pop(name, None)
+
+    async def status(self, name: str) -> UnitStatus:
+        if self.ended:
+            return UnitStatus("failed", "failed", "signal", CLD_KILLED, signal.SIGKILL)
+        return UnitStatus("active", "running", "success", 0, 0)
 
     async def start_transient(self, name: str, properties: Any) -> None:
         self.said.append(f"start {name}")
@@ -423,3 +432,77 @@ async def test_a_spare_whose_worker_never_gets_ready_is_still_made(
     spares.fill_soon()
     await spares.filled()
     assert spares.take() is not None
+
+
+async def _two_spares(box: Box, said: list[str]) -> list[str]:
+    box.spares.fill_soon()
+    await box.spares.filled()
+    ready = box.spares.ready()
+    assert len(ready) == 2
+    said.clear()
+    return ready
+
+
+async def _background(box: Box) -> None:
+    while pending := [job for job in box._background if not job.done()]:
+        await asyncio.gather(*pending)
+    await box.spares.filled()
+
+
+async def test_a_spare_whose_worker_ended_is_made_again(tmp_path: Path, said: list[str]) -> None:
+    # Killed while it waited, or out of memory: a task that took it would start a new worker
+    # anyway, so it is dropped and another made at once.
+    box = _box(tmp_path, said)
+    first, second = await _two_spares(box, said)
+    systemd = cast(FakeSystemd, box.systemd)
+    systemd.ended = True
+    systemd.watched[worker_unit(first)]()
+    await _background(box)
+    ready = box.spares.ready()
+    assert first not in ready and second in ready and len(ready) == 2
+    assert f"stop {worker_unit(first)}" in said and f"userdel box-{first}" in said
+    (made,) = set(ready) - {second}
+    assert f"useradd box-{made}" in said
+    # The dropped spare's worker is no longer watched; the new one's is.
+    assert worker_unit(first) not in systemd.watched
+    assert worker_unit(made) in systemd.watched
+
+
+async def test_a_spares_worker_that_only_changed_is_kept(tmp_path: Path, said: list[str]) -> None:
+    box = _box(tmp_path, said)
+    first, second = await _two_spares(box, said)
+    cast(FakeSystemd, box.systemd).watched[worker_unit(first)]()
+    await _background(box)
+    assert box.spares.ready() == [first, second]
+    assert said == []
+
+
+async def test_a_taken_spares_worker_that_ended_is_its_tasks(
+    tmp_path: Path, said: list[str]
+) -> None:
+    # Its task, which took it, starts a new worker when it starts (_wake_ahead).
+    box = _box(tmp_path, said)
+    first, _ = await _two_spares(box, said)
+    assert box.spares.take() == first
+    systemd = cast(FakeSystemd, box.systemd)
+    systemd.ended = True
+    systemd.watched[worker_unit(first)]()
+    await _background(box)
+    assert said == []
+
+
+@pytest.mark.parametrize(
+    ("changed", "renewed"),
+    [(Settings(taskCPUPercent=50), True), (Settings(defaultBudgetCents=7), False)],
+)
+async def test_a_settings_change_makes_again_the_spares_whose_worker_unit_it_changes(
+    tmp_path: Path, said: list[str], changed: Settings, renewed: bool
+) -> None:
+    box = _box(tmp_path, said)
+    before = await _two_spares(box, said)
+    await box._renew_stale_spares(changed)
+    await _background(box)
+    after = box.spares.ready()
+    assert len(after) == 2
+    assert (set(after) & set(before) == set()) is renewed
+    assert (set(after) == set(before)) is not renewed

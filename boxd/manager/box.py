@@ -335,8 +335,38 @@ class Box:
         # mounted there and it is told which worker to be (boxd/workers/ahead.py).
         await task_home.prepare(self.home, task_id, uid)
         await asyncio.to_thread(self.layers.mount_point, task_id)
+        # Watched from before its start: one that ends while it waits (killed, its memory
+        # short) is no spare, and is made again rather than found so by the task that takes it.
+        self.systemd.watch(worker_unit(task_id), partial(self._spare_worker_changed, task_id))
         await self.systemd.start_transient(worker_unit(task_id), worker)
         await self._until_waiting(worker_unit(task_id))
+
+    def _spare_worker_changed(self, task_id: str) -> None:
+        self._in_background(self._renew_if_ended(task_id))
+
+    async def _renew_if_ended(self, task_id: str) -> None:
+        status = await self.systemd.status(worker_unit(task_id))
+        if status is None or status.finished:
+            await self._renew_spare(task_id, "its worker ended")
+
+    async def _renew_stale_spares(self, settings: Settings) -> None:
+        """Makes again the spares whose worker's unit is not the one a task would get now."""
+        for task_id in self.spares.ready():
+            ahead = self._ahead.get(task_id)
+            now = ahead_worker_properties(self.home, task_id, settings)
+            if ahead is not None and not ahead.worker_holds(self.systemd.reloads, now):
+                await self._renew_spare(task_id, "the settings changed its worker's unit")
+
+    async def _renew_spare(self, task_id: str, why: str) -> None:
+        """Drops a ready spare and makes another; one a task took meanwhile is the task's."""
+        if not self.spares.discard(task_id):
+            return
+        log.info("making spare %s again: %s", task_id, why)
+        try:
+            await self._drop_spare(task_id)
+        except Exception as error:
+            log.warning("could not remove spare %s: %s", task_id, _words(error))
+        self.spares.fill_soon()
 
     async def _until_waiting(self, unit: str) -> None:
         """Returns once the spare's worker catches its wake-up signals, its imports done, or
@@ -380,6 +410,7 @@ class Box:
         the next manager finds it and tries again, so no unit outlives the user it runs as or
         its sockets belong to."""
         self._ahead.pop(task_id, None)
+        self.systemd.unwatch(worker_unit(task_id))
         for unit in (
             worker_unit(task_id),
             task_slice(task_id),
@@ -859,6 +890,7 @@ class Box:
         await self.store.save_settings(settings)
         # A higher maxRunningTasks lets queued tasks start now.
         self._start_queued_soon()
+        self._in_background(self._renew_stale_spares(settings))
         return settings.model_dump(mode="json")
 
     async def _limit_all_tasks(self, settings: Settings) -> None:

@@ -45,6 +45,17 @@ class Spares:
         task that took it has started, so that making the next does not slow that start."""
         return self._ready.pop(0) if self._ready else None
 
+    def ready(self) -> list[str]:
+        return list(self._ready)
+
+    def discard(self, task_id: str) -> bool:
+        """Takes a ready id out of the spares, to be dropped and made again (its worker ended,
+        say); False if it is not ready, taken by a task or never made."""
+        if task_id not in self._ready:
+            return False
+        self._ready.remove(task_id)
+        return True
+
     def give_back(self, task_id: str) -> None:
         """An id taken for a task that was not recorded after all: still no one's."""
         self._ready.insert(0, task_id)

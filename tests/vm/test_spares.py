@@ -4,7 +4,8 @@ left by a manager that was killed is removed by the next, units and all, never h
 and a task that takes a spare works as its own user in its own namespace and view, with a broker
 that holds the vault as it is when the task starts, not as it was when the spare was made. A
 spare's worker waits as its user, in its sandbox, on an empty directory; no one but root wakes
-it, and one that cannot be woken is replaced by a new worker."""
+it; a spare whose worker ended is made again, and a task whose spare's worker cannot be woken
+gets a new worker."""
 
 import json
 import signal
@@ -182,19 +183,37 @@ VIEW_MOUNT = (
 )
 
 
-def test_a_task_whose_spares_worker_was_killed_gets_a_new_worker(
-    machine: Machine, token: str
-) -> None:
+def test_a_spare_whose_worker_was_killed_is_made_again(machine: Machine, token: str) -> None:
     ready = workers_ready(machine)
     for pid in ready.values():
         machine.run("kill", "-KILL", str(pid))
-    # One task for each spare, so none is left with a dead worker.
+    # boxd drops them, users and all, and makes new spares, whose workers wait.
+    deadline = time.monotonic() + 60
+    while left := task_users(machine) & ready.keys():
+        assert time.monotonic() < deadline, f"spares {left} kept their killed workers"
+        time.sleep(0.1)
+    woken = workers_ready(machine)
+    task = start_fake(machine, token, "sh echo $PPID; id -un")
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    parent, user = ended["steps"][0]["text"].splitlines()
+    assert int(parent) == woken[task["user"]]
+    assert user == task["user"]
+
+
+def test_a_task_whose_spares_worker_is_not_its_unit_now_gets_a_new_worker(
+    machine: Machine, token: str
+) -> None:
+    ready = workers_ready(machine)
+    # A reload since the spares were made: their workers run with the unit of before.
+    machine.run("systemctl", "daemon-reload")
+    # One task for each spare, so none is left with a worker of before.
     tasks = [start_fake(machine, token, VIEW_MOUNT) for _ in ready]
     fresh = set()
     for task in tasks:
         ended = finish(machine, task["id"])
         assert ended["state"] == "done", ended
-        assert task["user"] in ready, "the task took no spare whose worker was killed"
+        assert task["user"] in ready, "the task took no spare made before the reload"
         parent, user, view = ended["steps"][0]["text"].splitlines()
         assert int(parent) != ready[task["user"]]
         assert user == task["user"]
@@ -293,3 +312,23 @@ def test_a_task_taking_a_spare_gets_the_broker_unit_as_it_is_after_a_reload(
             assert (status, answer["pending"]) == (200, True), answer
         finally:
             boxctl(machine, "stop", task["id"], check=False)
+
+
+def test_a_settings_change_to_the_workers_unit_makes_the_spares_again(machine: Machine) -> None:
+    settings = json.loads(boxctl(machine, "settings", "--json").stdout)
+    percent = 40 if settings["taskCPUPercent"] != 40 else 30
+    ready = workers_ready(machine)
+    boxctl(machine, "settings", "--json", "set", "taskCPUPercent", str(percent))
+    try:
+        deadline = time.monotonic() + 60
+        while left := task_users(machine) & ready.keys():
+            assert time.monotonic() < deadline, f"spares {left} kept the limits of before"
+            time.sleep(0.1)
+        for spare in workers_ready(machine):
+            unit = f"box-task-{spare.removeprefix('box-')}.service"
+            shown = machine.run("systemctl", "show", "-P", "CPUQuotaPerSecUSec", unit)
+            assert shown.stdout.strip() == f"{percent * 10}ms"
+    finally:
+        boxctl(
+            machine, "settings", "--json", "set", "taskCPUPercent", str(settings["taskCPUPercent"])
+        )
