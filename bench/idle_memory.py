@@ -53,7 +53,7 @@ from bench.load import (
     worker_unit,
 )
 from boxd.manager.spares import SPARES
-from boxd.manager.worker_ahead import caught_signals
+from boxd.manager.worker_ahead import catches
 from boxd.workers.ahead import WAKES
 
 TASKS = 5
@@ -136,20 +136,12 @@ def waiting_spares() -> list[str]:
     ]
 
 
-def status_of(unit: str) -> str:
-    """/proc/<pid>/status of the unit's main process, or "" when it has none."""
-    try:
-        return Path(f"/proc/{unit_state(unit)['MainPID']}/status").read_text()
-    except OSError:
-        return ""
-
-
 def spares_memory() -> list[dict[str, int]]:
     def waiting() -> bool:
         # A worker started ahead has done its imports once it catches its wake-up signals.
         ids = waiting_spares()
         return len(ids) == SPARES and all(
-            caught_signals(status_of(worker_unit(task_id))) >= WAKES for task_id in ids
+            catches(int(unit_state(worker_unit(task_id))["MainPID"]), WAKES) for task_id in ids
         )
 
     if not wait_until(waiting, 120):

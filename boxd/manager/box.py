@@ -1120,9 +1120,10 @@ class Box:
                 await self.systemd.signal_main(unit, wake_signal(task))
                 return True
             except SystemdError as failure:
-                self.systemd.unwatch(unit)
                 why = str(failure)
         log.info("task %s: starting a new worker, not the one started ahead: %s", task.id, why)
+        # No longer the spare's to watch, nor yet the task's: its stop is nobody's news.
+        self.systemd.unwatch(unit)
         await self._let_go(unit)
         return False
 

@@ -80,9 +80,12 @@ PYTHON_FLAGS = ("-I", "-u")
 AHEAD_MODULE = "boxd.workers.ahead"
 
 
-def worker_command(task: Task) -> list[str]:
-    module = WORKERS[Worker(task.worker).value].module
+def _python_module(module: str) -> list[str]:
     return [sys.executable, *PYTHON_FLAGS, "-m", module]
+
+
+def worker_command(task: Task) -> list[str]:
+    return _python_module(WORKERS[Worker(task.worker).value].module)
 
 
 def wake_signal(task: Task) -> signal.Signals:
@@ -129,7 +132,7 @@ def ahead_worker_properties(
     """The unit of a spare's worker, started before its task exists: the same as any task's
     worker's (so the unit a task gets does not depend on whether it took a spare), but for the
     program, which waits to be told which worker to be (boxd/workers/ahead.py)."""
-    return _properties(home, task_id, [sys.executable, *PYTHON_FLAGS, "-m", AHEAD_MODULE], settings)
+    return _properties(home, task_id, _python_module(AHEAD_MODULE), settings)
 
 
 def _properties(
