@@ -434,6 +434,44 @@ async def test_a_spare_whose_worker_never_gets_ready_is_still_made(
     assert spares.take() is not None
 
 
+async def test_a_spare_whose_worker_ends_before_it_is_ready_is_not_handed_out(
+    tmp_path: Path, said: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its imports failed, or it was killed: its making stops at once, rather than wait out
+    # AHEAD_READY_SECONDS and hand out a spare whose task would start a new worker anyway.
+    monkeypatch.setattr(box_module, "AHEAD_READY_SECONDS", 1.0)
+    monkeypatch.setattr(box_module, "AHEAD_POLL_SECONDS", 0)
+    box = _box(tmp_path, said)
+    systemd = cast(FakeSystemd, box.systemd)
+    systemd.pid = None
+    systemd.ended = True
+    spares = Spares(box._make_spare, box._drop_spare, count=1)
+    spares.fill_soon()
+    await spares.filled()
+    assert spares.take() is None
+    (made,) = {line.split()[-1] for line in said if line.startswith("netns add")}
+    assert said[-2:] == [f"userdel box-{made}", f"netns del {made}"]
+
+
+async def test_a_spares_worker_not_forked_yet_is_waited_for(
+    tmp_path: Path, said: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # systemd has no main pid for it until it forks: its unit is still starting, not ended.
+    monkeypatch.setattr(box_module, "AHEAD_POLL_SECONDS", 0)
+    box = _box(tmp_path, said)
+    pids: list[int | None] = [None, None, WORKER_PID]
+
+    async def main_pid(name: str) -> int | None:
+        return pids.pop(0) if len(pids) > 1 else pids[0]
+
+    monkeypatch.setattr(box.systemd, "main_pid", main_pid)
+    spares = Spares(box._make_spare, box._drop_spare, count=1)
+    spares.fill_soon()
+    await spares.filled()
+    assert spares.take() is not None
+    assert pids == [WORKER_PID]
+
+
 async def _two_spares(box: Box, said: list[str]) -> list[str]:
     box.spares.fill_soon()
     await box.spares.filled()

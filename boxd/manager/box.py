@@ -371,12 +371,19 @@ class Box:
     async def _until_waiting(self, unit: str) -> None:
         """Returns once the spare's worker catches its wake-up signals, its imports done, or
         after AHEAD_READY_SECONDS all the same: a task that takes it before would find it not
-        ready and start a new worker, so until then the spare is not handed out."""
+        ready and start a new worker, so until then the spare is not handed out. Fails if the
+        worker ends first."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + AHEAD_READY_SECONDS
         while loop.time() < deadline:
             pid = await self.systemd.main_pid(unit)
-            if pid is not None and await asyncio.to_thread(catches, pid, WAKES):
+            if pid is None:
+                # Not forked yet, or ended already (its imports failed, it was killed): one that
+                # ended is no spare, and the making stops here, as on any failure (spares.py).
+                status = await self.systemd.status(unit)
+                if status is None or status.finished:
+                    die(Problem.FAILED, f"the worker started ahead as {unit} ended as it started")
+            elif await asyncio.to_thread(catches, pid, WAKES):
                 return
             await asyncio.sleep(AHEAD_POLL_SECONDS)
         log.warning("the worker started ahead as %s did not get ready in time", unit)
