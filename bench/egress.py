@@ -69,16 +69,24 @@ def say(line: str) -> None:
 # --- the origin, in its own process -------------------------------------------------------------
 
 
+def request_target(sock: socket.socket) -> bytes | None:
+    """The target of the request a server's client sends (its path, or CONNECT's host:port);
+    None if it hangs up first."""
+    head = b""
+    while b"\r\n\r\n" not in head:
+        data = sock.recv(65536)
+        if not data:
+            return None
+        head += data
+    return head.split(b" ", 2)[1]
+
+
 class Origin(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         sock: socket.socket = self.request
-        head = b""
-        while b"\r\n\r\n" not in head:
-            data = sock.recv(65536)
-            if not data:
-                return
-            head += data
-        path = head.split(b" ", 2)[1]
+        path = request_target(sock)
+        if path is None:
+            return
         if path == b"/big":
             sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % BIG)
             block = memoryview(bytes(range(256)) * (CHUNK // 256))
@@ -165,13 +173,10 @@ class LeastTunnel(socketserver.BaseRequestHandler):
 
     def handle(self) -> None:
         client: socket.socket = self.request
-        head = b""
-        while b"\r\n\r\n" not in head:
-            data = client.recv(65536)
-            if not data:
-                return
-            head += data
-        port = int(head.split(b" ", 2)[1].rsplit(b":", 1)[1])
+        target = request_target(client)
+        if target is None:
+            return
+        port = int(target.rsplit(b":", 1)[1])
         with socket.create_connection(("127.0.0.1", port)) as upstream:
             client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
             back = threading.Thread(target=splice_one_way, args=(upstream, client))
