@@ -18,6 +18,7 @@ from boxd.broker.address_screen import (
     own_address_refusal,
     private_network,
 )
+from boxd.broker.connect import connect
 from boxd.broker.egress_target import IPAddress, Target, make_target
 from boxd.broker.host_rules import HostRules
 from boxd.broker.own_addresses import RecentOwnAddresses
@@ -158,20 +159,34 @@ class Dialer:
             raise Unreachable(f"{name} has no address")
         return addresses
 
-    async def open(self, target: Target) -> socket.socket:
+    async def open(
+        self, target: Target, on_open: Callable[[], None] | None = None
+    ) -> socket.socket:
         """A connected socket to the target, or Refused, or Unreachable (its message says why,
-        after "could not connect to <target>: ")."""
+        after "could not connect to <target>: "). `on_open` runs the moment the connection is
+        made, from the event loop's readiness callback (boxd.broker.connect), before this
+        returns: a proxy's answer to the task goes out a turn of the loop sooner."""
         failure = Unreachable("it did not answer")
-        loop = asyncio.get_running_loop()
+        opened = False
+
+        def made() -> None:
+            nonlocal opened
+            opened = True
+            if on_open is not None:
+                on_open()
+
         for address in await self.addresses(target):
             family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
             sock = tcp_socket(socket.socket(family, socket.SOCK_STREAM))
             try:
                 async with asyncio.timeout(CONNECT_SECONDS):
-                    # By address: sock_connect resolves nothing (asyncio sees an IP literal).
-                    await loop.sock_connect(sock, (str(address), target.port))
+                    # By address: nothing is resolved here.
+                    await connect(sock, (str(address), target.port), made)
                 return sock
             except TimeoutError:
+                if opened:
+                    # Made in the very turn the time ran out: the task was already told so.
+                    return sock
                 failure = Unreachable(
                     f"it did not answer within {CONNECT_SECONDS:.0f} s", errno.ETIMEDOUT
                 )

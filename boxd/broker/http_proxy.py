@@ -12,7 +12,7 @@ import logging
 import socket
 
 from boxd.broker.egress_dial import Dialer, Refusal, Refused, Unreachable
-from boxd.broker.pipe import pipe
+from boxd.broker.pipe import FirstWords, pipe
 from boxd.broker.proxy_request import BadRequest, parse_request, read_head
 from boxd.broker.socket_reader import SocketReader
 
@@ -85,8 +85,9 @@ class HttpProxy:
         except TimeoutError:
             return 408, "boxd's proxy waited too long for the request head"
         target = request.target
+        told = FirstWords(sock, ESTABLISHED if request.connect else b"")
         try:
-            upstream = await self.dialer.open(target)
+            upstream = await self.dialer.open(target, told.send)
         except Refused as refusal:
             await self.on_refusal(str(target), str(refusal))
             return 403, f"boxd refused {target}: {refusal}"
@@ -96,7 +97,7 @@ class HttpProxy:
         try:
             # Bytes the task sent after the head (a TLS hello, a request body) go first.
             if request.connect:
-                await pipe(sock, upstream, to_task=ESTABLISHED, to_upstream=reader.rest())
+                await pipe(sock, upstream, to_task=told.unsent, to_upstream=reader.rest())
             else:
                 await pipe(sock, upstream, to_upstream=request.forward_head() + reader.rest())
         finally:

@@ -62,6 +62,26 @@ def tcp_socket(sock: socket.socket) -> socket.socket:
     return sock
 
 
+class FirstWords:
+    """What the task is told before its tunnel's bytes (a proxy's 200, SOCKS5's success),
+    sent the moment the target answers (boxd.broker.connect); what the socket did not take at
+    once stays in `unsent`, for the pipe to send first."""
+
+    def __init__(self, sock: socket.socket, words: bytes) -> None:
+        self.sock = sock
+        self.unsent = words
+
+    def send(self) -> None:
+        if not self.unsent:
+            return
+        try:
+            sent = self.sock.send(self.unsent)
+        except OSError:
+            # A full buffer, or a task that hung up: the pipe meets either again.
+            return
+        self.unsent = self.unsent[sent:]
+
+
 class _Direction:
     """src -> dst through a pipe. `first` is sent before anything read from src (what the
     broker read past a request's head, or its own answer to the task)."""

@@ -15,7 +15,7 @@ import struct
 
 from boxd.broker.egress_dial import Dialer, Refusal, Refused, Unreachable
 from boxd.broker.egress_target import MAX_NAME, Target, make_target
-from boxd.broker.pipe import pipe
+from boxd.broker.pipe import FirstWords, pipe
 from boxd.broker.socket_reader import SocketReader
 from boxd.connection_limits import HEAD_SECONDS
 from boxd.paced_log import PacedLog
@@ -139,8 +139,9 @@ class Socks5Proxy:
             )
             await _send(sock, reply(COMMAND_NOT_SUPPORTED))
             return
+        told = FirstWords(sock, reply(SUCCEEDED))
         try:
-            upstream = await self.dialer.open(target)
+            upstream = await self.dialer.open(target, told.send)
         except Refused as refusal:
             await self.on_refusal(str(target), str(refusal))
             await _send(sock, reply(NOT_ALLOWED))
@@ -154,6 +155,6 @@ class Socks5Proxy:
             return
         try:
             # Bytes the client sent right after its request (pipelined) go first.
-            await pipe(sock, upstream, to_task=reply(SUCCEEDED), to_upstream=reader.rest())
+            await pipe(sock, upstream, to_task=told.unsent, to_upstream=reader.rest())
         finally:
             upstream.close()
