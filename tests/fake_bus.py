@@ -81,6 +81,9 @@ class FakeBus:
         if message.member == "AddMatch":
             self.rules.append(message.body[0])
             return _reply()
+        if message.member == "RemoveMatch":
+            self.rules.remove(message.body[0])
+            return _reply()
         if message.member == "GetNameOwner":
             self.name_owner_asked += 1
             owner = self.owners.get(message.body[0])

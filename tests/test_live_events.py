@@ -29,7 +29,7 @@ from boxd.dbus.server import check_admitted
 from boxd.errors import Problem, die
 from boxd.web.app import make_app
 from boxd.web.event_stream import CHECK_METHOD, Timing
-from boxd.web.live_events import TOO_MANY, LiveEvent, LiveEvents, Subscription, translate
+from boxd.web.live_events import RULE, TOO_MANY, LiveEvent, LiveEvents, Subscription, translate
 from boxd.web.screen_session import NO_TOKEN, SESSION_COOKIE, SESSION_ENDED
 from tests.fake_bus import FakeBus, owner_changed, signal
 from tests.test_signal_senders import BOXD, NEW_BOXD, STRANGER, TASK_ID, event
@@ -99,8 +99,8 @@ async def _hub(fake: FakeBus, **limits: int) -> LiveEvents:
 async def test_only_the_owner_of_the_name_is_heard() -> None:
     fake = FakeBus({BUS_NAME: BOXD})
     hub = await _hub(fake)
-    assert any(f"sender='{BUS_NAME}'" in rule for rule in fake.rules)
-    stream = hub.subscribe(lambda: None)
+    stream = await hub.subscribe(lambda: None)
+    assert RULE in fake.rules
     fake.deliver(event(STRANGER, 1, "task.step", {"text": "forged"}))
     fake.deliver(asked(STRANGER))
     assert stream.queue.empty()
@@ -119,10 +119,10 @@ async def test_streams_and_their_queues_are_bounded() -> None:
     fake = FakeBus({BUS_NAME: BOXD})
     hub = await _hub(fake, max_streams=2, queue_length=3)
     dropped: list[str] = []
-    slow = hub.subscribe(lambda: dropped.append("slow"))
-    quick = hub.subscribe(lambda: dropped.append("quick"))
+    slow = await hub.subscribe(lambda: dropped.append("slow"))
+    quick = await hub.subscribe(lambda: dropped.append("quick"))
     with pytest.raises(Exception) as third:
-        hub.subscribe(lambda: None)
+        await hub.subscribe(lambda: None)
     assert getattr(third.value, "problem", None) == Problem.UNAVAILABLE
     for seq in range(1, 5):
         fake.deliver(event(BOXD, seq, "task.step", {}))
@@ -133,7 +133,7 @@ async def test_streams_and_their_queues_are_bounded() -> None:
     assert dropped == ["slow"] and slow.queue.qsize() == 3 and not quick.dropped
     hub.unsubscribe(slow)
     assert hub.open_streams == 1
-    hub.subscribe(lambda: None)
+    await hub.subscribe(lambda: None)
 
 
 def test_a_subscription_overflowing_calls_its_drop_once() -> None:
@@ -350,8 +350,63 @@ async def test_no_signal_is_read_while_no_stream_is_open(monkeypatch: pytest.Mon
     monkeypatch.setattr("boxd.web.live_events.translate", reading)
     fake.deliver(event(BOXD, 1, "task.step", {"text": "no one is looking"}))
     assert read == []
-    stream = hub.subscribe(lambda: None)
+    stream = await hub.subscribe(lambda: None)
     monkeypatch.undo()
     fake.deliver(event(BOXD, 2, "task.step", {"text": "someone is"}))
     assert "someone is" in stream.queue.get_nowait().data
     assert stream.queue.empty()
+
+
+async def settled(hub: LiveEvents) -> None:
+    """Lets a rule's removal, which runs after the last stream closes, take its turn."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_the_bus_sends_boxd_s_signals_here_only_while_a_stream_is_open() -> None:
+    """A box whose screen no one looks at pays nothing for it per step: no rule, no signal."""
+    fake = FakeBus({BUS_NAME: BOXD})
+    hub = await _hub(fake)
+    assert RULE not in fake.rules
+    first = await hub.subscribe(lambda: None)
+    second = await hub.subscribe(lambda: None)
+    assert fake.rules.count(RULE) == 1
+    hub.unsubscribe(first)
+    await settled(hub)
+    assert fake.rules.count(RULE) == 1
+    hub.unsubscribe(second)
+    await settled(hub)
+    assert RULE not in fake.rules
+    again = await hub.subscribe(lambda: None)
+    assert fake.rules.count(RULE) == 1
+    fake.deliver(event(BOXD, 1, "task.step", {"text": "back"}))
+    assert "back" in again.queue.get_nowait().data
+
+
+async def test_a_stream_opened_as_the_last_one_closes_keeps_the_rule() -> None:
+    fake = FakeBus({BUS_NAME: BOXD})
+    hub = await _hub(fake)
+    hub.unsubscribe(await hub.subscribe(lambda: None))
+    # Before the removal has had its turn.
+    stream = await hub.subscribe(lambda: None)
+    await settled(hub)
+    assert fake.rules.count(RULE) == 1
+    fake.deliver(event(BOXD, 1, "task.step", {"text": "still heard"}))
+    assert "still heard" in stream.queue.get_nowait().data
+
+
+async def test_a_stream_whose_rule_the_bus_refused_is_not_kept() -> None:
+    fake = FakeBus({BUS_NAME: BOXD})
+    hub = await _hub(fake)
+    real_call = fake.call
+
+    async def refusing(message: Message) -> Message:
+        if message.member == "AddMatch":
+            die(Problem.FAILED, "the system bus refused AddMatch: no")
+        return await real_call(message)
+
+    fake.call = refusing  # type: ignore[method-assign]
+    with pytest.raises(Exception) as refused:
+        await hub.subscribe(lambda: None)
+    assert getattr(refused.value, "problem", None) == Problem.FAILED
+    assert hub.open_streams == 0 and RULE not in fake.rules

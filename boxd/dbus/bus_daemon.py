@@ -41,6 +41,11 @@ async def add_match(bus: MessageBus, rule: str) -> None:
     await _call(bus, "AddMatch", rule)
 
 
+async def remove_match(bus: MessageBus, rule: str) -> None:
+    """Takes back a rule add_match gave, exactly as given."""
+    await _call(bus, "RemoveMatch", rule)
+
+
 async def name_owner(bus: MessageBus, name: str) -> str | None:
     """The unique name that owns `name` now, or None while no one does."""
     reply = await _ask(bus, "GetNameOwner", name)

@@ -81,7 +81,7 @@ async def serve_events(
         if transport is not None:
             transport.abort()
 
-    subscription = hub.subscribe(drop)
+    subscription = await hub.subscribe(drop)
     response = web.StreamResponse(headers=HEADERS)
     try:
         await response.prepare(request)

@@ -1,6 +1,10 @@
 """boxd's D-Bus signals as the screen's live events: one subscription to the bus for the whole
 gateway, fanned out to every open stream (`GET /api/events`, boxd.web.event_stream).
 
+The subscription (a match rule) is held only while a stream is open: every step of every task
+sends two signals, and with the rule held for good the bus daemon sent both to the gateway, which
+woke up to read them and drop them, whether or not any page was showing.
+
 A signal is believed only from the unique name that owns org.boxd.Box1 (boxd.dbus.name_owner):
 anyone on the bus may send one straight to the gateway's connection, whatever its match rules.
 Each stream has a bounded queue; a stream that cannot keep up is dropped, never buffered without
@@ -9,6 +13,7 @@ end, so one stalled browser costs the gateway no more than its queue.
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +21,7 @@ from typing import Any
 from dbus_fast import Message, MessageType, Variant
 from dbus_fast.aio import MessageBus
 
-from boxd.dbus.bus_daemon import add_match
+from boxd.dbus.bus_daemon import add_match, remove_match
 from boxd.dbus.interface import APPROVAL_ASKED, BUS_NAME, MANAGER, ROOT_PATH, TASK, TASKS_PATH
 from boxd.dbus.name_owner import NameOwner
 from boxd.errors import Problem, die
@@ -30,7 +35,11 @@ TOO_MANY = (
     f"{MAX_STREAMS} live event streams are open already, the most the box keeps: "
     "close the screen in another tab or on another device, then reload"
 )
+# boxd's signals: its tasks' and its own (APPROVAL_ASKED).
+RULE = f"type='signal',sender='{BUS_NAME}',path_namespace='{ROOT_PATH}'"
 _PROPERTIES = "org.freedesktop.DBus.Properties"
+
+log = logging.getLogger(__name__)
 _OBJECT_MANAGER = "org.freedesktop.DBus.ObjectManager"
 
 
@@ -118,32 +127,67 @@ class LiveEvents:
         self._queue_length = queue_length
         self._streams: set[Subscription] = set()
         self._boxd: NameOwner | None = None
+        self._bus: MessageBus | None = None
+        # Whether the bus holds RULE for this connection now.
+        self._listening = False
+        # One AddMatch or RemoveMatch at a time, so the rule follows the streams in order.
+        self._rule_turn = asyncio.Lock()
+        self._dropping: set[asyncio.Task[None]] = set()
 
     @property
     def open_streams(self) -> int:
         return len(self._streams)
 
     async def start(self, bus: MessageBus) -> None:
-        """Listens to boxd's signals from now on, for every stream."""
+        """Follows the owner of boxd's name from now on; its signals come once a stream opens."""
         boxd = NameOwner(bus, BUS_NAME)
         await boxd.start()
         bus.add_message_handler(self._on_message)
-        await add_match(bus, f"type='signal',sender='{BUS_NAME}',path_namespace='{ROOT_PATH}'")
+        self._bus = bus
         self._boxd = boxd
 
-    def subscribe(self, on_drop: Callable[[], None]) -> Subscription:
+    async def subscribe(self, on_drop: Callable[[], None]) -> Subscription:
+        """A new stream's queue, returned once the bus sends boxd's signals here: whatever boxd
+        does after that reaches it."""
         if len(self._streams) >= self._max_streams:
             die(Problem.UNAVAILABLE, TOO_MANY)
         subscription = Subscription(on_drop, self._queue_length)
         self._streams.add(subscription)
+        try:
+            await self._follow_streams()
+        except BaseException:
+            self.unsubscribe(subscription)
+            raise
         return subscription
 
     def unsubscribe(self, subscription: Subscription) -> None:
         self._streams.discard(subscription)
+        if not self._streams and self._listening:
+            # The last stream closed: the rule goes, unless one opens before its turn comes.
+            drop = asyncio.get_running_loop().create_task(self._follow_streams())
+            self._dropping.add(drop)
+            drop.add_done_callback(self._dropped)
+
+    def _dropped(self, drop: "asyncio.Task[None]") -> None:
+        self._dropping.discard(drop)
+        if not drop.cancelled() and drop.exception() is not None:
+            log.warning("could not stop listening to boxd's signals: %s", drop.exception())
+
+    async def _follow_streams(self) -> None:
+        """Holds RULE while a stream is open, and not while none is."""
+        async with self._rule_turn:
+            wanted = bool(self._streams)
+            if self._bus is None or wanted == self._listening:
+                return
+            if wanted:
+                await add_match(self._bus, RULE)
+            else:
+                await remove_match(self._bus, RULE)
+            self._listening = wanted
 
     def _on_message(self, message: Message) -> None:
-        # Returns None always: the signal may matter to other handlers too. With no stream open
-        # (no page is showing), a signal is not read: every step of every task sends two.
+        # Returns None always: the signal may matter to other handlers too. A signal that comes
+        # with no stream open (the rule was on its way out) is not read.
         if not self._streams or self._boxd is None or not self._boxd.sent(message):
             return
         try:

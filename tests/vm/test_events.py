@@ -1,7 +1,8 @@
 """The owner's live events (`GET /api/events`) in a real box, heard with curl as a browser would:
 a fake task's steps and task events arrive; a member's or an app's token is 403; a revoked
 token's stream ends; a local stranger's forged signal, sent straight to the gateway's
-connection, never reaches a stream."""
+connection, never reaches a stream; the bus sends the gateway boxd's signals only while a stream
+is open."""
 
 import json
 import queue
@@ -10,6 +11,7 @@ import time
 from typing import Any
 
 from boxd.caller import OWNER_ONLY
+from boxd.dbus.interface import BUS_NAME, ROOT_PATH
 from tests.vm.box_api import API, boxctl, finish, http, start_fake
 from tests.vm.machine import Machine, MachineProcess
 from tests.vm.test_signals import forge, main_pid
@@ -172,3 +174,52 @@ def test_a_stranger_s_forged_signals_never_reach_a_stream(machine: Machine, toke
         assert any(name == "step" and data["task"] == task["id"] for name, data in seen)
     finally:
         stream.close()
+
+
+def gateway_rules(machine: Machine) -> list[str]:
+    """The match rules the bus holds for the gateway's connection, as dbus-daemon's Debug.Stats
+    interface tells them (root may ask)."""
+    gateway = main_pid(machine, "boxd-web.service")
+    bus = ("org.freedesktop.DBus", "/org/freedesktop/DBus")
+    stats = (*bus, "org.freedesktop.DBus.Debug.Stats", "GetAllMatchRules")
+    rules = json.loads(machine.run("busctl", "--json=short", "call", *stats).stdout)["data"][0]
+    for name, held in rules.items():
+        pid = machine.run(
+            "busctl", "--json=short", "call", *bus, "org.freedesktop.DBus",
+            "GetConnectionUnixProcessID", "s", name, check=False,
+        )  # fmt: skip
+        if pid.returncode == 0 and json.loads(pid.stdout)["data"][0] == gateway:
+            return [str(rule) for rule in held]
+    raise AssertionError(f"the bus knows no connection of the gateway (pid {gateway})")
+
+
+def hears_boxd(machine: Machine) -> bool:
+    return any(
+        f"sender='{BUS_NAME}'" in rule and f"path_namespace='{ROOT_PATH}'" in rule
+        for rule in gateway_rules(machine)
+    )
+
+
+def until_deaf(machine: Machine, timeout: float = 15) -> None:
+    """A stream's rule goes once the gateway sees its stream closed, a moment after curl ends."""
+    deadline = time.monotonic() + timeout
+    while hears_boxd(machine):
+        assert time.monotonic() < deadline, gateway_rules(machine)
+        time.sleep(0.1)
+
+
+def test_the_gateway_hears_boxd_only_while_a_stream_is_open(machine: Machine, token: str) -> None:
+    """With no screen open, a task's steps wake neither the gateway nor the bus on its behalf."""
+    assert http(machine, "GET", "/api/tasks", token)[0] == 200
+    until_deaf(machine)
+    stream = Stream(machine, token)
+    try:
+        assert hears_boxd(machine)
+        task = start_fake(machine, token, "step heard")
+        assert any(name == "step" for name, _ in _of_task(stream, task["id"], "done"))
+    finally:
+        stream.close()
+    until_deaf(machine)
+    quiet = start_fake(machine, token, "step unheard")
+    assert finish(machine, quiet["id"])["state"] == "done"
+    assert not hears_boxd(machine)
