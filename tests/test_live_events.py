@@ -410,3 +410,29 @@ async def test_a_stream_whose_rule_the_bus_refused_is_not_kept() -> None:
         await hub.subscribe(lambda: None)
     assert getattr(refused.value, "problem", None) == Problem.FAILED
     assert hub.open_streams == 0 and RULE not in fake.rules
+
+
+async def test_a_stream_that_goes_away_while_its_rule_is_added_leaves_no_rule() -> None:
+    """As the real bus does, the rule is held from the moment AddMatch is sent, before its
+    answer comes back: a caller cancelled meanwhile must not leave it held for good."""
+    fake = FakeBus({BUS_NAME: BOXD})
+    hub = await _hub(fake)
+    real_call = fake.call
+    answer = asyncio.Event()
+
+    async def slow_answer(message: Message) -> Message:
+        reply = await real_call(message)
+        if message.member == "AddMatch":
+            await answer.wait()
+        return reply
+
+    fake.call = slow_answer  # type: ignore[method-assign]
+    opening = asyncio.create_task(hub.subscribe(lambda: None))
+    await settled(hub)
+    assert RULE in fake.rules
+    opening.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await opening
+    answer.set()
+    await settled(hub)
+    assert hub.open_streams == 0 and RULE not in fake.rules

@@ -38,9 +38,9 @@ TOO_MANY = (
 # boxd's signals: its tasks' and its own (APPROVAL_ASKED).
 RULE = f"type='signal',sender='{BUS_NAME}',path_namespace='{ROOT_PATH}'"
 _PROPERTIES = "org.freedesktop.DBus.Properties"
+_OBJECT_MANAGER = "org.freedesktop.DBus.ObjectManager"
 
 log = logging.getLogger(__name__)
-_OBJECT_MANAGER = "org.freedesktop.DBus.ObjectManager"
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,9 @@ class LiveEvents:
         subscription = Subscription(on_drop, self._queue_length)
         self._streams.add(subscription)
         try:
-            await self._follow_streams()
+            # Shielded: a caller that goes away while the bus is asked does not leave the rule
+            # held (or dropped) behind the gateway's back; the change ends, and is recorded.
+            await asyncio.shield(self._follow_streams())
         except BaseException:
             self.unsubscribe(subscription)
             raise
@@ -162,8 +164,9 @@ class LiveEvents:
 
     def unsubscribe(self, subscription: Subscription) -> None:
         self._streams.discard(subscription)
-        if not self._streams and self._listening:
-            # The last stream closed: the rule goes, unless one opens before its turn comes.
+        if not self._streams:
+            # The last stream closed: the rule goes, unless one opens before its turn comes. Asked
+            # even while the rule seems not held, as an AddMatch may still be on its way.
             drop = asyncio.get_running_loop().create_task(self._follow_streams())
             self._dropping.add(drop)
             drop.add_done_callback(self._dropped)
