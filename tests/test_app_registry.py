@@ -1,13 +1,13 @@
 """Finding an app by its entry point (boxd/apps/registry.py): one app loaded at a time, by the
 entry point named as it; an entry point whose app has another name finds nothing."""
 
-import importlib.metadata
 from collections.abc import Iterator
 
 import pytest
 
 from boxd.apps import registry
 from boxd.apps.echo import app as echo_app
+from boxd.apps.entry_points import EntryPoint
 from boxd.sdk import App
 
 # What the entry points below name.
@@ -16,10 +16,8 @@ NOT_AN_APP = "not an app"
 LOADED: list[str] = []
 
 
-def _point(name: str, attribute: str) -> importlib.metadata.EntryPoint:
-    return importlib.metadata.EntryPoint(
-        name=name, value=f"tests.test_app_registry:{attribute}", group=registry.GROUP
-    )
+def _point(name: str, attribute: str) -> EntryPoint:
+    return EntryPoint(name, f"tests.test_app_registry:{attribute}")
 
 
 POINTS = [
@@ -27,9 +25,7 @@ POINTS = [
     _point("echo", "RENAMED"),
     _point("wrongname", "RENAMED"),
     _point("junk", "NOT_AN_APP"),
-    importlib.metadata.EntryPoint(
-        name="broken", value="tests.no_such_module:app", group=registry.GROUP
-    ),
+    EntryPoint("broken", "tests.no_such_module:app"),
 ]
 
 
@@ -43,7 +39,9 @@ def __getattr__(name: str) -> object:
 
 @pytest.fixture(autouse=True)
 def points(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: POINTS)
+    monkeypatch.setattr(
+        registry, "entry_points", lambda group: POINTS if group == registry.GROUP else []
+    )
     registry._points.cache_clear()
     registry._app.cache_clear()
     LOADED.clear()

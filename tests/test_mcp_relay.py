@@ -81,7 +81,9 @@ def test_the_relay_imports_nothing_heavy() -> None:
     longer to import than the whole relay takes to answer (bench/mcp_relay.py)."""
     probe = (
         "import sys, boxd.workers.mcp; "
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'aiohttp', 'pydantic', 'mcp'}))"
+        # A package's modules come with the package itself; boxd's stand-in for pydantic's
+        # plugin loader (boxd/pydantic_no_plugins.py) is kept under pydantic's name alone.
+        "print(sorted(set(sys.modules) & {'aiohttp', 'pydantic', 'mcp'}))"
     )
     shown = subprocess.run([*RELAY[:2], "-c", probe], capture_output=True, text=True, check=True)
     assert shown.stdout == "[]\n"

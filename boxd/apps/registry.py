@@ -10,21 +10,19 @@ app that cannot be loaded fails its own tools' look-ups, no other app's.
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from importlib.metadata import EntryPoint
+from boxd.apps.entry_points import EntryPoint, entry_points
 
+if TYPE_CHECKING:
     from boxd.sdk import App, Tool
 
 GROUP = "boxd.apps"
 
 
 @cache
-def _points() -> "dict[str, EntryPoint]":
+def _points() -> dict[str, EntryPoint]:
     """By name: the first of a name, as the first distribution of a name is the one seen."""
-    # Here, not at import: reading the installed packages' metadata is some 14 ms of a broker's
-    # start. (pydantic imports importlib.metadata too, for its plugins, once a model is built.)
-    from importlib.metadata import entry_points
-
+    # Here, not at import: reading the installed packages' metadata is part of a broker's start
+    # that most tasks never need.
     found: dict[str, EntryPoint] = {}
     for point in entry_points(group=GROUP):
         found.setdefault(point.name, point)
