@@ -325,6 +325,32 @@ async def test_requests_sent_together_are_answered_in_turn(served: Served) -> No
     ]
 
 
+async def test_connections_read_into_one_buffer_each_get_their_own_bytes(served: Served) -> None:
+    # Every connection's reads land in one buffer of the server's (_READS), copied out at once:
+    # two tasks' halves sent in turn, and bodies larger than the buffer, stay each their own.
+    size = 3 * 64 * 1024 + 5
+    bodies = [bytes([ord("a") + n]) * size for n in range(2)]
+    writers = []
+    readers = []
+    for _ in bodies:
+        reader, writer = await asyncio.open_unix_connection(served.path)
+        readers.append(reader)
+        writers.append(writer)
+    wholes = [
+        b"POST /echo HTTP/1.1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%b" % (size, body)
+        for body in bodies
+    ]
+    for at in range(0, len(wholes[0]), 40_000):
+        for whole, writer in zip(wholes, writers, strict=True):
+            writer.write(whole[at : at + 40_000])
+            await writer.drain()
+        await asyncio.sleep(0)
+    got = [answers(await reader.read()) for reader in readers]
+    assert got == [[(200, {"body": body.decode(), "query": ""})] for body in bodies]
+    for writer in writers:
+        writer.close()
+
+
 async def test_a_client_waiting_for_100_continue_gets_it(served: Served) -> None:
     reader, writer = await asyncio.open_unix_connection(served.path)
     writer.write(b"POST /echo HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")

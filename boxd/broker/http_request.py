@@ -190,7 +190,7 @@ class RequestReader:
         """Nothing of a next request heard."""
         return self.head is None and not self.buffer
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | memoryview) -> None:
         self.buffer += data
 
     def next(self) -> Head | Request | None:

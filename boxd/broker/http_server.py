@@ -34,6 +34,11 @@ READ_AHEAD = 64 * 1024
 # How long a stopping broker gives the requests in hand to be answered before it cuts them.
 STOP_SECONDS = 5.0
 STOPPING = Refusal(503, "the broker is stopping; nothing of this request was done: send it again")
+# Every connection's reads land here, and are copied out at once (asyncio calls get_buffer,
+# reads, then buffer_updated, in one turn). A plain Protocol has each read made into a new
+# 256 KiB bytes that is then shrunk: an mmap, an mremap and a munmap a request, some 8 us of a
+# broker's CPU each.
+_READS = memoryview(bytearray(64 * 1024))
 
 
 @dataclass
@@ -86,7 +91,7 @@ def whole_answer(
     return _head_bytes(answer.status, fields) + answer.body
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(asyncio.BufferedProtocol):
     def __init__(self, listener: "_Listener", now: float) -> None:
         self.listener = listener
         self.server = listener.server
@@ -155,8 +160,11 @@ class _Connection(asyncio.Protocol):
         if self.transport is None or self.transport.is_closing():
             raise ConnectionResetError("the client hung up")
 
-    def data_received(self, data: bytes) -> None:
-        self.reader.feed(data)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return _READS
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.reader.feed(_READS[:nbytes])
         self._advance()
 
     def eof_received(self) -> bool | None:
