@@ -18,7 +18,8 @@ runs a small size of the same thing in CI.
   (cgroup limits are not enforced in the test machine, but the counts are real.)
 - The manager (boxd.service): its main process's resident memory (VmRSS), its cgroup's
   memory.current and its open file descriptors, before (after one warm-up task ended), with all
-  tasks idle, at their peak while they run, and after all ended and their units are gone.
+  tasks idle, at their peak while they run, and after all ended and were cleared up (their
+  units and network namespaces gone).
 
 Checks, printed under the table (exit status 1 when one fails): every task ended `done`; its
 worker was answered for every step and call; every step is in the record (box.db) exactly once
@@ -45,6 +46,7 @@ from typing import Any
 
 import aiohttp
 
+from boxd.manager.netns import netns_path
 from boxd.settings import MAX_RUNNING_TASKS
 
 BOX_HOME = Path("/var/lib/box")
@@ -336,18 +338,24 @@ async def wait_for(what: str, done: Callable[[], bool], seconds: float) -> None:
         await asyncio.sleep(POLL_SECONDS)
 
 
-async def wait_for_units_gone(ids: list[str], seconds: float) -> None:
+async def wait_for_cleared(ids: list[str], seconds: float) -> None:
+    """Until the manager has cleared up after these ended tasks: their units gone, and last
+    their network namespaces (boxd.manager.box's `_leave`). Its descriptors are counted only
+    then: the `ip netns delete` of the last tasks to end still holds a pipe of the manager's
+    for a while after their units are gone (16 of them, once, in a run of 100)."""
     deadline = time.monotonic() + seconds
-    while left := await asyncio.to_thread(units_left, ids):
+    while left := await asyncio.to_thread(left_of, ids):
         if time.monotonic() > deadline:
-            sys.exit(f"units of ended tasks still loaded after {seconds:g} s: {left[:20]}")
+            sys.exit(f"ended tasks still not cleared up after {seconds:g} s: {left[:20]}")
         await asyncio.sleep(POLL_SECONDS)
 
 
-def units_left(ids: list[str]) -> list[str]:
-    """The units of these tasks that systemd still has loaded: none, once they ended."""
+def left_of(ids: list[str]) -> list[str]:
+    """The units of these tasks that systemd still has loaded, and their network namespaces:
+    none, once they ended and were cleared up."""
     listed = run("systemctl", "list-units", "--all", "--plain", "--no-legend", "box-*")
-    return [line.split()[0] for line in listed.splitlines() if any(t in line for t in ids)]
+    units = [line.split()[0] for line in listed.splitlines() if any(t in line for t in ids)]
+    return units + [str(path) for path in map(netns_path, ids) if path.exists()]
 
 
 async def start_tasks(
@@ -453,7 +461,7 @@ async def measure(token: str, tasks: int, lines: int, calls: int) -> dict[str, A
         warm = await start_tasks(
             token, {**body, "prompt": f'call {TOOL} {{"text": "w"}}'}, 1, started
         )
-        await wait_for_units_gone(warm, 120)
+        await wait_for_cleared(warm, 120)
         before = ManagerUse.now()
 
         began = time.monotonic()
@@ -479,7 +487,7 @@ async def measure(token: str, tasks: int, lines: int, calls: int) -> dict[str, A
                 3600,
             )
             run_seconds = time.monotonic() - went
-        await wait_for_units_gone(ids, 300)
+        await wait_for_cleared(ids, 300)
         after = ManagerUse.now()
         ended = states(ids)
         trips = round_trips(ids)
