@@ -328,7 +328,7 @@ async def test_requests_sent_together_are_answered_in_turn(served: Served) -> No
 async def test_connections_read_into_one_buffer_each_get_their_own_bytes(served: Served) -> None:
     # Every connection's reads land in one buffer of the server's (_READS), copied out at once:
     # two tasks' halves sent in turn, and bodies larger than the buffer, stay each their own.
-    size = 3 * 64 * 1024 + 5
+    size = 12 * 16 * 1024 + 5
     bodies = [bytes([ord("a") + n]) * size for n in range(2)]
     writers = []
     readers = []

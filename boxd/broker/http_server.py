@@ -37,8 +37,9 @@ STOPPING = Refusal(503, "the broker is stopping; nothing of this request was don
 # Every connection's reads land here, and are copied out at once (asyncio calls get_buffer,
 # reads, then buffer_updated, in one turn). A plain Protocol has each read made into a new
 # 256 KiB bytes that is then shrunk: an mmap, an mremap and a munmap a request, some 8 us of a
-# broker's CPU each.
-_READS = memoryview(bytearray(64 * 1024))
+# broker's CPU each. Small, as every broker holds it for good (64 KiB would be 6 MiB of a
+# hundred brokers): a request is some hundreds of bytes, and a large body takes more reads.
+_READS = memoryview(bytearray(16 * 1024))
 
 
 @dataclass
