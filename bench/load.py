@@ -64,6 +64,8 @@ CGROUPS = next(
     Path("/sys/fs/cgroup"),
 )
 MANAGER = "boxd.service"
+# The web gateway: boxd's own too, one for the box, whatever the number of tasks.
+WEB = "boxd-web.service"
 TOOL = "echo.say"
 # The fake worker's line with its timings (boxd.workers.fake.ROUND_TRIPS; this file runs alone).
 ROUND_TRIPS = "fake worker round trips: "
@@ -159,6 +161,8 @@ class ManagerUse:
     cgroup: int
     fds: int
     open_files: list[str]
+    # The web gateway's cgroup, as the manager's.
+    web: int
 
     @classmethod
     def now(cls) -> "ManagerUse":
@@ -174,11 +178,13 @@ class ManagerUse:
                 targets.append(os.readlink(fd))
             except FileNotFoundError:
                 continue
+        web = run("systemctl", "show", "-p", "ControlGroup", "--value", WEB).strip()
         return cls(
             rss,
-            read_int(CGROUPS / group.lstrip("/") / "memory.current") or 0,
+            cgroup_bytes(CGROUPS / group.lstrip("/")) or 0,
             len(targets),
             targets,
+            (cgroup_bytes(CGROUPS / web.lstrip("/")) or 0) if web else 0,
         )
 
 
@@ -515,7 +521,7 @@ async def measure(token: str, tasks: int, lines: int, calls: int) -> dict[str, A
                 "idle": idle.__dict__,
                 "peak": {
                     key: max([getattr(use, key) for use in sampler.manager], default=0)
-                    for key in ("rss", "cgroup", "fds")
+                    for key in ("rss", "cgroup", "fds", "web")
                 },
                 "after": after.__dict__,
             },
@@ -569,7 +575,7 @@ def table(result: dict[str, Any]) -> str:
     manager = result["manager"]
     out += [
         "",
-        f"the manager ({MANAGER})             VmRSS     its cgroup       open fds",
+        f"the manager ({MANAGER})             VmRSS     its cgroup       open fds     {WEB}",
     ]
     for when, label in (
         ("before", "before (after a warm-up task)"),
@@ -580,7 +586,18 @@ def table(result: dict[str, Any]) -> str:
         use = manager[when]
         # 0: the cgroup's memory could not be read (no memory.current, no process's PSS).
         group = mib(use["cgroup"]) if use["cgroup"] else f"{'-':>11}"
-        out.append(f"  {label:<30}{mib(use['rss'])}   {group}   {use['fds']:8d}")
+        web = mib(use["web"]) if use["web"] else f"{'-':>11}"
+        out.append(f"  {label:<30}{mib(use['rss'])}   {group}   {use['fds']:8d}     {web}")
+    brokers = result["running"]["broker"]
+    peak = manager["peak"]
+    if brokers and peak["cgroup"] and peak["web"]:
+        whole = sum(brokers) / len(brokers) * tasks + peak["cgroup"] + peak["web"]
+        out += [
+            "",
+            f"boxd's own memory with {tasks} tasks running: {mib(whole).strip()} "
+            f"({tasks} brokers at their mean, the manager's and the web's cgroups at their peak; "
+            "the workers are the agents')",
+        ]
     done = sum(1 for state in result["ended"].values() if state == "done")
     out += ["", f"ended done: {done} of {tasks}; problems: {len(result['problems'])}"]
     out += [f"  {problem}" for problem in result["problems"][:50]]
