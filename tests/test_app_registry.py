@@ -22,7 +22,9 @@ def _point(name: str, attribute: str) -> EntryPoint:
 
 POINTS = [
     _point("echo", "ECHO"),
-    _point("echo", "RENAMED"),
+    # A name two installed packages declare: a package must not take another app's name.
+    _point("twice", "ECHO"),
+    _point("twice", "RENAMED"),
     _point("wrongname", "RENAMED"),
     _point("junk", "NOT_AN_APP"),
     EntryPoint("broken", "tests.no_such_module:app"),
@@ -59,9 +61,14 @@ def test_a_tool_is_found_in_its_app_loaded_alone() -> None:
     assert LOADED == ["ECHO"]
 
 
-def test_the_first_entry_point_of_a_name_is_the_one_seen() -> None:
-    found = registry.find_tool("echo.say")
-    assert found is not None and found[0] is echo_app
+def test_a_name_two_entry_points_declare_is_found_in_neither(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    assert registry.find_tool("twice.say") is None
+    assert LOADED == []
+    assert "app twice is declared by more than one installed package" in caplog.text
+    # The other apps are found as ever.
+    assert registry.find_tool("echo.say") is not None
 
 
 def test_an_app_that_cannot_be_loaded_keeps_no_other_apps_tool_from_being_found() -> None:

@@ -7,6 +7,7 @@ modules, the App SDK and pydantic), so a task that calls only `echo.say` loads `
 app that cannot be loaded fails its own tools' look-ups, no other app's.
 """
 
+import logging
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -16,16 +17,31 @@ if TYPE_CHECKING:
     from boxd.sdk import App, Tool
 
 GROUP = "boxd.apps"
+log = logging.getLogger(__name__)
 
 
 @cache
 def _points() -> dict[str, EntryPoint]:
-    """By name: the first of a name, as the first distribution of a name is the one seen."""
+    """By name, the entry point of each app that one installed distribution alone names (of a
+    distribution installed twice, only the first on the path counts). A name two of them
+    declare is neither's: which one won would otherwise hang on the order of files in a
+    directory, and a package could take another app's name, and its secrets."""
     # Here, not at import: reading the installed packages' metadata is part of a broker's start
     # that most tasks never need.
     found: dict[str, EntryPoint] = {}
+    claimed: dict[str, list[str]] = {}
     for point in entry_points(group=GROUP):
         found.setdefault(point.name, point)
+        claimed.setdefault(point.name, []).append(point.value)
+    for name, values in claimed.items():
+        if len(values) > 1:
+            del found[name]
+            log.warning(
+                "app %s is declared by more than one installed package (%s): neither is loaded; "
+                "uninstall all but one",
+                name,
+                ", ".join(values),
+            )
     return found
 
 
