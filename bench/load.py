@@ -163,9 +163,13 @@ class ManagerUse:
     open_files: list[str]
     # The web gateway's cgroup, as the manager's.
     web: int
+    # The brokers and workers of the spares (task ids made ahead, boxd/manager/spares.py): boxd
+    # keeps them ready whatever runs, and they are its own until a task takes one.
+    spares: int
 
     @classmethod
-    def now(cls) -> "ManagerUse":
+    def now(cls, tasks: frozenset[str] = frozenset()) -> "ManagerUse":
+        """Now; the running broker and worker units of ids not in `tasks` are the spares'."""
         pid = int(run("systemctl", "show", "-p", "MainPID", "--value", MANAGER).strip())
         if pid == 0:
             sys.exit(f"{MANAGER} is not running")
@@ -185,7 +189,27 @@ class ManagerUse:
             len(targets),
             targets,
             (cgroup_bytes(CGROUPS / web.lstrip("/")) or 0) if web else 0,
+            sum(cgroup_bytes(group) or 0 for group in spare_cgroups(tasks).values()),
         )
+
+
+def spare_cgroups(tasks: frozenset[str]) -> dict[str, Path]:
+    """The cgroups of the brokers and workers running for ids that are not `tasks`."""
+    listed = run(
+        "systemctl",
+        "list-units",
+        "--plain",
+        "--no-legend",
+        "--state=active",
+        broker_unit("*"),
+        worker_unit("*"),
+    )
+    units = [line.split()[0] for line in listed.splitlines() if line.strip()]
+    return {
+        unit: group
+        for unit, group in (unit_cgroups(units) if units else {}).items()
+        if not any(task_id in unit for task_id in tasks) and running(group)
+    }
 
 
 def unit_cgroups(units: list[str]) -> dict[str, Path]:
@@ -258,7 +282,7 @@ class Sampler:
             # Only while all run, so "running" is the figure of a box fully loaded.
             if self.memory.sample(self.ids, self.groups, whole=True) < len(self.ids):
                 continue
-            self.manager.append(ManagerUse.now())
+            self.manager.append(ManagerUse.now(frozenset(self.ids)))
 
     @contextmanager
     def running(self) -> Iterator["Sampler"]:
@@ -481,7 +505,7 @@ async def measure(token: str, tasks: int, lines: int, calls: int) -> dict[str, A
         groups = unit_cgroups([u for t in ids for u in (broker_unit(t), worker_unit(t))])
         idle_memory = TaskMemory()
         idle_memory.sample(ids, groups)
-        idle = ManagerUse.now()
+        idle = ManagerUse.now(frozenset(ids))
 
         sampler = Sampler(ids, groups)
         with sampler.running():
@@ -521,7 +545,7 @@ async def measure(token: str, tasks: int, lines: int, calls: int) -> dict[str, A
                 "idle": idle.__dict__,
                 "peak": {
                     key: max([getattr(use, key) for use in sampler.manager], default=0)
-                    for key in ("rss", "cgroup", "fds", "web")
+                    for key in ("rss", "cgroup", "fds", "web", "spares")
                 },
                 "after": after.__dict__,
             },
@@ -575,7 +599,8 @@ def table(result: dict[str, Any]) -> str:
     manager = result["manager"]
     out += [
         "",
-        f"the manager ({MANAGER})             VmRSS     its cgroup       open fds     {WEB}",
+        f"the manager ({MANAGER})             VmRSS     its cgroup       open fds     {WEB}"
+        "      spares",
     ]
     for when, label in (
         ("before", "before (after a warm-up task)"),
@@ -587,16 +612,19 @@ def table(result: dict[str, Any]) -> str:
         # 0: the cgroup's memory could not be read (no memory.current, no process's PSS).
         group = mib(use["cgroup"]) if use["cgroup"] else f"{'-':>11}"
         web = mib(use["web"]) if use["web"] else f"{'-':>11}"
-        out.append(f"  {label:<30}{mib(use['rss'])}   {group}   {use['fds']:8d}     {web}")
+        out.append(
+            f"  {label:<30}{mib(use['rss'])}   {group}   {use['fds']:8d}     {web}"
+            f"         {mib(use['spares'])}"
+        )
     brokers = result["running"]["broker"]
     peak = manager["peak"]
     if brokers and peak["cgroup"] and peak["web"]:
-        whole = sum(brokers) / len(brokers) * tasks + peak["cgroup"] + peak["web"]
+        whole = sum(brokers) / len(brokers) * tasks + peak["cgroup"] + peak["web"] + peak["spares"]
         out += [
             "",
             f"boxd's own memory with {tasks} tasks running: {mib(whole).strip()} "
-            f"({tasks} brokers at their mean, the manager's and the web's cgroups at their peak; "
-            "the workers are the agents')",
+            f"({tasks} brokers at their mean; the manager's, the web's and the spares' cgroups "
+            "at their peak; the tasks' workers are the agents')",
         ]
     done = sum(1 for state in result["ended"].values() if state == "done")
     out += ["", f"ended done: {done} of {tasks}; problems: {len(result['problems'])}"]
