@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from boxd.apps import registry
+from boxd.apps import entry_points, registry
 from boxd.apps.echo import app as echo_app
 from boxd.apps.entry_points import EntryPoint
 from boxd.sdk import App
@@ -42,7 +42,7 @@ def __getattr__(name: str) -> object:
 @pytest.fixture(autouse=True)
 def points(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(
-        registry, "entry_points", lambda group: POINTS if group == registry.GROUP else []
+        entry_points, "entry_points", lambda group: POINTS if group == registry.GROUP else []
     )
     registry._points.cache_clear()
     registry._app.cache_clear()

@@ -121,6 +121,7 @@ def test_the_broker_imports_no_model_of_the_manager_nor_the_apps_nor_pydantic() 
         "annotated_types",
         # The installed packages' entry points are read on the first tool look-up.
         "importlib.metadata",
+        "boxd.apps.entry_points",
         # The broker keeps no database: boxd.full_disk's check does not load SQLite.
         "sqlite3",
         # Its own HTTP server (boxd/broker/http_server.py): aiohttp cost each broker 180 ms to

@@ -11,9 +11,8 @@ import logging
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from boxd.apps.entry_points import EntryPoint, entry_points
-
 if TYPE_CHECKING:
+    from boxd.apps.entry_points import EntryPoint
     from boxd.sdk import App, Tool
 
 GROUP = "boxd.apps"
@@ -21,28 +20,27 @@ log = logging.getLogger(__name__)
 
 
 @cache
-def _points() -> dict[str, EntryPoint]:
+def _points() -> "dict[str, EntryPoint]":
     """By name, the entry point of each app that one installed distribution alone names (of a
     distribution installed twice, only the first on the path counts). A name two of them
     declare is neither's: which one won would otherwise hang on the order of files in a
     directory, and a package could take another app's name, and its secrets."""
     # Here, not at import: reading the installed packages' metadata is part of a broker's start
     # that most tasks never need.
-    found: dict[str, EntryPoint] = {}
-    claimed: dict[str, list[str]] = {}
+    from boxd.apps.entry_points import entry_points
+
+    claimed: dict[str, list[EntryPoint]] = {}
     for point in entry_points(group=GROUP):
-        found.setdefault(point.name, point)
-        claimed.setdefault(point.name, []).append(point.value)
-    for name, values in claimed.items():
-        if len(values) > 1:
-            del found[name]
+        claimed.setdefault(point.name, []).append(point)
+    for name, points in claimed.items():
+        if len(points) > 1:
             log.warning(
                 "app %s is declared by more than one installed package (%s): neither is loaded; "
                 "uninstall all but one",
                 name,
-                ", ".join(values),
+                ", ".join(point.value for point in points),
             )
-    return found
+    return {name: points[0] for name, points in claimed.items() if len(points) == 1}
 
 
 @cache
