@@ -204,12 +204,12 @@ def spare_cgroups(tasks: frozenset[str]) -> dict[str, Path]:
         broker_unit("*"),
         worker_unit("*"),
     )
+    taken = {unit for task_id in tasks for unit in (broker_unit(task_id), worker_unit(task_id))}
     units = [line.split()[0] for line in listed.splitlines() if line.strip()]
-    return {
-        unit: group
-        for unit, group in (unit_cgroups(units) if units else {}).items()
-        if not any(task_id in unit for task_id in tasks) and running(group)
-    }
+    spares = [unit for unit in units if unit not in taken]
+    if not spares:
+        return {}
+    return {unit: group for unit, group in unit_cgroups(spares).items() if running(group)}
 
 
 def unit_cgroups(units: list[str]) -> dict[str, Path]:
