@@ -38,7 +38,9 @@ class Approval(BaseModel):
 
 
 class Answer(BaseModel):
-    """The owner's answer: `{"approved": true}` or `{"approved": false}`."""
+    # Not a docstring: the OpenAPI document shows it, and boxd runs without docstrings
+    # (units/python.env).
+    __doc__ = 'The owner\'s answer: `{"approved": true}` or `{"approved": false}`.'
 
     model_config = ConfigDict(extra="forbid")
 

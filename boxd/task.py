@@ -22,8 +22,12 @@ class TaskState(StrEnum):
 
 
 class Review(StrEnum):
-    """Where a personal task stands with the owner: its changes wait, went into the real
-    folders, met a file the owner changed meanwhile, or were thrown away."""
+    # Not a docstring: the OpenAPI document shows it, and boxd runs without docstrings
+    # (units/python.env).
+    __doc__ = (
+        "Where a personal task stands with the owner: its changes wait, went into the real "
+        "folders, met a file the owner changed meanwhile, or were thrown away."
+    )
 
     PENDING = "pending"
     KEPT = "kept"

@@ -102,7 +102,9 @@ def _content(value: object) -> bytes:
 
 
 class SharedFile(BaseModel):
-    """A file shared to a new task: a plain name and its contents, base64 on the wire."""
+    # Not a docstring: the OpenAPI document shows it, and boxd runs without docstrings
+    # (units/python.env).
+    __doc__ = "A file shared to a new task: a plain name and its contents, base64 on the wire."
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -17,6 +17,23 @@ prefix=/opt/boxd
 "$prefix/venv/bin/python" -c 'import aiohttp, dbus_fast, pydantic, sdnotify, systemd.journal' || {
     echo "install.sh: $prefix/venv lacks boxd's dependencies; pip install them first" >&2; exit 1; }
 
+# The bytecode boxd's own processes run with (python.env): compiled here, as root, for every
+# module on their path, since a broker may write none itself. Made anew each time, so none is
+# left of a module since removed; a module that does not compile is compiled as it is imported.
+install -m 0644 "$here/python.env" "$prefix/python.env"
+(
+    set -a
+    # shellcheck source=python.env
+    . "$prefix/python.env"
+    set +a
+    umask 022
+    rm -rf "${PYTHONPYCACHEPREFIX:?}"
+    mapfile -t path < <("$prefix/venv/bin/python" -c \
+        'import os, sys; print("\n".join(p for p in sys.path if os.path.isdir(p)))')
+    "$prefix/venv/bin/python" -m compileall -q -j 0 "${path[@]}" >&2 ||
+        echo "install.sh: the modules above did not compile; each is compiled as it is imported" >&2
+)
+
 ln -sf "$prefix/venv/bin/boxctl" /usr/local/bin/boxctl
 install -m 0644 "$source_tree/README.md" "$prefix/README.md" 2>/dev/null || true
 install -m 0644 "$here"/boxd.service "$here"/boxd-web.socket "$here"/boxd-web.service \

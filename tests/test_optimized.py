@@ -1,0 +1,86 @@
+"""boxd's own processes run optimized (units/python.env: no docstrings, no asserts), so nothing
+they show may come from a docstring or hang on an assert: each door's answer is the same in a
+process run as the units run them as in a plain one."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+UNITS = ROOT / "units"
+ENVIRONMENT_FILE = "/opt/boxd/python.env"
+
+# What a task sees of every installed app's tools (GET /tools), and the web's OpenAPI document,
+# from a process that also imported each of boxd's three services.
+SHOWN = """
+import json, sys
+import boxd.broker.main, boxd.manager.main, boxd.web.main
+from boxd.apps.entry_points import entry_points
+from boxd.web.openapi import document
+
+tools = {}
+for point in entry_points(group="boxd.apps"):
+    for tool in point.load().tools:
+        tools[f"{point.name}.{tool.verb}"] = {
+            "description": tool.description,
+            "input": tool.input.model_json_schema(),
+        }
+json.dump({"optimize": sys.flags.optimize, "tools": tools, "openapi": document()}, sys.stdout)
+"""
+
+
+def python_environment() -> dict[str, str]:
+    lines = (UNITS / "python.env").read_text().splitlines()
+    pairs = [line.split("=", 1) for line in lines if line.strip() and not line.startswith("#")]
+    return {name: value for name, value in pairs}
+
+
+def shown(environment: dict[str, str]) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", SHOWN],
+        env={**os.environ, **environment},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    answer: dict[str, Any] = json.loads(done.stdout)
+    return answer
+
+
+def test_the_units_run_python_optimized(tmp_path: Path) -> None:
+    environment = python_environment()
+    assert environment["PYTHONOPTIMIZE"] == "2"
+    # Its own cache here: /opt/boxd/pycache is install.sh's, on a box.
+    optimized = shown({**environment, "PYTHONPYCACHEPREFIX": str(tmp_path)})
+    plain = shown({"PYTHONOPTIMIZE": "", "PYTHONNODEBUGRANGES": ""})
+    assert optimized["optimize"] == 2 and plain["optimize"] == 0
+    assert optimized["tools"] == plain["tools"]
+    assert {"echo.say", "mail.send", "wallet.pay"} <= set(plain["tools"])
+    assert optimized["openapi"] == plain["openapi"]
+
+
+def test_every_unit_that_runs_boxd_s_python_reads_the_environment_file() -> None:
+    running = {
+        unit.name: unit.read_text()
+        for unit in UNITS.glob("*.service")
+        if "ExecStart=/opt/boxd/venv/bin/boxd " in unit.read_text()
+    }
+    # Droid's installer only downloads, and runs once; the rest run for good or once a task.
+    assert set(running) == {
+        "boxd.service",
+        "boxd-web.service",
+        "box-broker@.service",
+        "boxd-droid-install.service",
+    }
+    for name, text in running.items():
+        if name != "boxd-droid-install.service":
+            assert f"\nEnvironmentFile={ENVIRONMENT_FILE}\n" in text, name
+    install = (UNITS / "install.sh").read_text()
+    assert re.search(r'install -m 0644 "\$here/python.env" "\$prefix/python.env"', install)
+    assert "prefix=/opt/boxd\n" in install
