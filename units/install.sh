@@ -3,6 +3,8 @@
 # the D-Bus policy, the polkit action and rule, the system users; then starts it.
 # Usage: install.sh WHEEL   (run as root; the files sit beside this script, in the source tree)
 set -euo pipefail
+# What it makes is read by boxd's users (the venv, the bytecode), whatever root's own umask.
+umask 022
 wheel=${1:?usage: install.sh path/to/boxd-*.whl}
 here=$(cd "$(dirname "$0")" && pwd)
 source_tree=$(dirname "$here")
@@ -18,20 +20,29 @@ prefix=/opt/boxd
     echo "install.sh: $prefix/venv lacks boxd's dependencies; pip install them first" >&2; exit 1; }
 
 # The bytecode boxd's own processes run with (python.env): compiled here, as root, for every
-# module on their path, since a broker may write none itself. Made anew each time, so none is
-# left of a module since removed; a module that does not compile is compiled as it is imported.
+# module on their path, since none of them writes it. Made anew each time, beside the old and
+# renamed into its place, so none is left of a module since removed and a process starting
+# meanwhile finds the old or none; a module that does not compile is compiled as it is imported.
 install -m 0644 "$here/python.env" "$prefix/python.env"
 (
     set -a
     # shellcheck source=python.env
     . "$prefix/python.env"
     set +a
-    umask 022
-    rm -rf "${PYTHONPYCACHEPREFIX:?}"
+    case "$PYTHONPYCACHEPREFIX" in
+        "$prefix"/?*) ;;
+        *) echo "install.sh: python.env's PYTHONPYCACHEPREFIX is not under $prefix" >&2; exit 1 ;;
+    esac
+    cache=$PYTHONPYCACHEPREFIX
+    rm -rf "$cache".new.*  # of a run cut short
+    PYTHONPYCACHEPREFIX=$(mktemp -d "$cache.new.XXXXXX")
+    chmod 0755 "$PYTHONPYCACHEPREFIX"
     mapfile -t path < <("$prefix/venv/bin/python" -c \
         'import os, sys; print("\n".join(p for p in sys.path if os.path.isdir(p)))')
     "$prefix/venv/bin/python" -m compileall -q -j 0 "${path[@]}" >&2 ||
         echo "install.sh: the modules above did not compile; each is compiled as it is imported" >&2
+    rm -rf "$cache"
+    mv "$PYTHONPYCACHEPREFIX" "$cache"
 )
 
 ln -sf "$prefix/venv/bin/boxctl" /usr/local/bin/boxctl

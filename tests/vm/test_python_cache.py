@@ -66,11 +66,17 @@ def test_the_cache_holds_every_module_boxd_imports_and_is_root_s(machine: Machin
     assert found["optimize"] == 2 and found["prefix"] == prefix
     assert found["modules"] > 200
     assert found["missing"] == []
-    # Nobody but root may write a file or directory there, and nothing there is a link.
+    # Nobody but root may write a file or directory there, nothing there is a link, and every
+    # user may read it all (what one could not read, it would compile each time).
     loose = machine.run(
-        "find", prefix, "(", "!", "-user", "root", "-o", "-perm", "/022", "-o", "-type", "l", ")"
-    )
+        "find", prefix, "(", "!", "-user", "root", "-o", "-perm", "/022", "-o", "-type", "l",
+        "-o", "(", "-type", "f", "!", "-perm", "-444", ")",
+        "-o", "(", "-type", "d", "!", "-perm", "-555", ")", ")",
+    )  # fmt: skip
     assert loose.stdout == ""
+    # And nothing is left beside it of the run that made it.
+    assert machine.run("ls", "/opt/boxd").stdout.split().count("pycache") == 1
+    assert [name for name in machine.run("ls", "/opt/boxd").stdout.split() if ".new." in name] == []
 
 
 def test_boxd_s_services_and_brokers_run_with_the_file_s_environment(machine: Machine) -> None:
