@@ -186,14 +186,14 @@ async def test_the_manager_ignores_systemd_lookalikes() -> None:
     assert changed == ["x"]
 
 
-def reloading(sender: str) -> Message:
+def reloading(sender: str, begins: bool = True) -> Message:
     return signal(
         sender,
         "/org/freedesktop/systemd1",
         "org.freedesktop.systemd1.Manager",
         "Reloading",
         "b",
-        [True],
+        [begins],
     )
 
 
@@ -208,6 +208,20 @@ async def test_only_systemd_reloading_counts_as_a_reload() -> None:
     assert systemd.reloads == 0
     fake.deliver(reloading(SYSTEMD))
     assert systemd.reloads == 1
+
+
+async def test_only_systemd_ending_a_reload_calls_reloaded() -> None:
+    # The manager makes its spares again then: a stranger's lookalike must not make it churn.
+    fake = FakeBus({SYSTEMD_NAME: SYSTEMD, BUS_NAME: BOXD})
+    systemd = Systemd(fake.bus)
+    ended: list[int] = []
+    systemd.reloaded = lambda: ended.append(systemd.reloads)
+    await systemd.subscribe()
+    fake.deliver(reloading(STRANGER, begins=False))
+    fake.deliver(reloading(SYSTEMD, begins=True))
+    assert ended == []
+    fake.deliver(reloading(SYSTEMD, begins=False))
+    assert ended == [2]
 
 
 def test_task_objects_wait_for_the_name() -> None:

@@ -45,6 +45,7 @@ class FakeSystemd:
         self.said = said
         self.fail_stop = fail_stop
         self.reloads = 0
+        self.reloaded: Callable[[], None] = lambda: None
         self.pid: int | None = WORKER_PID
         self.pid_fails = False
         self.signal_fails = False
@@ -544,3 +545,23 @@ async def test_a_settings_change_makes_again_the_spares_whose_worker_unit_it_cha
     assert len(after) == 2
     assert (set(after) & set(before) == set()) is renewed
     assert (set(after) == set(before)) is not renewed
+
+
+async def test_a_reload_makes_again_the_spares_started_before_it(
+    tmp_path: Path, said: list[str]
+) -> None:
+    # A drop-in for a task's units, or a package's: the spares made before run with their units
+    # as they were. They are made again as systemd ends the reload, not as tasks take them.
+    box = _box(tmp_path, said)
+    before = await _two_spares(box, said)
+    systemd = cast(FakeSystemd, box.systemd)
+    systemd.reloads += 1
+    systemd.reloaded()
+    await _background(box)
+    after = box.spares.ready()
+    assert len(after) == 2 and set(after).isdisjoint(before)
+    # And made once: the new spares are as new as the units.
+    said.clear()
+    systemd.reloaded()
+    await _background(box)
+    assert box.spares.ready() == after and said == []

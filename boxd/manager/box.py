@@ -203,6 +203,9 @@ class Box:
         self.pairings = Pairings()
         self.screen = ScreenSessions(store)
         self.spares = Spares(self._make_spare, self._drop_spare)
+        # A reload (a drop-in, a package's units) leaves the spares' brokers and workers with
+        # their units as they were: made again now, not as the next tasks take them.
+        systemd.reloaded = self._after_reload
         self._known_at_open: set[str] = set()
         # Tasks whose id was a spare, until their start: their user and namespace are made.
         self._made_ahead: set[str] = set()
@@ -349,13 +352,21 @@ class Box:
         if status is None or status.finished:
             await self._renew_spare(task_id, "its worker ended")
 
-    async def _renew_stale_spares(self, settings: Settings) -> None:
-        """Makes again the spares whose worker's unit is not the one a task would get now."""
+    def _after_reload(self) -> None:
+        self._in_background(self._renew_stale_spares())
+
+    async def _renew_stale_spares(self, settings: Settings | None = None) -> None:
+        """Makes again the spares whose worker's unit is not the one a task would get now, with
+        `settings` or the box's."""
+        if settings is None:
+            settings = await self.store.settings()
         for task_id in self.spares.ready():
             ahead = self._ahead.get(task_id)
             now = ahead_worker_properties(self.home, task_id, settings)
             if ahead is not None and not ahead.worker_holds(self.systemd.reloads, now):
-                await self._renew_spare(task_id, "the settings changed its worker's unit")
+                await self._renew_spare(
+                    task_id, "the box's settings or systemd's units changed since it was made"
+                )
 
     async def _renew_spare(self, task_id: str, why: str) -> None:
         """Drops a ready spare and makes another; one a task took meanwhile is the task's."""

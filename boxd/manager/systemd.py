@@ -105,6 +105,8 @@ class Systemd:
         # How many times systemd has begun to reload its units (daemon-reload) in this run: a
         # unit's process started before runs with the unit as it was (its Environment=, ...).
         self.reloads = 0
+        # Called as systemd ends each reload: what was started before may be stale.
+        self.reloaded: Callable[[], None] = lambda: None
         bus.add_message_handler(self._on_message)
 
     async def _call(
@@ -178,6 +180,9 @@ class Systemd:
             and message.signature == "b"
         ):
             self.reloads += 1
+            # Its argument: True as a reload begins, False as it ends.
+            if message.body == [False]:
+                self.reloaded()
             return None
         if (
             message.member == "PropertiesChanged"
