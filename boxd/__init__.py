@@ -3,7 +3,11 @@
 import os
 import sys
 
-from boxd import pydantic_no_plugins
+from boxd import late_ssl, pydantic_no_plugins
+
+# Before anything imports asyncio: it comes without ssl, which is loaded on its first import
+# (boxd/late_ssl.py says why and how).
+late_ssl.import_asyncio_without_ssl()
 
 # pydantic loads, at the first model any process builds, every installed distribution's
 # `pydantic` entry point. An app is a distribution in boxd's own environment, so one that

@@ -11,10 +11,11 @@ import sys
 # A broker of a task with one tool, served on a Unix socket by its own server, asked over raw
 # HTTP (an HTTP client would import what is looked for), its manager answered in memory.
 _LOOK = """
-import asyncio, json, sys, tempfile
-from pathlib import Path
-import boxd.broker.main
+import boxd.broker.main  # first, as the broker's console script imports it
+import sys
 imported = sorted(sys.modules)
+import asyncio, json, tempfile
+from pathlib import Path
 from boxd.broker.app import make_broker
 from tests.broker_serving import serving
 
@@ -127,6 +128,8 @@ def test_the_broker_imports_no_model_of_the_manager_nor_the_apps_nor_pydantic() 
         # Its own HTTP server (boxd/broker/http_server.py): aiohttp cost each broker 180 ms to
         # import and 13 MiB; the model gateway imports it on its first connection.
         "aiohttp",
+        # asyncio comes without it (boxd/late_ssl.py): 0.7 MiB of a broker that speaks no TLS.
+        "ssl",
     ):
         assert name not in modules, f"the broker imports {name} as it starts"
 
@@ -135,7 +138,7 @@ def test_steps_asks_costs_and_usage_load_no_pydantic_and_a_tool_does() -> None:
     found = _look()
     served = found["served"]
     assert isinstance(served, list)
-    for name in ("pydantic", "pydantic_core", "annotated_types", "boxd.sdk", "aiohttp"):
+    for name in ("pydantic", "pydantic_core", "annotated_types", "boxd.sdk", "aiohttp", "ssl"):
         assert name not in served, f"the broker's first requests import {name}"
     answers = found["answers"]
     assert isinstance(answers, list)
@@ -189,5 +192,6 @@ def test_a_tool_loads_its_own_app_alone() -> None:
         "importlib.metadata",
         "email",
         "zipfile",
+        "ssl",
     ):
         assert name not in modules, f"a broker that ran echo.say imports {name}"

@@ -1,0 +1,135 @@
+"""asyncio imported without ssl (boxd/late_ssl.py): a boxd process that speaks no TLS never loads
+ssl, and one that does gets from asyncio all it would have had. Each case runs in a process of
+its own, as what is imported first is the point."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# Every global of every asyncio module, told by what it is: a module by name, a class or a tuple
+# of classes by where they come from, anything else by its type. An ssl that reached asyncio
+# late differs here from one imported first in any name it left unset or set otherwise.
+_DESCRIBE = """
+import json, sys, types
+
+def describe(value):
+    if isinstance(value, types.ModuleType):
+        return "module " + value.__name__
+    if isinstance(value, type):
+        return "class " + value.__module__ + "." + value.__qualname__
+    if isinstance(value, tuple) and all(isinstance(item, type) for item in value):
+        return ["class " + item.__module__ + "." + item.__qualname__ for item in value]
+    return type(value).__name__
+
+print(json.dumps({
+    name: {key: describe(value) for key, value in vars(module).items()}
+    for name, module in sorted(sys.modules.items())
+    if module is not None and (name == "asyncio" or name.startswith("asyncio."))
+}))
+"""
+
+
+def _run(code: str) -> str:
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def test_a_boxd_process_imports_asyncio_without_ssl() -> None:
+    found = _run(
+        "import sys, boxd.broker.main, boxd.manager.main\n"
+        "import asyncio.base_events\n"
+        "print(sorted(name for name in sys.modules if name in ('ssl', '_ssl')),"
+        " asyncio.base_events.ssl)"
+    )
+    assert found.strip() == "[] None"
+
+
+def test_ssl_imported_later_gives_asyncio_what_ssl_imported_first_does() -> None:
+    first = json.loads(_run("import ssl, asyncio\n" + _DESCRIBE))
+    later = json.loads(_run("import boxd, asyncio\nimport ssl\n" + _DESCRIBE))
+    assert later == first
+    assert later["asyncio.sslproto"]["ssl"] == "module ssl"
+    assert later["asyncio.sslproto"]["SSLAgainErrors"] == [
+        "class ssl.SSLWantReadError",
+        "class ssl.SSLSyscallError",
+    ]
+
+
+def test_a_look_for_ssl_that_does_not_load_it_leaves_asyncio_to_be_told() -> None:
+    found = _run(
+        "import boxd, importlib.util, asyncio.sslproto\n"
+        "assert importlib.util.find_spec('ssl') is not None\n"
+        "assert asyncio.sslproto.ssl is None\n"
+        "import ssl\n"
+        "print(asyncio.sslproto.ssl is ssl)"
+    )
+    assert found.strip() == "True"
+
+
+def test_asyncio_imported_before_boxd_is_left_as_it_is() -> None:
+    found = _run(
+        "import sys, asyncio, boxd\n"
+        "print('ssl' in sys.modules, type(sys.meta_path[0]).__name__ == '_SslFinder')"
+    )
+    assert found.strip() == "True False"
+
+
+_TLS = """
+import boxd  # first: asyncio comes without ssl
+import asyncio, sys
+assert asyncio.sslproto.ssl is None
+import ssl  # after it, as the model gateway's aiohttp imports it
+
+cert, key = sys.argv[1], sys.argv[2]
+
+async def main():
+    server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_side.load_cert_chain(cert, key)
+    client_side = ssl.create_default_context(cafile=cert)
+
+    async def echo(reader, writer):
+        writer.write(await reader.readline())
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(echo, "127.0.0.1", 0, ssl=server_side)
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", port, ssl=client_side, server_hostname="localhost"
+    )
+    writer.write(b"over TLS\\n")
+    said = (await reader.readline()).decode().strip()
+    print(ssl.__name__, said, writer.get_extra_info("cipher")[1])
+    writer.close()
+    server.close()
+
+asyncio.run(main())
+"""
+
+
+def test_tls_through_asyncio_works_with_ssl_imported_after_it(tmp_path: Path) -> None:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("no openssl command to make a certificate with")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            *(openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"),
+            *("-keyout", str(key), "-out", str(cert)),
+        ],
+        capture_output=True,
+        check=True,
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", _TLS, str(cert), str(key)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ssl", "over", "TLS", "TLSv1.3"]
