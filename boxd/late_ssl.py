@@ -25,7 +25,6 @@ def import_asyncio_without_ssl() -> None:
     if "asyncio" in sys.modules or "ssl" in sys.modules:
         return
     # A None in sys.modules makes `import ssl` raise ImportError, which asyncio's modules catch.
-    sys.modules["ssl"] = None  # type: ignore[assignment]
     try:
         import asyncio  # noqa: F401
     finally:
