@@ -1,13 +1,14 @@
 """asyncio without ssl until something imports ssl.
 
 asyncio imports ssl as it is imported itself, for the TLS it may be asked for; that is some
-0.7 MiB of private memory in each process (OpenSSL's and the module's own), and most of boxd's
+0.5 MiB of a broker's memory (OpenSSL's and the module's own), and most of boxd's
 processes never speak TLS: a broker does only for its task's model upstream (aiohttp's client,
 imported on the gateway's first connection) or for a tool whose app does. So boxd imports asyncio
 with ssl held back, as asyncio allows (its modules take `ssl = None` when the import fails), and
 the first import of ssl afterwards, by anyone, loads it and hands it to asyncio's modules as their
-own import would have. Nothing that asks for ssl goes without: the hold lasts for asyncio's own
-import alone.
+own import would have; asyncio asked for TLS with no context of the caller's (`ssl=True`) imports
+it first. Nothing that asks for ssl goes without: the hold lasts for asyncio's own import alone,
+and is not made in a process where threads already run.
 
 tests/test_late_ssl.py holds asyncio's modules to what a process that imported ssl first has,
 and a TLS connection through asyncio to working.
@@ -15,21 +16,45 @@ and a TLS connection through asyncio to working.
 
 import importlib.abc
 import sys
+from collections.abc import Callable
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any
 
 
 def import_asyncio_without_ssl() -> None:
-    """Imports asyncio with ssl held back, unless either is imported already."""
-    if "asyncio" in sys.modules or "ssl" in sys.modules:
+    """Imports asyncio with ssl held back, unless either is imported already, or threads run
+    (the hold is the whole process's: a module a thread imported meanwhile would go without
+    ssl for good; boxd's own processes import boxd before they start any)."""
+    if "asyncio" in sys.modules or "ssl" in sys.modules or _threads_running():
         return
     # A None in sys.modules makes `import ssl` raise ImportError, which asyncio's modules catch.
+    sys.modules["ssl"] = None  # type: ignore[assignment]
     try:
-        import asyncio  # noqa: F401
+        from asyncio import sslproto
     finally:
         del sys.modules["ssl"]
     sys.meta_path.insert(0, _SslFinder())
+    # asyncio itself needs ssl when asked for TLS with no context of the caller's (ssl=True):
+    # every TLS connection, client or server, begins with an SSLProtocol.
+    protocol_init = sslproto.SSLProtocol.__init__
+
+    def __init__(self: sslproto.SSLProtocol, *args: Any, **kwargs: Any) -> None:
+        import ssl  # noqa: F401  (the finder hands it to asyncio, which sets __init__ back)
+
+        protocol_init(self, *args, **kwargs)
+
+    sslproto.SSLProtocol.__init__ = __init__  # type: ignore[method-assign]
+    _set_back.append(lambda: setattr(sslproto.SSLProtocol, "__init__", protocol_init))
+
+
+# What import_asyncio_without_ssl changed in asyncio beyond what ssl's arrival sets.
+_set_back: list[Callable[[], None]] = []
+
+
+def _threads_running() -> bool:
+    threading = sys.modules.get("threading")
+    return threading is not None and threading.active_count() > 1
 
 
 def _hand_to_asyncio(ssl: ModuleType) -> None:
@@ -39,6 +64,8 @@ def _hand_to_asyncio(ssl: ModuleType) -> None:
     for module in (base_events, selector_events, sslproto):
         module.ssl = ssl  # type: ignore[attr-defined]
     sslproto.SSLAgainErrors = (ssl.SSLWantReadError, ssl.SSLSyscallError)
+    while _set_back:
+        _set_back.pop()()
 
 
 class _SslFinder(importlib.abc.MetaPathFinder):
@@ -52,7 +79,8 @@ class _SslFinder(importlib.abc.MetaPathFinder):
             return None
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)
-            if finder is self or find is None:
+            # Not this finder, nor another one like it (each would ask the other, for ever).
+            if isinstance(finder, _SslFinder) or find is None:
                 continue
             spec: ModuleSpec | None = find(fullname, path, target)
             if spec is not None:

@@ -3,6 +3,7 @@ ssl, and one that does gets from asyncio all it would have had. Each case runs i
 its own, as what is imported first is the point."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -59,6 +60,17 @@ def test_ssl_imported_later_gives_asyncio_what_ssl_imported_first_does() -> None
     ]
 
 
+def test_once_ssl_came_asyncio_s_tls_protocol_is_its_own_again() -> None:
+    found = _run(
+        "import boxd, asyncio.sslproto\n"
+        "init = asyncio.sslproto.SSLProtocol.__init__\n"
+        "print(init.__module__)\n"
+        "import ssl\n"
+        "print(asyncio.sslproto.SSLProtocol.__init__.__module__)"
+    )
+    assert found.split() == ["boxd.late_ssl", "asyncio.sslproto"]
+
+
 def test_a_look_for_ssl_that_does_not_load_it_leaves_asyncio_to_be_told() -> None:
     found = _run(
         "import boxd, importlib.util, asyncio.sslproto\n"
@@ -76,6 +88,27 @@ def test_asyncio_imported_before_boxd_is_left_as_it_is() -> None:
         "print('ssl' in sys.modules, type(sys.meta_path[0]).__name__ == '_SslFinder')"
     )
     assert found.strip() == "True False"
+
+
+def test_threads_running_before_boxd_get_no_hold() -> None:
+    found = _run(
+        "import sys, threading, time\n"
+        "threading.Thread(target=time.sleep, args=(2,), daemon=True).start()\n"
+        "import boxd, asyncio.sslproto\n"
+        "print('ssl' in sys.modules, asyncio.sslproto.ssl is sys.modules.get('ssl'))"
+    )
+    assert found.strip() == "True True"
+
+
+def test_a_second_finder_for_ssl_does_not_ask_the_first() -> None:
+    found = _run(
+        "import sys, boxd\n"
+        "from boxd.late_ssl import _SslFinder\n"
+        "sys.meta_path.insert(0, _SslFinder())\n"
+        "import ssl, asyncio.sslproto\n"
+        "print(asyncio.sslproto.ssl is ssl)"
+    )
+    assert found.strip() == "True"
 
 
 _TLS = """
@@ -96,26 +129,65 @@ async def main():
         await writer.drain()
         writer.close()
 
+    async with asyncio.timeout(20):
+        server = await asyncio.start_server(echo, "127.0.0.1", 0, ssl=server_side)
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=client_side, server_hostname="localhost"
+        )
+        writer.write(b"over TLS\\n")
+        said = (await reader.readline()).decode().strip()
+        print(ssl.__name__, said, writer.get_extra_info("cipher")[1])
+        writer.close()
+        server.close()
+
+asyncio.run(main())
+"""
+
+# A TLS echo server in a process of its own, which prints its port: the client's process must
+# not import ssl itself.
+_TLS_SERVER = """
+import asyncio, ssl, sys
+
+async def main():
+    server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_side.load_cert_chain(sys.argv[1], sys.argv[2])
+
+    async def echo(reader, writer):
+        writer.write(await reader.readline())
+        await writer.drain()
+        writer.close()
+
     server = await asyncio.start_server(echo, "127.0.0.1", 0, ssl=server_side)
-    port = server.sockets[0].getsockname()[1]
-    reader, writer = await asyncio.open_connection(
-        "127.0.0.1", port, ssl=client_side, server_hostname="localhost"
-    )
-    writer.write(b"over TLS\\n")
-    said = (await reader.readline()).decode().strip()
-    print(ssl.__name__, said, writer.get_extra_info("cipher")[1])
-    writer.close()
-    server.close()
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await asyncio.sleep(30)
+
+asyncio.run(main())
+"""
+
+# asyncio asked for TLS with its own context (ssl=True), and ssl never imported before.
+_TLS_TRUE = """
+import boxd
+import asyncio, sys
+
+async def main():
+    async with asyncio.timeout(20):
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", int(sys.argv[1]), ssl=True, server_hostname="localhost"
+        )
+        writer.write(b"over TLS\\n")
+        print((await reader.readline()).decode().strip(), writer.get_extra_info("cipher")[1])
+        writer.close()
 
 asyncio.run(main())
 """
 
 
-def test_tls_through_asyncio_works_with_ssl_imported_after_it(tmp_path: Path) -> None:
+def _certificate(directory: Path) -> tuple[Path, Path]:
     openssl = shutil.which("openssl")
     if openssl is None:
         pytest.skip("no openssl command to make a certificate with")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert, key = directory / "cert.pem", directory / "key.pem"
     subprocess.run(
         [
             *(openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
@@ -124,12 +196,53 @@ def test_tls_through_asyncio_works_with_ssl_imported_after_it(tmp_path: Path) ->
         ],
         capture_output=True,
         check=True,
+        timeout=60,
     )
+    return cert, key
+
+
+def test_tls_through_asyncio_works_with_ssl_imported_after_it(tmp_path: Path) -> None:
+    cert, key = _certificate(tmp_path)
     done = subprocess.run(
         [sys.executable, "-c", _TLS, str(cert), str(key)],
         capture_output=True,
         text=True,
         check=False,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ssl", "over", "TLS", "TLSv1.3"]
+
+
+def test_tls_asked_of_asyncio_with_its_own_context_loads_ssl_and_checks_the_peer(
+    tmp_path: Path,
+) -> None:
+    cert, key = _certificate(tmp_path)
+    server = subprocess.Popen(
+        [sys.executable, "-c", _TLS_SERVER, str(cert), str(key)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None
+        port = server.stdout.readline().strip()
+
+        def connect(trusted: Path) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-c", _TLS_TRUE, port],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=60,
+                # The default context's certificates: the test's own, or a file that has none.
+                env={**os.environ, "SSL_CERT_FILE": str(trusted), "SSL_CERT_DIR": str(tmp_path)},
+            )
+
+        trusted = connect(cert)
+        assert trusted.returncode == 0, trusted.stderr
+        assert trusted.stdout.split() == ["over", "TLS", "TLSv1.3"]
+        (tmp_path / "none.pem").write_text("")
+        stranger = connect(tmp_path / "none.pem")
+        assert stranger.returncode != 0
+        assert "CERTIFICATE_VERIFY_FAILED" in stranger.stderr
+    finally:
+        server.kill()
+        server.wait()
