@@ -45,11 +45,12 @@ def import_asyncio_without_ssl() -> None:
         protocol_init(self, *args, **kwargs)
 
     sslproto.SSLProtocol.__init__ = __init__  # type: ignore[method-assign]
-    _set_back.append(lambda: setattr(sslproto.SSLProtocol, "__init__", protocol_init))
+    global _protocol_init
+    _protocol_init = protocol_init
 
 
-# What import_asyncio_without_ssl changed in asyncio beyond what ssl's arrival sets.
-_set_back: list[Callable[[], None]] = []
+# asyncio's own SSLProtocol.__init__ while boxd's stands in for it, until ssl arrives.
+_protocol_init: Callable[..., None] | None = None
 
 
 def _threads_running() -> bool:
@@ -64,8 +65,10 @@ def _hand_to_asyncio(ssl: ModuleType) -> None:
     for module in (base_events, selector_events, sslproto):
         module.ssl = ssl  # type: ignore[attr-defined]
     sslproto.SSLAgainErrors = (ssl.SSLWantReadError, ssl.SSLSyscallError)
-    while _set_back:
-        _set_back.pop()()
+    global _protocol_init
+    if _protocol_init is not None:
+        sslproto.SSLProtocol.__init__ = _protocol_init  # type: ignore[method-assign]
+        _protocol_init = None
 
 
 class _SslFinder(importlib.abc.MetaPathFinder):

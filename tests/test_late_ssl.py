@@ -111,26 +111,35 @@ def test_a_second_finder_for_ssl_does_not_ask_the_first() -> None:
     assert found.strip() == "True"
 
 
-_TLS = """
+# A TLS echo server on 127.0.0.1, started by `serve(context)`: in the process under test, or in a
+# process of its own for a client whose process must not import ssl itself.
+_ECHO_SERVER = """
+async def serve(server_side):
+    async def echo(reader, writer):
+        writer.write(await reader.readline())
+        await writer.drain()
+        writer.close()
+
+    return await asyncio.start_server(echo, "127.0.0.1", 0, ssl=server_side)
+"""
+
+_TLS = (
+    """
 import boxd  # first: asyncio comes without ssl
 import asyncio, sys
 assert asyncio.sslproto.ssl is None
 import ssl  # after it, as the model gateway's aiohttp imports it
-
+"""
+    + _ECHO_SERVER
+    + """
 cert, key = sys.argv[1], sys.argv[2]
 
 async def main():
     server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_side.load_cert_chain(cert, key)
     client_side = ssl.create_default_context(cafile=cert)
-
-    async def echo(reader, writer):
-        writer.write(await reader.readline())
-        await writer.drain()
-        writer.close()
-
     async with asyncio.timeout(20):
-        server = await asyncio.start_server(echo, "127.0.0.1", 0, ssl=server_side)
+        server = await serve(server_side)
         port = server.sockets[0].getsockname()[1]
         reader, writer = await asyncio.open_connection(
             "127.0.0.1", port, ssl=client_side, server_hostname="localhost"
@@ -143,27 +152,24 @@ async def main():
 
 asyncio.run(main())
 """
+)
 
-# A TLS echo server in a process of its own, which prints its port: the client's process must
-# not import ssl itself.
-_TLS_SERVER = """
+_TLS_SERVER = (
+    """
 import asyncio, ssl, sys
-
+"""
+    + _ECHO_SERVER
+    + """
 async def main():
     server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_side.load_cert_chain(sys.argv[1], sys.argv[2])
-
-    async def echo(reader, writer):
-        writer.write(await reader.readline())
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(echo, "127.0.0.1", 0, ssl=server_side)
+    server = await serve(server_side)
     print(server.sockets[0].getsockname()[1], flush=True)
     await asyncio.sleep(30)
 
 asyncio.run(main())
 """
+)
 
 # asyncio asked for TLS with its own context (ssl=True), and ssl never imported before.
 _TLS_TRUE = """
