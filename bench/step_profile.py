@@ -49,8 +49,11 @@ UNITS = {
 }
 INTERPRETER = "python3.11"
 KERNEL = "[kernel.kallsyms]"
-_REPORT = ("perf", "report", "--no-children", "--sort", "dso", "-g", "none", "--stdio")
-_REPORT_FIELDS = ("-F", "sample,dso")
+# perf report: samples by shared object, as text.
+_REPORT = (
+    *("perf", "report", "--no-children", "--sort", "dso", "-g", "none"),
+    *("--stdio", "-F", "sample,dso"),
+)
 
 
 # --- inside the test machine ----------------------------------------------------------------
@@ -92,30 +95,30 @@ async def inside(token: str, kind: str, tasks_count: int, count: int) -> None:
 # --- on the host ------------------------------------------------------------------------------
 
 
-def host_pid(pid: int, leader: int) -> int:
-    """The host's number of the process the test machine whose init is `leader` knows as `pid`:
-    its last NSpid, in that machine's pid namespace (another machine on this host has its own
-    processes of the same numbers)."""
+def host_pids(leader: int) -> dict[int, int]:
+    """The host's number of each process of the test machine whose init is `leader`, by the
+    number the machine knows it by (its last NSpid): in that machine's pid namespace only, as
+    another machine on this host has processes of the same numbers."""
     namespace = os.readlink(f"/proc/{leader}/ns/pid")
+    found: dict[int, int] = {}
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
-            lines = status.read_text().splitlines()
             if os.readlink(status.parent / "ns" / "pid") != namespace:
                 continue
+            lines = status.read_text().splitlines()
         except OSError:
             continue
         for line in lines:
             if line.startswith("NSpid:"):
                 numbers = [int(n) for n in line.split()[1:]]
-                if len(numbers) > 1 and numbers[-1] == pid:
-                    return numbers[0]
-    sys.exit(f"no process on this host is the test machine's pid {pid}")
+                found[numbers[-1]] = numbers[0]
+    return found
 
 
 def by_library(data: Path) -> dict[str, int]:
     """Samples by shared object, from a perf.data file."""
     report = subprocess.run(
-        [*_REPORT, *_REPORT_FIELDS, "-i", str(data)],
+        [*_REPORT, "-i", str(data)],
         capture_output=True,
         text=True,
         check=True,
@@ -184,12 +187,16 @@ def run(kind: str, tasks_count: int, count: int) -> None:
         pids = json.loads((tmp / PIDS).read_text())
         perfs = {}
         kept = Path(os.environ.get("TMPDIR", "/tmp"))
+        on_host = host_pids(machine.leader)
         for name, inner_pids in pids.items():
-            host_pids = ",".join(str(host_pid(int(pid), machine.leader)) for pid in inner_pids)
+            missing = [pid for pid in inner_pids if int(pid) not in on_host]
+            if missing:
+                sys.exit(f"no process on this host is the test machine's {name}, pid {missing}")
+            numbers = ",".join(str(on_host[int(pid)]) for pid in inner_pids)
             data = kept / f"step_profile.{name}.data"
             perfs[name] = (
                 subprocess.Popen(
-                    ["perf", "record", "-F", str(FREQUENCY), "-p", host_pids, "-o", str(data)],
+                    ["perf", "record", "-F", str(FREQUENCY), "-p", numbers, "-o", str(data)],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                 ),

@@ -1,6 +1,8 @@
 """bench.step_profile reads perf's report into CPU a request by what runs it."""
 
-from bench.step_profile import FREQUENCY, per_request, samples_in, short
+import os
+
+from bench.step_profile import FREQUENCY, host_pids, per_request, samples_in, short
 
 REPORT = """\
 # To display the perf.data header info, please use --header/--header-only options.
@@ -43,3 +45,9 @@ def test_libraries_are_shown_by_their_short_names() -> None:
     assert short("libc.so.6") == "libc"
     assert short("libsqlite3.so.0.8.6") == "libsqlite3"
     assert short("[kernel.kallsyms]") == "[kernel.kallsyms]"
+
+
+def test_a_process_outside_any_other_pid_namespace_is_its_own_number() -> None:
+    # This test's process, in the namespace it shares with its parent: one NSpid, itself.
+    found = host_pids(os.getppid())
+    assert found[os.getpid()] == os.getpid()
