@@ -5,9 +5,11 @@ from enum import StrEnum
 
 OWNER_ONLY = "only this computer's own screen or the owner's paired device can do this"
 LINK_USED = "this link was used already or is more than a minute old: run boxctl open for a new one"
-# A screen's session ends this long after its link was opened, on the server and (as the
-# cookie's Max-Age) in the browser: a session left open on a desk does not last for good.
+# A screen's session ends this long after its link was opened: a session left open on a desk
+# does not last for good.
 SCREEN_SESSION_SECONDS = 12 * 3600
+# How a screen's session begins, so the gateway can say how to get a new one when it is refused.
+SCREEN_SESSION_PREFIX = "boxscreen_"
 
 
 class Role(StrEnum):

@@ -89,6 +89,7 @@ ANSWERS: dict[str, Callable[[list[Any]], Any]] = {
         "expiresInSeconds": 600,
     },
     "OpenScreenSession": lambda args: die(Problem.UNAUTHORIZED, "that link was used already"),
+    "CloseScreenSession": lambda args: {"ended": True},
 }
 
 

@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from boxd.dbus.client import GatewayClient
 from boxd.web.app import make_app
-from boxd.web.host_check import is_loopback_host
+from boxd.web.host_check import OTHER_ORIGIN, is_loopback_host
 
 
 class FakeManager(GatewayClient):
@@ -115,3 +115,42 @@ def test_what_is_not_a_header_is_not_our_name() -> None:
     assert not is_loopback_host(None)
     assert not is_loopback_host("")
     assert not is_loopback_host("[::1")
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "http://127.0.0.1:8766",
+        "http://localhost:7700",
+        "http://evil.example",
+        "null",
+        "https://127.0.0.1:7700",
+    ],
+)
+async def test_a_page_of_another_origin_is_refused_before_anything_is_asked(
+    gateway: tuple[TestClient[Any, Any], FakeManager], origin: str
+) -> None:
+    """Another port of 127.0.0.1 is another origin: its page cannot trade a login link or a
+    pairing code through the owner's browser, nor act with a token it was given."""
+    client, manager = gateway
+    for method, path in (("POST", "/api/session"), ("POST", "/api/pair"), ("GET", "/api/droid")):
+        headers = {"Host": "127.0.0.1:7700", "Origin": origin, "Authorization": "Bearer x"}
+        response = await client.request(method, path, headers=headers, json={"code": "x"})
+        assert response.status == 403, (origin, path)
+        assert (await response.json())["error"] == OTHER_ORIGIN.format(
+            own="http://127.0.0.1:7700", origin=repr(origin)
+        )
+    assert manager.calls == []
+
+
+async def test_a_page_of_this_address_and_a_client_with_no_origin_are_served(
+    gateway: tuple[TestClient[Any, Any], FakeManager],
+) -> None:
+    client, manager = gateway
+    for host, origin in (("127.0.0.1:7700", "http://127.0.0.1:7700"), ("localhost:8080", None)):
+        headers = {"Host": host, "Authorization": "Bearer x"}
+        if origin is not None:
+            headers["Origin"] = origin
+        response = await client.get("/api/droid", headers=headers)
+        assert response.status == 200, await response.text()
+    assert manager.calls == ["GetDroid", "GetDroid"]

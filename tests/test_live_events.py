@@ -30,7 +30,7 @@ from boxd.errors import Problem, die
 from boxd.web.app import make_app
 from boxd.web.event_stream import CHECK_METHOD, Timing
 from boxd.web.live_events import RULE, TOO_MANY, LiveEvent, LiveEvents, Subscription, translate
-from boxd.web.screen_session import NO_TOKEN, SESSION_COOKIE, SESSION_ENDED
+from boxd.web.screen_session import NO_TOKEN, SESSION_ENDED
 from tests.fake_bus import FakeBus, owner_changed, signal
 from tests.test_signal_senders import BOXD, NEW_BOXD, STRANGER, TASK_ID, event
 
@@ -217,7 +217,7 @@ def _bearer(token: str) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     "headers",
-    [_bearer("box_owner"), _bearer("box_device"), {"Cookie": f"{SESSION_COOKIE}=boxscreen_s"}],
+    [_bearer("box_owner"), _bearer("box_device"), _bearer("boxscreen_s")],
 )
 async def test_the_owner_hears_steps_tasks_and_approvals(
     gateway: Gateway, headers: dict[str, str]
@@ -251,7 +251,10 @@ async def test_apps_members_and_strangers_are_refused(gateway: Gateway) -> None:
         assert (response.status, await response.json()) == (403, {"error": OWNER_ONLY})
     response = await client.get("/api/events")
     assert (response.status, await response.json()) == (401, {"error": NO_TOKEN})
-    response = await client.get("/api/events", headers={"Cookie": f"{SESSION_COOKIE}=forged"})
+    # The screen's session as a cookie is no credential at all.
+    response = await client.get("/api/events", headers={"Cookie": "boxd_screen=boxscreen_s"})
+    assert (response.status, await response.json()) == (401, {"error": NO_TOKEN})
+    response = await client.get("/api/events", headers=_bearer("boxscreen_forged"))
     assert (response.status, await response.json()) == (401, {"error": SESSION_ENDED})
     assert hub.open_streams == 0
 
@@ -276,7 +279,7 @@ async def test_no_event_passes_while_no_one_can_say_the_caller_may_hear_it(
     del manager.tokens["box_owner"]
     manager.silent = True
     fake.deliver(event(BOXD, 1, "task.step", {"text": "secret"}))
-    # Closed with no end event: the browser reconnects by itself, and is asked again then.
+    # Closed with no end event: the screen connects again by itself, and is asked again then.
     rest = await asyncio.wait_for(response.content.read(), 10)
     assert b"secret" not in rest and b"event: end" not in rest
     assert hub.open_streams == 0
@@ -284,7 +287,7 @@ async def test_no_event_passes_while_no_one_can_say_the_caller_may_hear_it(
 
 async def test_a_revoked_session_s_stream_ends_on_a_heartbeat() -> None:
     async with _gateway(Timing(heartbeat=0.05, check_every=3600)) as (client, manager, _, hub):
-        response = await _open(client, {"Cookie": f"{SESSION_COOKIE}=boxscreen_s"})
+        response = await _open(client, _bearer("boxscreen_s"))
         assert await _frame(response) == ": heartbeat\n"
         del manager.tokens["boxscreen_s"]
         ended = await _frame(response)

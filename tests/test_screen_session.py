@@ -1,5 +1,6 @@
 """This computer's own screen, as an attacker would try it: a link used twice or too late, a
-forged or revoked session cookie, a change without the CSRF token or from another origin."""
+forged, revoked or logged-out session, a session sent as a cookie (what another port of
+127.0.0.1 could have the browser send), a session handed out as a cookie before."""
 
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -7,24 +8,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+import boxd.web
 from boxd.caller import LINK_USED, SCREEN_SESSION_SECONDS, Caller, Role
 from boxd.cli import open_screen
 from boxd.dbus.client import GatewayClient
 from boxd.errors import BoxError, Problem, die
-from boxd.manager.screen_sessions import LINK_SECONDS, ScreenSessions
+from boxd.manager.screen_sessions import LINK_SECONDS, SESSION_NAME, ScreenSessions
 from boxd.manager.store import Store
 from boxd.manager.tokens import token_hash
 from boxd.web.app import make_app
-from boxd.web.screen_session import (
-    CSRF_COOKIE,
-    CSRF_HEADER,
-    NO_CSRF,
-    SESSION_COOKIE,
-    SESSION_ENDED,
-    csrf_token,
-)
+from boxd.web.openapi import ROUTES
+from boxd.web.screen_session import NO_TOKEN, SESSION_ENDED, SESSION_PATH
 
 OWNER = Caller(Role.OWNER, "alice", user="alice")
 
@@ -60,7 +57,7 @@ async def test_a_link_opens_one_session_once(store: Store, tmp_path: Path) -> No
     session = (await _open(screen, link["code"]))["session"]
     found = await store.token(token_hash(session))
     assert found is not None
-    assert (found.name, found.role, found.user) == ("screen", "screen", "alice")
+    assert (found.name, found.role, found.user) == (SESSION_NAME, "screen", "alice")
     with pytest.raises(BoxError) as used:
         await _open(screen, link["code"])
     assert used.value.problem == Problem.UNAUTHORIZED
@@ -88,6 +85,40 @@ async def test_a_session_is_over_after_its_hours_and_removed(store: Store) -> No
     assert over.value.problem == Problem.UNAUTHORIZED
     assert "boxctl open" in over.value.message
     assert await store.tokens() == []
+
+
+async def test_a_session_handed_out_as_a_cookie_before_ends_at_its_next_use(
+    store: Store,
+) -> None:
+    """Kept under the name "screen", it went to every port of 127.0.0.1: it may be another's."""
+    wall = Clock()
+    screen = ScreenSessions(store, Clock(), wall)
+    await store.add_token(token_hash("boxscreen_old"), "screen", "screen", "alice")
+    found = await store.token(token_hash("boxscreen_old"))
+    assert found is not None
+    wall.now = found.created
+    with pytest.raises(BoxError) as ended:
+        await screen.refuse_if_over(found)
+    assert ended.value.problem == Problem.UNAUTHORIZED
+    assert await store.tokens() == []
+
+
+async def test_logging_out_ends_the_session_and_nothing_else(store: Store) -> None:
+    screen = ScreenSessions(store, Clock())
+    code = (await screen.create_link(OWNER, []))["code"]
+    caller = screen.link_caller(code)
+    assert caller is not None
+    session = (await screen.open_session(caller, []))["session"]
+    await store.add_token(token_hash("box_owner"), "scripts", "owner", "alice")
+    as_screen = Caller(Role.SCREEN, SESSION_NAME, user="alice")
+    # Only a screen's session is ended this way, not a token its caller happens to know.
+    with pytest.raises(BoxError) as refused:
+        await screen.close_session(as_screen, ["box_owner"])
+    assert refused.value.problem == Problem.NOT_FOUND
+    assert await screen.close_session(as_screen, [session]) == {"ended": True}
+    assert [t.name for t in await store.tokens()] == ["scripts"]
+    with pytest.raises(BoxError):
+        await screen.close_session(as_screen, [session])
 
 
 async def test_two_callers_racing_with_one_link_get_one_session(store: Store) -> None:
@@ -143,6 +174,10 @@ class FakeManager(GatewayClient):
             return {"session": session}
         if token not in self.sessions and token != "box_owner":
             die(Problem.UNAUTHORIZED, "a valid bearer token is required (boxctl token create)")
+        if member == "CloseScreenSession":
+            assert args == (token,)
+            self.sessions.remove(token)
+            return {"ended": True}
         return {"id": "t", "state": "stopped"}
 
 
@@ -153,106 +188,116 @@ async def gateway() -> AsyncIterator[tuple[TestClient[Any, Any], FakeManager]]:
         yield client, manager
 
 
-async def _login(client: TestClient[Any, Any]) -> tuple[str, list[str]]:
-    response = await client.get("/login?code=boxlink_good", allow_redirects=False)
-    assert response.status == 303, await response.text()
-    assert response.headers["Location"] == "/"
-    cookies = response.headers.getall("Set-Cookie")
-    session = response.cookies[SESSION_COOKIE].value
-    return session, cookies
+async def _login(client: TestClient[Any, Any], code: str = "boxlink_good") -> str:
+    response = await client.post(SESSION_PATH, json={"code": code})
+    assert response.status == 201, await response.text()
+    assert response.headers["Cache-Control"] == "no-store"
+    assert "Set-Cookie" not in response.headers
+    answer = await response.json()
+    assert answer["expiresInSeconds"] == SCREEN_SESSION_SECONDS
+    return str(answer["session"])
 
 
-async def test_the_login_sets_a_strict_http_only_cookie(
-    gateway: tuple[TestClient[Any, Any], FakeManager],
-) -> None:
-    client, _ = gateway
-    session, cookies = await _login(client)
-    (cookie,) = [c for c in cookies if c.startswith(f"{SESSION_COOKIE}=")]
-    flags = {part.strip().lower() for part in cookie.split(";")[1:]}
-    assert {"httponly", "samesite=strict", "path=/", f"max-age={SCREEN_SESSION_SECONDS}"} <= flags
-    (csrf,) = [c for c in cookies if c.startswith(f"{CSRF_COOKIE}=")]
-    assert f"Max-Age={SCREEN_SESSION_SECONDS}" in csrf
-    (csrf,) = [c for c in cookies if c.startswith(f"{CSRF_COOKIE}=")]
-    assert csrf.split(";")[0] == f"{CSRF_COOKIE}={csrf_token(session)}"
-    assert "samesite=strict" in csrf.lower()
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
 
 
-async def test_the_link_used_twice_is_refused(
-    gateway: tuple[TestClient[Any, Any], FakeManager],
-) -> None:
-    client, _ = gateway
-    await _login(client)
-    again = await client.get("/login?code=boxlink_good", allow_redirects=False)
-    assert again.status == 401
-    assert await again.json() == {"error": LINK_USED}
-    assert "Set-Cookie" not in again.headers
-
-
-async def _post(
-    client: TestClient[Any, Any], session: str, headers: dict[str, str]
-) -> tuple[int, Any]:
-    response = await client.post(
-        "/api/tasks/t/stop", headers={"Cookie": f"{SESSION_COOKIE}={session}", **headers}
-    )
-    return response.status, await response.json()
-
-
-async def test_a_change_needs_the_csrf_token_and_this_origin(
+async def test_the_link_s_code_is_traded_once_for_a_session_and_no_cookie(
     gateway: tuple[TestClient[Any, Any], FakeManager],
 ) -> None:
     client, manager = gateway
-    session, _ = await _login(client)
-    own = f"http://{client.host}:{client.port}"
-    good = {CSRF_HEADER: csrf_token(session)}
-    assert await _post(client, session, {}) == (403, {"error": NO_CSRF})
-    assert (await _post(client, session, {CSRF_HEADER: "0" * 64}))[0] == 403
-    # Another session's token does not do for this one.
-    assert (await _post(client, session, {CSRF_HEADER: csrf_token("boxscreen_9")}))[0] == 403
-    for foreign in (
-        {"Origin": "http://evil.example"},
-        {"Origin": "http://127.0.0.1:8080"},
-        {"Sec-Fetch-Site": "same-site"},
-        {"Sec-Fetch-Site": "cross-site"},
-    ):
-        status, body = await _post(client, session, {**good, **foreign})
-        assert status == 403, foreign
-        assert "this box's own address" in body["error"]
-    assert [m for _, m in manager.calls] == ["OpenScreenSession"]
-    headers = {**good, "Origin": own, "Sec-Fetch-Site": "same-origin"}
-    assert await _post(client, session, headers) == (200, {"id": "t", "state": "stopped"})
+    session = await _login(client)
+    assert manager.calls == [("boxlink_good", "OpenScreenSession")]
+    again = await client.post(SESSION_PATH, json={"code": "boxlink_good"})
+    assert (again.status, await again.json()) == (401, {"error": LINK_USED})
+    assert "Set-Cookie" not in again.headers
+    assert manager.sessions == {session}
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ({}, "code is missing"),
+        ({"code": 5}, "code: input should be a valid string"),
+        ({"code": "x", "also": 1}, "unknown field also"),
+        ({"code": "x" * 101}, "code: string should have at most 100 characters"),
+    ],
+)
+async def test_a_login_body_is_checked_in_words(
+    gateway: tuple[TestClient[Any, Any], FakeManager], body: Any, words: str
+) -> None:
+    client, manager = gateway
+    response = await client.post(SESSION_PATH, json=body)
+    assert (response.status, await response.json()) == (400, {"error": words})
+    assert manager.calls == []
+
+
+async def test_the_session_acts_as_a_header_with_no_csrf_token(
+    gateway: tuple[TestClient[Any, Any], FakeManager],
+) -> None:
+    client, manager = gateway
+    session = await _login(client)
+    response = await client.post("/api/tasks/t/stop", headers=_bearer(session))
+    assert (response.status, await response.json()) == (200, {"id": "t", "state": "stopped"})
     assert manager.calls[-1] == (session, "StopTask")
 
 
-async def test_reading_needs_no_csrf_token(
+def _cookie_routes(app: web.Application) -> list[tuple[str, str]]:
+    """Every route of the gateway that acts for a caller, its placeholders filled in."""
+    open_to_all = {(route.method, route.path) for route in ROUTES if route.open_to_all}
+    found = []
+    for route in app.router.routes():
+        path = route.resource.canonical if route.resource else ""
+        if route.method in ("HEAD", "*") or (route.method, path) in open_to_all:
+            continue
+        found.append((route.method, path.replace("{id}", "t").replace("{name}", "n")))
+    return found
+
+
+async def test_no_route_takes_the_session_as_a_cookie(
+    gateway: tuple[TestClient[Any, Any], FakeManager],
+) -> None:
+    """What another port's page could have had the browser send, or could read and send
+    itself: the session and a CSRF token as cookies, with the header the old page sent."""
+    client, manager = gateway
+    session = await _login(client)
+    cookie = {"Cookie": f"boxd_screen={session}; boxd_csrf=x", "X-CSRF-Token": "x"}
+    routes = _cookie_routes(client.app)
+    assert len(routes) > 25 and ("GET", "/api/vault") in routes
+    for method, path in routes:
+        response = await client.request(method, path, headers=cookie, json={})
+        assert (response.status, await response.json()) == (401, {"error": NO_TOKEN}), path
+    assert [member for _, member in manager.calls] == ["OpenScreenSession"]
+
+
+async def test_a_forged_revoked_or_logged_out_session_is_401_in_plain_words(
     gateway: tuple[TestClient[Any, Any], FakeManager],
 ) -> None:
     client, manager = gateway
-    session, _ = await _login(client)
-    response = await client.get("/api/droid", headers={"Cookie": f"{SESSION_COOKIE}={session}"})
-    assert response.status == 200
-    assert manager.calls[-1] == (session, "GetDroid")
+    session, other = await _login(client), "boxscreen_forged"
+    response = await client.delete(SESSION_PATH, headers=_bearer(session))
+    assert (response.status, await response.json()) == (200, {"ended": True})
+    assert manager.calls[-1] == (session, "CloseScreenSession")
+    for token in (session, other):
+        response = await client.get("/api/droid", headers=_bearer(token))
+        assert (response.status, await response.json()) == (401, {"error": SESSION_ENDED})
+    response = await client.delete(SESSION_PATH)
+    assert (response.status, await response.json()) == (401, {"error": NO_TOKEN})
 
 
-async def test_a_forged_or_revoked_session_is_401_in_plain_words(
-    gateway: tuple[TestClient[Any, Any], FakeManager],
-) -> None:
-    client, manager = gateway
-    session, _ = await _login(client)
-    manager.sessions.clear()
-    for cookie in (session, "boxscreen_forged"):
-        response = await client.get("/api/droid", headers={"Cookie": f"{SESSION_COOKIE}={cookie}"})
-        assert response.status == 401
-        assert await response.json() == {"error": SESSION_ENDED}
-
-
-async def test_a_bearer_token_needs_no_csrf_and_wins_over_a_cookie(
-    gateway: tuple[TestClient[Any, Any], FakeManager],
-) -> None:
-    client, manager = gateway
-    headers = {"Authorization": "Bearer box_owner", "Cookie": f"{SESSION_COOKIE}=boxscreen_x"}
-    response = await client.post("/api/tasks/t/stop", headers=headers)
-    assert response.status == 200
-    assert manager.calls[-1] == ("box_owner", "StopTask")
+def test_no_script_of_the_screen_reads_a_cookie_or_opens_an_event_source() -> None:
+    """Every request the page makes goes through api.js, with the session as its header, but
+    the login's (session.js); neither lets the browser add its cookies."""
+    screen = Path(boxd.web.__file__).parent / "screen"
+    scripts = {path.name: path.read_text() for path in screen.glob("*.js")}
+    assert "session.js" in scripts and "api.js" in scripts
+    for name, text in scripts.items():
+        assert "document.cookie" not in text, name
+        assert "EventSource(" not in text and "localStorage" not in text, name
+        calls = text.count("fetch(")
+        assert calls == {"api.js": 1, "session.js": 1}.get(name, 0), name
+    assert 'credentials: "omit"' in scripts["api.js"]
+    assert 'credentials: "omit"' in scripts["session.js"]
 
 
 class FakeOwnerClient(GatewayClient):
@@ -293,7 +338,7 @@ async def test_boxctl_open_uses_a_browser_only_on_a_desktop(
 
     monkeypatch.setattr(open_screen, "_launch", launch)
     assert await open_screen.open_screen(FakeOwnerClient()) == 0
-    url = "http://127.0.0.1:7700/login?code=boxlink_a%2Bb"
+    url = "http://127.0.0.1:7700/#login=boxlink_a%2Bb"
     assert url in capsys.readouterr().out.splitlines()
     assert launched == ([("/usr/bin/xdg-open", url)] if opened else [])
 
@@ -307,11 +352,11 @@ def test_the_browser_gets_a_private_page_never_the_link(
     monkeypatch.setattr(
         "boxd.cli.open_screen.subprocess.Popen", lambda args, **_: argv.append(list(args))
     )
-    url = "http://127.0.0.1:7700/login?code=boxlink_secret"
+    url = "http://127.0.0.1:7700/#login=boxlink_secret"
     assert open_screen._launch("/usr/bin/xdg-open", url)
     (launched,) = argv
     assert "boxlink_secret" not in " ".join(launched)
     page = Path(launched[1])
     assert page.parent == tmp_path
     assert page.stat().st_mode & 0o777 == 0o600
-    assert 'content="0;url=http://127.0.0.1:7700/login?code=boxlink_secret"' in page.read_text()
+    assert 'content="0;url=http://127.0.0.1:7700/#login=boxlink_secret"' in page.read_text()

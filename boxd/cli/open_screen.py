@@ -1,5 +1,7 @@
 """`boxctl open`: a one-time link to this computer's own screen, opened in the owner's browser
-where there is a desktop, printed otherwise."""
+where there is a desktop, printed otherwise. Its code is after `#`: the browser never sends it
+to any server, and the page takes it out of the address bar before it trades it for a session
+(boxd.web.screen_session)."""
 
 import asyncio
 import html
@@ -8,10 +10,9 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from urllib.parse import urlencode
 
 from boxd.dbus.client import BoxClient
-from boxd.web.screen_session import LOGIN_PATH, SCREEN_ADDRESS
+from boxd.web.screen_session import login_link
 
 
 def _browser() -> str | None:
@@ -57,7 +58,7 @@ def _launch(opener: str, url: str) -> bool:
 
 async def open_screen(client: BoxClient) -> int:
     link = await client.call("CreateScreenLink")
-    url = f"{SCREEN_ADDRESS}{LOGIN_PATH}?{urlencode({'code': link['code']})}"
+    url = login_link(link["code"])
     seconds = link["expiresInSeconds"]
     opener = _browser()
     if opener is not None and await asyncio.to_thread(_launch, opener, url):

@@ -186,6 +186,8 @@ LIST_SECRETS = Method("ListSecrets", (), "names", _IN_PERSON)
 # session once (boxd.manager.screen_sessions).
 CREATE_SCREEN_LINK = Method("CreateScreenLink", (), "link", _POLKIT)
 OPEN_SCREEN_SESSION = Method("OpenScreenSession", (), "session", frozenset({Door.LOGIN_LINK}))
+# Logging out: the screen ends the session it passes (its own, which is also its token).
+CLOSE_SCREEN_SESSION = Method("CloseScreenSession", ("session",), "ended", frozenset({Door.SCREEN}))
 # A task's broker, for its own task only (the first argument is the task's id).
 BROKER_GET_TASK = Method("GetTask", ("id", "page"), "task", _BROKER)
 LOG_STEP = Method("LogStep", ("id", "step"), "event", _BROKER)
@@ -228,6 +230,7 @@ METHODS: tuple[Method, ...] = (
     LIST_SECRETS,
     CREATE_SCREEN_LINK,
     OPEN_SCREEN_SESSION,
+    CLOSE_SCREEN_SESSION,
     BROKER_GET_TASK,
     LOG_STEP,
     BEGIN_CALL,

@@ -477,6 +477,7 @@ class Box:
             api.LIST_SECRETS: self.vault.list_secrets,
             api.CREATE_SCREEN_LINK: self.screen.create_link,
             api.OPEN_SCREEN_SESSION: self.screen.open_session,
+            api.CLOSE_SCREEN_SESSION: self.screen.close_session,
             api.BROKER_GET_TASK: self.broker.broker_task,
             api.LOG_STEP: self.broker.log_step,
             api.BEGIN_CALL: self.broker.begin_call,

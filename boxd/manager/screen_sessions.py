@@ -4,7 +4,8 @@ follows it within a minute gets a session.
 A link lives in memory only: it is good for a minute, so a restart that forgets it costs the
 owner one more `boxctl open`. A session is kept as tokens are, its hash only, with the role
 `screen`: it is listed and revoked with the tokens, and its next request after a revoke is 401.
-It ends SCREEN_SESSION_SECONDS after it was opened: its next request is 401 and it is removed.
+It ends SCREEN_SESSION_SECONDS after it was opened, or when the screen logs out: its next
+request is 401 and it is removed.
 """
 
 import secrets
@@ -13,14 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from boxd.caller import LINK_USED, SCREEN_SESSION_SECONDS, Caller, Role
+from boxd.caller import LINK_USED, SCREEN_SESSION_PREFIX, SCREEN_SESSION_SECONDS, Caller, Role
 from boxd.errors import Problem, die
 from boxd.manager.store import Store
 from boxd.manager.tokens import TokenRecord, token_hash
 
 LINK_SECONDS = 60
 LINK_PREFIX = "boxlink_"
-SESSION_PREFIX = "boxscreen_"
+# The name a session is kept under. Sessions kept under another ("screen") were handed out as
+# cookies, which went to every port of 127.0.0.1 (issue 32): they may be another's, and end.
+SESSION_NAME = "screen session"
 
 
 @dataclass(frozen=True)
@@ -67,13 +70,23 @@ class ScreenSessions:
         link = self._links.pop(caller.name, None)
         if link is None or link.expires <= self._clock():
             die(Problem.UNAUTHORIZED, LINK_USED)
-        session = _secret(SESSION_PREFIX)
-        await self._store.add_token(token_hash(session), "screen", Role.SCREEN.value, link.user)
+        session = _secret(SCREEN_SESSION_PREFIX)
+        await self._store.add_token(token_hash(session), SESSION_NAME, Role.SCREEN.value, link.user)
         return {"session": session}
 
+    async def close_session(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """A screen logging out: the session it names (its own, as the gateway passes it) ends."""
+        hashed = token_hash(args[0])
+        found = await self._store.token(hashed)
+        if found is None or found.role != Role.SCREEN.value:
+            die(Problem.NOT_FOUND, "no such screen's session: it has ended already")
+        await self._store.remove_token(hashed)
+        return {"ended": True}
+
     async def refuse_if_over(self, session: TokenRecord) -> None:
-        """A session past its time is removed, and its caller told as a revoked one is."""
-        if self._wall() - session.created < SCREEN_SESSION_SECONDS:
+        """A session past its time, or handed out as a cookie, is removed, and its caller told
+        as a revoked one is."""
+        if session.name == SESSION_NAME and self._wall() - session.created < SCREEN_SESSION_SECONDS:
             return
         await self._store.remove_token(session.hash)
         die(Problem.UNAUTHORIZED, "this screen's session is over: run boxctl open for a new one")

@@ -21,11 +21,11 @@ from boxd.web.live_events import LiveEvents
 from boxd.web.openapi import OPENAPI_PATH, document
 from boxd.web.screen_page import ScreenPage
 from boxd.web.screen_session import (
-    LOGIN_PATH,
-    NO_TOKEN,
+    SESSION_PATH,
+    close_session,
     open_session,
     screen_session,
-    session_of,
+    token_of,
 )
 from boxd.workspace_request import NewWorkspace
 
@@ -38,22 +38,12 @@ def _json(body: Any, status: int = 200) -> web.Response:
     return web.json_response(body, status=status)
 
 
-def _token(request: web.Request) -> str:
-    session = session_of(request)
-    if session is not None:
-        return session
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        die(Problem.UNAUTHORIZED, NO_TOKEN)
-    return token.strip()
-
-
 async def _call(request: web.Request, member: str, *args: str) -> Any:
-    return await request.app[CLIENT].call_as(_token(request), member, *args)
+    return await request.app[CLIENT].call_as(token_of(request), member, *args)
 
 
 async def create_task(request: web.Request) -> web.Response:
-    token = _token(request)
+    token = token_of(request)
     raw = await request.read()
     try:
         body = raw.decode("utf-8")
@@ -94,7 +84,7 @@ async def list_approvals(request: web.Request) -> web.StreamResponse:
 
 
 async def answer_approval(request: web.Request) -> web.Response:
-    token = _token(request)
+    token = token_of(request)
     answer = parse(Answer, await request.read())
     approval = await request.app[CLIENT].call_as(
         token, "AnswerApproval", request.match_info["id"], answer.approved
@@ -115,7 +105,7 @@ async def list_workspaces(request: web.Request) -> web.Response:
 
 
 async def create_workspace(request: web.Request) -> web.Response:
-    token = _token(request)
+    token = token_of(request)
     body = parse(NewWorkspace, await request.read())
     return _json(await request.app[CLIENT].call_as(token, "CreateWorkspace", body.name), 201)
 
@@ -152,7 +142,9 @@ async def resume_agents(request: web.Request) -> web.Response:
 
 async def live_events(request: web.Request) -> web.StreamResponse:
     app = request.app
-    return await serve_events(request, app[CLIENT], app[EVENTS], _token(request), app[EVENT_TIMING])
+    return await serve_events(
+        request, app[CLIENT], app[EVENTS], token_of(request), app[EVENT_TIMING]
+    )
 
 
 async def get_settings(request: web.Request) -> web.Response:
@@ -160,7 +152,7 @@ async def get_settings(request: web.Request) -> web.Response:
 
 
 async def change_settings(request: web.Request) -> web.Response:
-    token = _token(request)
+    token = token_of(request)
     changes = parse(SettingsChanges, await request.read())
     return _json(await request.app[CLIENT].call_as(token, "SetSettings", changes.model_dump_json()))
 
@@ -170,7 +162,7 @@ async def list_secrets(request: web.Request) -> web.Response:
 
 
 async def set_secret(request: web.Request) -> web.Response:
-    token = _token(request)
+    token = token_of(request)
     body = parse(SecretValue, await request.read())
     name = request.match_info["name"]
     return _json(await request.app[CLIENT].call_as(token, "SetSecret", name, body.value))
@@ -181,7 +173,7 @@ async def remove_secret(request: web.Request) -> web.Response:
 
 
 async def create_pairing(request: web.Request) -> web.Response:
-    token = _token(request)
+    token = token_of(request)
     body = parse(NewPairing, await request.read())
     pairing = await request.app[CLIENT].call_as(token, "CreatePairing", body.name)
     return _json({**pairing, "qrSvg": qr_svg(pairing["code"])}, 201)
@@ -193,6 +185,10 @@ async def remove_workspace(request: web.Request) -> web.Response:
 
 async def login(request: web.Request) -> web.Response:
     return await open_session(request.app[CLIENT], request)
+
+
+async def logout(request: web.Request) -> web.Response:
+    return await close_session(request.app[CLIENT], request)
 
 
 async def openapi(request: web.Request) -> web.Response:
@@ -221,7 +217,7 @@ def make_app(
         "GET /api/approvals, POST /api/approvals/{id}, "
         "GET and POST /api/workspaces, GET /api/tokens, DELETE /api/tokens/{id}, GET /api/droid, "
         "GET and POST /api/pause, POST /api/resume, POST /api/pair, "
-        "GET /login?code=... (boxctl open makes the link), GET /api/openapi.json, "
+        "POST and DELETE /api/session (boxctl open makes the link), GET /api/openapi.json, "
         "GET /api/events, GET and PATCH /api/settings, GET /api/vault, "
         "PUT and DELETE /api/vault/{name}, POST /api/pairings, DELETE /api/workspaces/{name}, "
         "and the owner's screen at /",
@@ -253,7 +249,8 @@ def make_app(
     app.router.add_post("/api/pause", pause_agents)
     app.router.add_post("/api/resume", resume_agents)
     app.router.add_post("/api/pair", pair)
-    app.router.add_get(LOGIN_PATH, login)
+    app.router.add_post(SESSION_PATH, login)
+    app.router.add_delete(SESSION_PATH, logout)
     app.router.add_get(OPENAPI_PATH, openapi)
     app.router.add_get(EVENTS_PATH, live_events)
     app.router.add_get("/api/settings", get_settings)

@@ -4,7 +4,7 @@ Who may listen is the manager's decision, as for every route: the stream asks it
 caller's token (an owner-only method that changes nothing) when it opens, and again while it is
 open, so a revoked session or token stops hearing the box soon: before passing on an event when
 the last check is a second old, and at every heartbeat when nothing happens. When boxd does
-not answer that check, the stream closes (the browser's EventSource reconnects on its own).
+not answer that check, the stream closes (the screen's page connects again on its own).
 """
 
 import asyncio
@@ -17,7 +17,7 @@ from aiohttp import web
 from boxd.dbus.client import GatewayClient
 from boxd.errors import BoxError, Problem
 from boxd.web.live_events import LiveEvent, LiveEvents
-from boxd.web.screen_session import SESSION_ENDED, session_of
+from boxd.web.screen_session import SESSION_ENDED, is_screen_session
 
 EVENTS_PATH = "/api/events"
 # Owner-only and read-only: admitted exactly where the stream is.
@@ -46,7 +46,7 @@ async def check(client: GatewayClient, token: str) -> None:
 
 def _ended(request: web.Request, failure: BoxError) -> LiveEvent:
     words = failure.message
-    if failure.problem == Problem.UNAUTHORIZED and session_of(request) is not None:
+    if failure.problem == Problem.UNAUTHORIZED and is_screen_session(request):
         words = SESSION_ENDED
     return LiveEvent("end", json.dumps({"error": words}))
 
@@ -103,7 +103,7 @@ async def serve_events(
                 except BoxError as failure:
                     # While boxd does not answer no one can say the caller may still hear it
                     # (its signals may still come): nothing passes. Closed without an end
-                    # event, the browser reconnects by itself and is asked again then.
+                    # event, the screen connects again by itself and is asked again then.
                     if failure.problem != Problem.UNAVAILABLE:
                         await response.write(sse(_ended(request, failure)))
                     break

@@ -1,10 +1,16 @@
-"""The gateway answers only to this computer's own names.
+"""The gateway answers only to this computer's own names, and to pages of its own address.
 
 boxd-web listens on 127.0.0.1 alone, so a request that names another host got here through a
 name that was made to point at 127.0.0.1: DNS rebinding, a web page of another site reaching
-into the box through the owner's browser. The page could not send the screen's cookie or a
+into the box through the owner's browser. The page could not send the screen's session or a
 token, but it could still read what the gateway shows anyone; naming the host stops it at once.
 Any port is fine: an owner who forwards the port (ssh -L) still names a loopback host.
+
+A browser names in `Origin` the page a script's or a form's request comes from (save a GET or
+HEAD of the page's own origin); one from another origin, another port of 127.0.0.1 included, is
+refused before anything is asked. No credential of the box's travels by itself
+(boxd.web.screen_session), so this is a second lock: such a page cannot trade a login link or a
+pairing code through the owner's browser. Clients that are not browsers send no `Origin`.
 """
 
 import re
@@ -24,6 +30,12 @@ NOT_THIS_BOX = (
 )
 
 
+OTHER_ORIGIN = (
+    "this box answers only pages of its own address ({own}); this request came from a page "
+    "of {origin}"
+)
+
+
 def is_loopback_host(host: str | None) -> bool:
     return host is not None and _OWN_HOST.fullmatch(host.strip()) is not None
 
@@ -36,4 +48,8 @@ async def only_own_names(request: web.Request, handler: Handler) -> web.StreamRe
     if not is_loopback_host(host):
         shown = repr(host[:100]) if host else "no host"
         die(Problem.FORBIDDEN, NOT_THIS_BOX.format(host=shown))
+    origin = request.headers.get("Origin")
+    own = f"{request.scheme}://{host}"
+    if origin is not None and origin != own:
+        die(Problem.FORBIDDEN, OTHER_ORIGIN.format(own=own, origin=repr(origin[:100])))
     return await handler(request)

@@ -5,7 +5,7 @@ document cannot drift from what is enforced; the table below names each route's 
 statuses and the fixed words of its refusals. A unit test holds it to make_app's routes.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
 
@@ -23,16 +23,14 @@ from boxd.task import Task
 from boxd.task_diff import TaskDiff
 from boxd.task_request import TaskRequest
 from boxd.web.event_stream import EVENTS_PATH, HEARTBEAT_SECONDS
+from boxd.web.host_check import OTHER_ORIGIN
 from boxd.web.live_events import TOO_MANY
 from boxd.web.screen_session import (
-    CSRF_COOKIE,
-    CSRF_HEADER,
-    NO_CSRF,
     NO_TOKEN,
-    OTHER_ORIGIN,
     SCREEN_ADDRESS,
-    SESSION_COOKIE,
     SESSION_ENDED,
+    SESSION_PATH,
+    SessionRequest,
 )
 from boxd.workspace_request import NewWorkspace
 
@@ -46,6 +44,7 @@ _MODELS: tuple[tuple[type[BaseModel], _Mode], ...] = (
     (SettingsChanges, "validation"),
     (SecretValue, "validation"),
     (NewPairing, "validation"),
+    (SessionRequest, "validation"),
     (Settings, "serialization"),
     (Task, "serialization"),
     (Approval, "serialization"),
@@ -120,6 +119,17 @@ _PAIRING: dict[str, Any] = {
         "qrSvg": {"type": "string", "description": "an SVG element: the code as a QR code"},
     },
 }
+_SESSION: dict[str, Any] = {
+    "type": "object",
+    "required": ["session", "expiresInSeconds"],
+    "properties": {
+        "session": {
+            "type": "string",
+            "description": "sent as Authorization: Bearer; the page keeps it in sessionStorage",
+        },
+        "expiresInSeconds": {"type": "integer", "description": "how long the session lasts"},
+    },
+}
 _LIVE_EVENTS = (
     "Server-Sent Events, each's data JSON: `step` {task, event: {kind, seq, at, data}}, a task's "
     "new step; `task` {task, changed: {D-Bus property: value}}, a task's properties changed, "
@@ -143,7 +153,6 @@ class Route:
     refusals: tuple[int, ...] = ()
     who: str = "the owner: an owner's token or this computer's screen"
     open_to_all: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
     # The answer's media type; an event stream's answer is described in words, not a schema.
     media: str = "application/json"
 
@@ -245,23 +254,30 @@ ROUTES: tuple[Route, ...] = (
         open_to_all=True,
     ),
     Route(
-        "GET",
-        "/login",
-        "Exchange boxctl open's one-time link for this computer's screen",
-        303,
-        {},
+        "POST",
+        SESSION_PATH,
+        "Trade the code of boxctl open's one-time link for a session of this computer's screen",
+        201,
+        _SESSION,
+        SessionRequest,
+        (400, 413),
         who="whoever holds a live link from boxctl open",
         open_to_all=True,
-        extra={
-            "parameters": [
-                {"name": "code", "in": "query", "required": True, "schema": {"type": "string"}}
-            ]
-        },
+    ),
+    Route(
+        "DELETE",
+        SESSION_PATH,
+        "Log out: the screen's session sent as the bearer token ends",
+        200,
+        {"type": "object", "required": ["ended"], "properties": {"ended": {"const": True}}},
+        None,
+        (404,),
+        who="this computer's own screen, for its own session",
     ),
     Route(
         "GET",
         "/",
-        "The owner's screen: a page whose every request needs this computer's screen session",
+        "The owner's screen: a page that sends this computer's screen session with its requests",
         200,
         {"type": "string"},
         who="anyone (the page holds nothing; boxctl open logs in)",
@@ -379,8 +395,10 @@ _REFUSALS: dict[int, tuple[str, dict[str, Any]]] = {
     ),
     401: ("No token, or one the box does not know", _error(NO_TOKEN, SESSION_ENDED)),
     403: (
-        "Not this caller's to do",
-        _error(OWNER_ONLY, NO_CSRF, OTHER_ORIGIN.format(origin=SCREEN_ADDRESS)),
+        "Not this caller's to do, or asked by a page of another origin",
+        _error(
+            OWNER_ONLY, OTHER_ORIGIN.format(own=SCREEN_ADDRESS, origin="'http://127.0.0.1:8080'")
+        ),
     ),
     404: ("No such task, approval, workspace or token", _error("no task t3k9x2a1b2")),
     413: ("The body is over 10 MB", _error(TOO_LARGE)),
@@ -403,22 +421,13 @@ def _parameters(path: str) -> list[dict[str, Any]]:
 
 
 def _operation(route: Route) -> dict[str, Any]:
-    if route.status == 303:
-        ok: dict[str, Any] = {
-            "description": (
-                f"To /, with the cookies {SESSION_COOKIE} (HttpOnly, SameSite=Strict) and "
-                f"{CSRF_COOKIE} (send its value as {CSRF_HEADER} with every change)"
-            ),
-            "headers": {"Set-Cookie": {"schema": {"type": "string"}}},
-        }
-    else:
-        ok = {"description": "OK", "content": {route.media: {"schema": route.answer}}}
+    ok = {"description": "OK", "content": {route.media: {"schema": route.answer}}}
     responses: dict[str, Any] = {str(route.status): ok}
     statuses = [*route.refusals, 503] if route.open_to_all else [*route.refusals, 401, 403, 503]
     for status in sorted(set(statuses)):
         words, content = _REFUSALS[status]
         responses[str(status)] = {"description": words, "content": content}
-    if route.path == "/login":
+    if route.path == SESSION_PATH and route.method == "POST":
         responses["401"] = {
             "description": "A used, late or unknown link",
             "content": _error(LINK_USED),
@@ -427,10 +436,10 @@ def _operation(route: Route) -> dict[str, Any]:
         "summary": route.summary,
         "description": f"Who may: {route.who}.",
         "responses": responses,
-        "parameters": _parameters(route.path) + route.extra.get("parameters", []),
+        "parameters": _parameters(route.path),
     }
     if not route.open_to_all:
-        operation["security"] = [{"bearer": []}, {"screen": []}]
+        operation["security"] = [{"bearer": []}]
     if route.body is not None:
         operation["requestBody"] = {
             "required": True,
@@ -460,12 +469,13 @@ def document() -> dict[str, Any]:
         "components": {
             "schemas": schemas,
             "securitySchemes": {
-                "bearer": {"type": "http", "scheme": "bearer"},
-                "screen": {
-                    "type": "apiKey",
-                    "in": "cookie",
-                    "name": SESSION_COOKIE,
-                    "description": f"changes also need the header {CSRF_HEADER}",
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": (
+                        "a token, or this computer's screen's session (POST /api/session); "
+                        "no cookie is ever read"
+                    ),
                 },
             },
         },

@@ -1,35 +1,35 @@
-"""The screen's session on the gateway: the cookie the login link gives, and the CSRF check on
-every request that changes something and comes with that cookie.
+"""The screen's session on the gateway: `POST /api/session` trades the one-time code of
+`boxctl open`'s link for a session, `DELETE /api/session` ends it.
 
-Nothing is kept here. The CSRF token is derived from the session (a hash of it under a name of
-its own), so the gateway checks it with no state, and only a page that can read what the login
-set (a page of this origin) can send it; the manager alone decides whether the session is live.
+No cookie carries it. Cookies are scoped to a host, not a port (RFC 6265 §8.5): what a browser
+keeps for 127.0.0.1 goes with every request to any port of it, and a page there reads what is
+not HttpOnly, so any local user who gets one page of theirs loaded would hold the screen. The
+link carries the code after `#`, which the browser never sends (no server, log or Referer sees
+it); the page takes it out of the address bar, trades it here, keeps the session in
+sessionStorage (its own origin's alone) and sends it as `Authorization: Bearer`, as any token
+is sent. The browser adds no credential to any request by itself, so no other page can make one
+that acts for the owner, and there is no CSRF token to check. Nothing is kept here: the manager
+alone decides whether the session is live.
 """
 
-import hashlib
-import hmac
+from typing import Annotated
+from urllib.parse import quote
 
 from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from boxd.caller import LINK_USED, SCREEN_SESSION_SECONDS
+from boxd.caller import LINK_USED, SCREEN_SESSION_PREFIX, SCREEN_SESSION_SECONDS
 from boxd.dbus.client import GatewayClient
 from boxd.errors import BoxError, Problem, die
 from boxd.json_errors import Handler
+from boxd.plain_errors import parse
 
 # Where boxd-web listens (units/boxd-web.socket); `boxctl open` builds its link on it.
 SCREEN_ADDRESS = "http://127.0.0.1:7700"
-LOGIN_PATH = "/login"
-SESSION_COOKIE = "boxd_screen"
-# Readable by the page (not HttpOnly): it sends the value back as CSRF_HEADER.
-CSRF_COOKIE = "boxd_csrf"
-CSRF_HEADER = "X-CSRF-Token"
+SESSION_PATH = "/api/session"
+# The link is SCREEN_ADDRESS/#login=<code>: the page reads the code from its fragment.
+LOGIN_FRAGMENT = "login"
 NO_TOKEN = "send Authorization: Bearer <token> (boxctl token create makes one)"
-_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-NO_CSRF = (
-    f"this request changes something and came with the screen's session cookie, so it needs "
-    f"the header {CSRF_HEADER} with the value of the {CSRF_COOKIE} cookie"
-)
-OTHER_ORIGIN = "the screen's session only acts for pages of this box's own address ({origin})"
 SESSION_ENDED = (
     f"this screen's session has ended (revoked, over {SCREEN_SESSION_SECONDS // 3600} hours "
     "after it began, or the box forgot it): "
@@ -37,55 +37,55 @@ SESSION_ENDED = (
 )
 
 
-def csrf_token(session: str) -> str:
-    return hashlib.sha256(f"boxd csrf token\0{session}".encode()).hexdigest()
+# The body of `POST /api/session` (no docstring: it would be the schema's description, which
+# python -OO, as the units run, would leave out of the API's document).
+class SessionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    code: Annotated[
+        StrictStr, Field(max_length=100, description="The code after #login= in boxctl open's link")
+    ]
 
 
-def has_bearer(request: web.Request) -> bool:
-    return "Authorization" in request.headers
+def login_link(code: str) -> str:
+    return f"{SCREEN_ADDRESS}/#{LOGIN_FRAGMENT}={quote(code, safe='')}"
 
 
-def session_of(request: web.Request) -> str | None:
-    """The session cookie's value, when the request has no bearer token (which comes first)."""
-    if has_bearer(request):
+def bearer(request: web.Request) -> str | None:
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
         return None
-    return request.cookies.get(SESSION_COOKIE) or None
+    return token.strip()
 
 
-def _check_csrf(request: web.Request, session: str) -> None:
-    own = f"{request.scheme}://{request.host}"
-    origin = request.headers.get("Origin")
-    if origin is not None and origin != own:
-        die(Problem.FORBIDDEN, OTHER_ORIGIN.format(origin=own))
-    # Another port of 127.0.0.1 is the same site, so SameSite alone would let it through.
-    if request.headers.get("Sec-Fetch-Site", "same-origin") != "same-origin":
-        die(Problem.FORBIDDEN, OTHER_ORIGIN.format(origin=own))
-    sent = request.headers.get(CSRF_HEADER, "")
-    if not hmac.compare_digest(sent.encode(), csrf_token(session).encode()):
-        die(Problem.FORBIDDEN, NO_CSRF)
+def token_of(request: web.Request) -> str:
+    """The caller's token (a screen's session is one): a header, never a cookie."""
+    token = bearer(request)
+    if token is None:
+        die(Problem.UNAUTHORIZED, NO_TOKEN)
+    return token
+
+
+def is_screen_session(request: web.Request) -> bool:
+    return (bearer(request) or "").startswith(SCREEN_SESSION_PREFIX)
 
 
 @web.middleware
 async def screen_session(request: web.Request, handler: Handler) -> web.StreamResponse:
-    session = session_of(request)
-    # A stale cookie must not stand in the way of logging in again.
-    if session is None or request.path == LOGIN_PATH:
-        return await handler(request)
-    if request.method not in _SAFE_METHODS:
-        _check_csrf(request, session)
+    """A screen's session the box refuses is told how to log in again, not how to make a token."""
     try:
         return await handler(request)
     except BoxError as failure:
-        if failure.problem == Problem.UNAUTHORIZED:
+        if failure.problem == Problem.UNAUTHORIZED and is_screen_session(request):
             die(Problem.UNAUTHORIZED, SESSION_ENDED)
         raise
 
 
 async def open_session(client: GatewayClient, request: web.Request) -> web.Response:
-    """`GET /login?code=...`: the link from `boxctl open`, exchanged once for a session."""
-    code = request.query.get("code", "")
+    """`POST /api/session {"code"}`: the link's code, exchanged once for a session."""
+    code = parse(SessionRequest, await request.read()).code
     if not code:
-        die(Problem.UNAUTHORIZED, "this link has no code: run boxctl open for a new one")
+        die(Problem.UNAUTHORIZED, LINK_USED)
     try:
         answer = await client.call_as(code, "OpenScreenSession")
     except BoxError as failure:
@@ -93,16 +93,11 @@ async def open_session(client: GatewayClient, request: web.Request) -> web.Respo
         if failure.problem == Problem.UNAUTHORIZED:
             die(Problem.UNAUTHORIZED, LINK_USED)
         raise
-    session = answer["session"]
-    response = web.Response(status=303, headers={"Location": "/"})
-    # The code is spent, but nothing of the link should travel on.
-    response.headers["Referrer-Policy"] = "no-referrer"
-    response.headers["Cache-Control"] = "no-store"
-    lasts = SCREEN_SESSION_SECONDS
-    response.set_cookie(
-        SESSION_COOKIE, session, path="/", httponly=True, samesite="Strict", max_age=lasts
-    )
-    response.set_cookie(
-        CSRF_COOKIE, csrf_token(session), path="/", samesite="Strict", max_age=lasts
-    )
-    return response
+    session = {"session": answer["session"], "expiresInSeconds": SCREEN_SESSION_SECONDS}
+    return web.json_response(session, status=201, headers={"Cache-Control": "no-store"})
+
+
+async def close_session(client: GatewayClient, request: web.Request) -> web.Response:
+    """`DELETE /api/session`: the caller's own session ends (logging out)."""
+    session = token_of(request)
+    return web.json_response(await client.call_as(session, "CloseScreenSession", session))

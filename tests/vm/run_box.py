@@ -121,7 +121,7 @@ def screen_link(m: Machine) -> str:
     there is no desktop."""
     printed = m.run("boxctl", "open", user=OWNER, check=False)
     for word in printed.stdout.split():
-        if word.startswith(f"{API}/login?code="):
+        if word.startswith(f"{API}/#login="):
             return word
     return f"(boxctl open failed: {(printed.stdout + printed.stderr).strip()})"
 

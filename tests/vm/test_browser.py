@@ -1,6 +1,7 @@
 """The browser harness against a real box: Debian's Chromium in the test machine logs in with
-`boxctl open`'s link as the owner would, the session cookie stays out of the page's reach, and
-the page's own fetch() may change something only with the CSRF token."""
+`boxctl open`'s link as the owner would; the link's code leaves the address bar, the session
+is kept in the tab's sessionStorage and no cookie at all, and the page's own fetch() acts only
+with the session's header."""
 
 import re
 from pathlib import Path
@@ -9,8 +10,9 @@ from typing import Any
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
 
-from boxd.web.screen_session import CSRF_COOKIE, CSRF_HEADER, NO_CSRF, SESSION_COOKIE
+from boxd.web.screen_session import NO_TOKEN
 from tests.vm.box_api import API, boxctl
 from tests.vm.browser import (
     DESKTOP,
@@ -25,16 +27,13 @@ from tests.vm.browser import (
 )
 from tests.vm.machine import Machine
 
-LINK = re.compile(r"^(http://127\.0\.0\.1:7700/login\?code=\S+)$", re.MULTILINE)
+LINK = re.compile(r"^(http://127\.0\.0\.1:7700/#login=\S+)$", re.MULTILINE)
 
-# As the screen's own script will: the CSRF token read from document.cookie, when asked for.
+# As the screen's own script does (api.js): the session from sessionStorage as the bearer.
 FETCH = """
-const [method, path, cookie, header, done] = arguments;
+const [method, path, withSession, done] = arguments;
 const headers = {};
-if (cookie) {
-  const pair = document.cookie.split('; ').find((c) => c.startsWith(cookie + '='));
-  headers[header] = pair ? pair.slice(cookie.length + 1) : '';
-}
+if (withSession) headers.Authorization = "Bearer " + sessionStorage.getItem("boxd.session");
 fetch(path, {method, headers}).then(
   async (answer) => done([answer.status, await answer.json()]),
   (error) => done([0, String(error)]),
@@ -42,12 +41,11 @@ fetch(path, {method, headers}).then(
 """
 
 
-def _fetch(driver: WebDriver, method: str, path: str, *, with_token: bool = False) -> Any:
-    cookie = CSRF_COOKIE if with_token else ""
-    return tuple(driver.execute_async_script(FETCH, method, path, cookie, CSRF_HEADER))
+def _fetch(driver: WebDriver, method: str, path: str, *, with_session: bool = False) -> Any:
+    return tuple(driver.execute_async_script(FETCH, method, path, with_session))
 
 
-def test_chromium_logs_in_with_the_link_and_keeps_the_csrf_rule(
+def test_chromium_logs_in_with_the_link_and_keeps_the_session_in_the_tab(
     machine: Machine, owner: str
 ) -> None:
     printed = boxctl(machine, "open", user=owner).stdout
@@ -55,21 +53,24 @@ def test_chromium_logs_in_with_the_link_and_keeps_the_csrf_rule(
     assert link is not None, printed
     with browser(machine, owner) as driver:
         driver.get(link.group(1))
+        WebDriverWait(driver, 60).until(
+            lambda d: d.execute_script("return sessionStorage.getItem('boxd.session')")
+        )
+        # The code is out of the address bar (and so out of the history), and nothing is kept
+        # for 127.0.0.1 that another port would be sent or could read.
         assert driver.current_url == f"{API}/"
-        cookies = {cookie["name"]: cookie for cookie in driver.get_cookies()}
-        session, csrf = cookies[SESSION_COOKIE], cookies[CSRF_COOKIE]
-        assert session["httpOnly"] is True and session["sameSite"] == "Strict"
-        assert csrf["httpOnly"] is False and csrf["sameSite"] == "Strict"
-        # What the page's scripts see: the CSRF token, never the session.
-        seen = driver.execute_script("return document.cookie").split("; ")
-        assert seen == [f"{CSRF_COOKIE}={csrf['value']}"]
+        assert driver.get_cookies() == []
+        assert driver.execute_script("return document.cookie") == ""
+        kept = driver.execute_script("return sessionStorage.getItem('boxd.session')")
+        assert kept.startswith("boxscreen_")
 
-        assert _fetch(driver, "GET", "/api/pause") == (200, {"paused": False})
-        assert _fetch(driver, "POST", "/api/pause") == (403, {"error": NO_CSRF})
-        assert _fetch(driver, "GET", "/api/pause") == (200, {"paused": False})
-        assert _fetch(driver, "POST", "/api/pause", with_token=True) == (200, {"paused": True})
+        assert _fetch(driver, "GET", "/api/pause") == (401, {"error": NO_TOKEN})
+        assert _fetch(driver, "POST", "/api/pause") == (401, {"error": NO_TOKEN})
+        assert _fetch(driver, "GET", "/api/pause", with_session=True) == (200, {"paused": False})
+        assert _fetch(driver, "POST", "/api/pause", with_session=True) == (200, {"paused": True})
         screenshot(driver, "logged-in")
-        assert _fetch(driver, "POST", "/api/resume", with_token=True) == (200, {"paused": False})
+        answer = _fetch(driver, "POST", "/api/resume", with_session=True)
+        assert answer == (200, {"paused": False})
 
         assert viewport(driver) == DESKTOP
         resize(driver, PHONE)

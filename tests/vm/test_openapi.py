@@ -8,5 +8,5 @@ def test_the_box_serves_its_openapi_document_to_anyone(machine: Machine) -> None
     status, doc = http(machine, "GET", "/api/openapi.json")
     assert status == 200
     assert doc["openapi"] == "3.1.0"
-    assert {"/api/tasks", "/api/tasks/{id}", "/login"} <= set(doc["paths"])
+    assert {"/api/tasks", "/api/tasks/{id}", "/api/session"} <= set(doc["paths"])
     assert "TaskRequest" in doc["components"]["schemas"]

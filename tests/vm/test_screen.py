@@ -1,8 +1,9 @@
 """The owner's screen in Debian's headless Chromium, against a real box in a test machine: log
 in through `boxctl open`'s link; watch a fake task's steps arrive live, approve its spend and see
 it go on; undo; review and keep a personal-folder task; pause, start a task from the form, see
-it queued, resume, see it run; a change without the CSRF token is refused. Every page is saved
-under screenshots/ (ignored by git) for anyone to look at."""
+it queued, resume, see it run; a request without the session's header is refused; a new tab is
+lent the session, and logging out ends it in every tab. Every page is saved under screenshots/
+(ignored by git) for anyone to look at."""
 
 import json
 import re
@@ -16,14 +17,16 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
-from boxd.web.screen_session import NO_CSRF
+from boxd.caller import LINK_USED
+from boxd.web.screen_session import NO_TOKEN, SESSION_ENDED
 from tests.vm.box_api import boxctl, finish, http, start_fake
 from tests.vm.browser import PHONE, browser, console_log, resize, screenshot
 from tests.vm.machine import Machine
 from tests.vm.test_broker_calls import short_approval_wait  # noqa: F401  (autouse: 1.5 s waits)
 from tests.vm.test_personal_folders import folder, owner_token, tree  # noqa: F401
 
-LINK = re.compile(r"^(http://127\.0\.0\.1:7700/login\?code=\S+)$", re.MULTILINE)
+LINK = re.compile(r"^(http://127\.0\.0\.1:7700/#login=\S+)$", re.MULTILINE)
+SIGNED_OUT = "Open the screen from this computer"
 WAIT = 60
 
 
@@ -44,7 +47,7 @@ def screen(machine: Machine, owner: str) -> Iterator[WebDriver]:
         # Set once: still there at the end means nothing reloaded the page.
         driver.execute_script("window.boxdTestMark = 'no reload'")
         yield driver
-        # A refused request is logged too (the CSRF test makes one): only the page's own
+        # A refused request is logged too (the header test makes one): only the page's own
         # errors count.
         errors = [e for e in console_log(driver) if "Uncaught" in e.get("message", "")]
         assert errors == [], errors
@@ -106,16 +109,20 @@ def _not_reloaded(driver: WebDriver) -> None:
     assert driver.execute_script("return window.boxdTestMark") == "no reload"
 
 
-def _api(driver: WebDriver, method: str, path: str, csrf: bool) -> tuple[int, Any]:
-    """A request from the page's own JavaScript, with the session's cookie."""
+def _api(driver: WebDriver, method: str, path: str, session: str | None) -> tuple[int, Any]:
+    """A request from the page's own JavaScript, with `session` as its header if given."""
     script = """
-        const [method, path, csrf, done] = arguments;
-        const token = document.cookie.split("; ").find((c) => c.startsWith("boxd_csrf="));
-        const headers = csrf ? { "X-CSRF-Token": token.split("=")[1] } : {};
+        const [method, path, session, done] = arguments;
+        const headers = session ? { Authorization: `Bearer ${session}` } : {};
         fetch(path, { method, headers }).then(async (r) => done([r.status, await r.text()]));
     """
-    status, text = driver.execute_async_script(script, method, path, csrf)
+    status, text = driver.execute_async_script(script, method, path, session)
     return status, json.loads(text) if text else None
+
+
+def _session(driver: WebDriver) -> str | None:
+    kept = driver.execute_script("return sessionStorage.getItem('boxd.session')")
+    return None if kept is None else str(kept)
 
 
 def test_a_spend_is_approved_on_the_screen_and_the_task_goes_on_live(
@@ -220,11 +227,52 @@ def test_pause_start_from_the_form_queued_then_resume(machine: Machine, screen: 
     _not_reloaded(screen)
 
 
-def test_a_change_without_the_csrf_token_is_refused(machine: Machine, screen: WebDriver) -> None:
-    assert _api(screen, "POST", "/api/pause", csrf=False) == (403, {"error": NO_CSRF})
-    assert _api(screen, "GET", "/api/pause", csrf=False) == (200, {"paused": False})
-    assert _api(screen, "POST", "/api/pause", csrf=True) == (200, {"paused": True})
-    assert _api(screen, "POST", "/api/resume", csrf=True) == (200, {"paused": False})
+def test_the_page_acts_only_with_the_session_s_header(machine: Machine, screen: WebDriver) -> None:
+    session = _session(screen)
+    assert session is not None and session.startswith("boxscreen_")
+    assert _api(screen, "POST", "/api/pause", None) == (401, {"error": NO_TOKEN})
+    assert _api(screen, "GET", "/api/pause", None) == (401, {"error": NO_TOKEN})
+    assert _api(screen, "POST", "/api/pause", session) == (200, {"paused": True})
+    assert _api(screen, "POST", "/api/resume", session) == (200, {"paused": False})
+
+
+def test_a_new_tab_is_lent_the_session_and_logging_out_ends_it_everywhere(
+    machine: Machine, screen: WebDriver, owner: str
+) -> None:
+    first, session = screen.current_window_handle, _session(screen)
+    screen.switch_to.new_window("tab")
+    screen.get("http://127.0.0.1:7700/#/workspaces")
+    until(screen, lambda d: _text(d, "main h1") == "Workspaces", "the new tab is not logged in")
+    assert _session(screen) == session
+    screenshot(screen, "new-tab")
+    _press(screen, "Log out")
+    until(screen, lambda d: _text(d, "main h1") == SIGNED_OUT)
+    assert _session(screen) is None
+    # The first tab let go of it too, and the box ended it.
+    screen.switch_to.window(first)
+    until(screen, lambda d: _text(d, "main h1") == SIGNED_OUT, "the first tab kept the session")
+    assert _session(screen) is None
+    assert http(machine, "GET", "/api/tasks", session) == (401, {"error": SESSION_ENDED})
+    screenshot(screen, "logged-out")
+    # With no tab holding a session, a new one says how to log in.
+    screen.switch_to.new_window("tab")
+    screen.get("http://127.0.0.1:7700/")
+    until(screen, lambda d: _text(d, "main h1") == SIGNED_OUT)
+    assert "not logged in" in _text(screen, "main")
+
+
+def test_a_link_works_once(machine: Machine, owner: str) -> None:
+    link = _link(machine, owner)
+    with browser(machine, owner) as driver:
+        driver.get(link)
+        until(driver, lambda d: _text(d, "main h1") == "Tasks")
+        driver.switch_to.new_window("tab")
+        driver.get(link)
+        until(driver, lambda d: _text(d, "main h1") == SIGNED_OUT)
+        assert LINK_USED in _text(driver, "main")
+        # The failed code is out of the address bar as well.
+        assert driver.current_url == "http://127.0.0.1:7700/"
+        screenshot(driver, "used-link")
 
 
 def test_the_settings_and_a_phones_width(machine: Machine, screen: WebDriver) -> None:

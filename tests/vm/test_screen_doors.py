@@ -1,7 +1,8 @@
 """The owner in person (this computer's screen, a paired device) in a real box: settings, the
 vault, pairing codes with their QR code, and removing a workspace. An owner's, an app's or a
-member's token is refused each in the seed's words; the screen's session needs the CSRF token
-for every change; a paired device is let in and its changes take effect."""
+member's token is refused each in the seed's words; the screen's session opens them as the header
+the page sends it in, and as a cookie opens none; a paired device is let in and its changes take
+effect."""
 
 import json
 from typing import Any
@@ -9,11 +10,11 @@ from typing import Any
 import segno
 
 from boxd.caller import OWNER_ONLY
-from boxd.web.screen_session import CSRF_HEADER, NO_CSRF, SESSION_COOKIE, csrf_token
+from boxd.web.screen_session import NO_TOKEN
 from tests.test_screen_doors import _modules
 from tests.vm.box_api import API, BOXCTL, boxctl, http
 from tests.vm.machine import Machine
-from tests.vm.test_screen_session import _cookies, _follow, _link
+from tests.vm.test_screen_session import session as screen_session
 
 SECRET = "test.screen-doors"
 
@@ -25,18 +26,11 @@ def _device(machine: Machine, name: str) -> str:
     return str(paired["token"])
 
 
-def _session(machine: Machine, owner: str) -> str:
-    _, head, _ = _follow(machine, _link(machine, owner))
-    return _cookies(head)[SESSION_COOKIE].split(";")[0].split("=", 1)[1]
-
-
-def _as_screen(
-    machine: Machine, method: str, path: str, session: str, body: str | None, csrf: bool
+def _as_cookie(
+    machine: Machine, method: str, path: str, session: str, body: str | None
 ) -> tuple[int, Any]:
     argv = ["curl", "-sS", "-X", method, "-w", "\n%{http_code}", f"{API}{path}"]
-    argv += ["-H", f"Cookie: {SESSION_COOKIE}={session}"]
-    if csrf:
-        argv += ["-H", f"{CSRF_HEADER}: {csrf_token(session)}"]
+    argv += ["-H", f"Cookie: boxd_screen={session}"]
     if body is not None:
         argv += ["-H", "Content-Type: application/json", "--data-binary", "@-"]
     done = machine.run(*argv, input=body)
@@ -64,13 +58,12 @@ def test_no_token_but_a_device_s_reaches_the_owner_s_doors(
     assert http(machine, "POST", "/api/workspaces", token, json.dumps({"name": "kept"}))[0] == 201
     machine.run(BOXCTL, "vault", "set", SECRET, input="kept")
     settings = boxctl(machine, "settings", "--json").stdout
-    session = _session(machine, owner)
+    session = screen_session(machine, owner)
     for method, path, body in _routes():
         for refused in (token, app, member):
             assert http(machine, method, path, refused, body) == (403, {"error": OWNER_ONLY}), path
-        if method != "GET":
-            refused_screen = _as_screen(machine, method, path, session, body, csrf=False)
-            assert refused_screen == (403, {"error": NO_CSRF}), path
+        refused_screen = _as_cookie(machine, method, path, session, body)
+        assert refused_screen == (401, {"error": NO_TOKEN}), path
     # Nothing of that took effect.
     assert boxctl(machine, "settings", "--json").stdout == settings
     assert SECRET in boxctl(machine, "vault", "ls").stdout
@@ -119,9 +112,9 @@ def test_a_paired_device_changes_settings_vault_and_workspaces(
 
 
 def test_the_screen_makes_a_pairing_code_with_its_qr_code(machine: Machine, owner: str) -> None:
-    session = _session(machine, owner)
+    session = screen_session(machine, owner)
     body = json.dumps({"name": "screen-phone"})
-    status, pairing = _as_screen(machine, "POST", "/api/pairings", session, body, csrf=True)
+    status, pairing = http(machine, "POST", "/api/pairings", session, body)
     assert status == 201, pairing
     assert pairing["device"] == "screen-phone" and pairing["expiresInSeconds"] == 600
     code = pairing["code"]

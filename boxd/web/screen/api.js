@@ -1,5 +1,8 @@
-// The box's HTTP API, as the screen's session: the cookie goes by itself; every request that
-// changes something carries the CSRF token the login set in a cookie this page can read.
+// The box's HTTP API, as the screen's session: every request carries it as its bearer token
+// (session.js keeps it), and none carries a cookie. The browser adds nothing by itself, so
+// another page cannot make a request that acts for the owner.
+
+import { forget, session } from "./session.js";
 
 export class ApiError extends Error {
   constructor(status, message) {
@@ -8,40 +11,40 @@ export class ApiError extends Error {
   }
 }
 
-function csrfToken() {
-  for (const part of document.cookie.split(";")) {
-    const [name, ...value] = part.trim().split("=");
-    if (name === "boxd_csrf") return decodeURIComponent(value.join("="));
-  }
-  return "";
-}
-
 const listeners = new Set();
 // Told when the box says the session is gone (401), so the page can say how to log in again.
 export function onSignedOut(listener) { listeners.add(listener); }
 
-export async function api(method, path, body) {
-  const headers = { Accept: "application/json" };
-  if (method !== "GET") headers["X-CSRF-Token"] = csrfToken();
+// The answer to one request, once it says it went well; an ApiError in the box's words if not.
+export async function request(method, path, { body, accept = "application/json", signal } = {}) {
+  const headers = { Accept: accept };
+  const token = session();
+  if (token) headers.Authorization = `Bearer ${token}`;
   if (body !== undefined) headers["Content-Type"] = "application/json";
   let response;
   try {
     response = await fetch(path, {
-      method, headers, credentials: "same-origin", cache: "no-store",
+      method, headers, signal, credentials: "omit", cache: "no-store",
       body: body === undefined ? undefined : JSON.stringify(body),
     });
-  } catch {
+  } catch (error) {
+    if (signal && signal.aborted) throw error;
     throw new ApiError(0, "The box did not answer. Is boxd-web running? (systemctl status boxd-web)");
   }
-  const text = await response.text();
+  if (response.ok) return response;
   let data = null;
-  try { data = text ? JSON.parse(text) : null; } catch { data = null; }
-  if (!response.ok) {
-    const message = data && typeof data.error === "string" ? data.error : `The box answered ${response.status}.`;
-    if (response.status === 401) listeners.forEach((listener) => listener(message));
-    throw new ApiError(response.status, message);
+  try { data = await response.json(); } catch { data = null; }
+  const message = data && typeof data.error === "string" ? data.error : `The box answered ${response.status}.`;
+  if (response.status === 401) {
+    forget();
+    listeners.forEach((listener) => listener(message));
   }
-  return data;
+  throw new ApiError(response.status, message);
+}
+
+export async function api(method, path, body) {
+  const text = await (await request(method, path, { body })).text();
+  try { return text ? JSON.parse(text) : null; } catch { return null; }
 }
 
 export const get = (path) => api("GET", path);

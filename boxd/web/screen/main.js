@@ -1,8 +1,11 @@
-// The screen: which view the address names (#/tasks, #/task/ID, #/new, #/workspaces,
-// #/settings), the header's counts and pause button, and what to do when the session is gone.
+// The screen: its session first (session.js), then which view the address names (#/tasks,
+// #/task/ID, #/new, #/workspaces, #/settings), the header's counts, pause and log-out buttons,
+// and what to do when the session is gone.
 
-import { onSignedOut } from "./api.js";
+import { LOGIN, LoginError, begin, endEverywhere, onEnded } from "./session.js";
+import { api, onSignedOut } from "./api.js";
 import { h, replace, toast } from "./dom.js";
+import { disconnect } from "./live.js";
 import { loadApprovals, loadPause, loadTasks, start, state, watch } from "./store.js";
 import { settingsView, togglePause, workspacesView } from "./admin.js";
 import { startView } from "./start.js";
@@ -40,7 +43,7 @@ function header() {
     count.hidden = waiting === 0;
     count.textContent = String(waiting);
     count.setAttribute("aria-label", `${waiting} waiting for your OK`);
-    pause.hidden = false;
+    pause.hidden = signedOut;
     pause.textContent = state.paused ? "Resume agents" : "Pause agents";
     pause.classList.toggle("primary", state.paused);
     banner.hidden = !state.paused;
@@ -48,12 +51,28 @@ function header() {
   pause.addEventListener("click", () => togglePause(pause));
   watch(render);
   render();
+  const logout = document.getElementById("logout");
+  logout.hidden = false;
+  logout.addEventListener("click", async () => {
+    logout.disabled = true;
+    try {
+      await api("DELETE", "/api/session");
+    } catch (error) {
+      // A session the box no longer knows is logged out already (and a 401 said so).
+      if (error.status !== 401) { toast(error.message, "bad"); logout.disabled = false; return; }
+    }
+    endEverywhere();
+    showSignedOut("You logged out of this computer's screen.");
+  });
 }
 
 function showSignedOut(message) {
   if (signedOut) return;
   signedOut = true;
   leave();
+  disconnect();
+  document.getElementById("logout").hidden = true;
+  document.getElementById("pause").hidden = true;
   replace(main, h("div", { class: "panel notice" },
     h("h1", {}, "Open the screen from this computer"),
     h("p", {}, message),
@@ -61,9 +80,28 @@ function showSignedOut(message) {
 }
 
 onSignedOut(showSignedOut);
-window.addEventListener("hashchange", route);
-header();
-route();
-Promise.all([loadTasks(), loadApprovals(), loadPause()])
-  .then(start)
-  .catch((error) => { if (!signedOut) toast(error.message, "bad"); });
+onEnded(showSignedOut);
+window.addEventListener("hashchange", () => {
+  // A new link pasted into this tab: loaded again, the page takes its code as it loads.
+  if (location.hash.startsWith(LOGIN)) location.reload();
+  else route();
+});
+
+async function boot() {
+  try {
+    if (!(await begin())) {
+      showSignedOut("This tab is not logged in to the box's screen, and no other tab of it is open.");
+      return;
+    }
+  } catch (error) {
+    if (!(error instanceof LoginError)) throw error;
+    showSignedOut(error.message);
+    return;
+  }
+  header();
+  route();
+  await Promise.all([loadTasks(), loadApprovals(), loadPause()]);
+  start();
+}
+
+boot().catch((error) => { if (!signedOut) toast(error.message, "bad"); });
