@@ -38,8 +38,10 @@ class Caller:
     # A broker may act for its own task only.
     task: str | None = None
     # The Linux account behind the call (a token's is the one that made it): personal folders
-    # must be in its home.
+    # must be in its home, and are worked on as it.
     user: str | None = None
+    # Its uid, where the call itself says (D-Bus); a token's is looked up by `user`'s name.
+    uid: int | None = None
     # The owner's paired device, by its name: it acts as the owner, and its tasks' source is
     # phone:<name> whatever they say.
     device: str | None = None

@@ -4,6 +4,7 @@ from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
+from pydantic.json_schema import SkipJsonSchema
 
 from boxd.task_request import DroidOptions
 
@@ -63,7 +64,14 @@ class Task(BaseModel):
     app: str | None = None
     createdAt: float
     endedAt: float | None = None
+    # Personal: the uid of the account that asked for the task, whose folders it works on and as
+    # whom they are read and kept (manager/folders.py). Kept in the record only, not shown: no
+    # API answer carries it. None in a record from before boxd kept it.
+    askerUid: SkipJsonSchema[int | None] = None
 
     def public(self) -> dict[str, Any]:
         """The fields that apply to this task: absent rather than null, as the seed shows them."""
-        return self.model_dump(mode="json", exclude_none=True)
+        return self.model_dump(mode="json", exclude_none=True, exclude=_RECORD_ONLY)
+
+
+_RECORD_ONLY = {"askerUid"}

@@ -1,14 +1,18 @@
-"""What boxd does in a personal folder, done by a process that runs as the folder's owner.
+"""What boxd does in a personal folder, done by a process that runs as the account that asked.
 
-boxd starts `python -I -m boxd.manager.as_owner VERB FOLDER UID` with the owner's uid, gid and
-groups (owner_process.py): what it reads is what the owner can read, what it writes the owner
-could have written, and root's power is never used on a path the owner controls. On top of the
-owner's credentials, every path is walked from the folder's fd one name at a time with
+boxd starts `python -I -m boxd.manager.as_owner VERB FOLDER UID` with that account's uid, gid
+and groups (owner_process.py): the account that asked for the task, which owns the folder, or
+the folder's owner when root asked. What it reads is what that account can read, what it writes
+the account could have written, and root's power is never used on a path a user controls. On top
+of the account's credentials, every path is walked from the folder's fd one name at a time with
 O_NOFOLLOW (beneath.py), files are opened with O_NONBLOCK and read only if fstat says they are
-regular, so a folder swapped for a link, or a file for a FIFO, mid-copy leads nowhere.
+regular, so a folder swapped for a link, or a file for a FIFO, mid-copy leads nowhere. For read
+and keep, the folder must belong to UID when it is opened.
 
 Verbs (the protocol is folder_stream.py's):
-- check: can the owner open and list the folder? A record `{"ok": true}` or `{"error": ...}`.
+- look: the path as the account asked for it, followed (links too) with the account's rights:
+  `{"real": path, "folder": bool, "owner": uid, "unreadable": why or null}`, or `{"missing":
+  true}`, or `{"error": ...}` when it cannot be followed.
 - read: the mirror's manifest comes in (`{"have": {path: state}}`); out go the folder's entries,
   parents first, with the content of each file whose state differs from the mirror's.
 - keep: the task's changes and what it saw come in; out go the paths that conflict. On
@@ -20,6 +24,7 @@ import os
 import secrets
 import stat
 import sys
+from pathlib import Path
 from typing import Any
 
 from boxd.manager.beneath import (
@@ -54,6 +59,39 @@ def words(error: BaseException) -> str:
 
 def _state(info: os.stat_result) -> list[Any]:
     return list(state_of(info))
+
+
+# --- look: where a path the account named leads ------------------------------------------------
+
+
+def _look(asked: str, out: Writer) -> int:
+    try:
+        real = Path(asked).resolve(strict=True)
+    except FileNotFoundError:
+        out.record({"missing": True})
+        return 0
+    except (OSError, RuntimeError) as error:
+        out.record({"error": words(error)})
+        return 0
+    try:
+        info = os.lstat(real)
+    except OSError as error:
+        out.record({"error": words(error)})
+        return 0
+    folder = stat.S_ISDIR(info.st_mode)
+    unreadable: str | None = None
+    if folder:
+        try:
+            fd = open_path(str(real))
+            try:
+                os.listdir(fd)
+            finally:
+                os.close(fd)
+        except OSError as error:
+            unreadable = words(error)
+    found = {"real": str(real), "folder": folder, "owner": info.st_uid}
+    out.record(found | {"unreadable": unreadable})
+    return 0
 
 
 # --- read: the owner's folder, into the mirror --------------------------------------------------
@@ -276,20 +314,19 @@ def main(argv: list[str]) -> int:
     verb, folder, uid = argv[0], argv[1], int(argv[2])
     out = Writer(sys.stdout.buffer)
     reader = Reader(sys.stdin.buffer)
+    if verb == "look":
+        status = _look(folder, out)
+        out.flush()
+        return status
     try:
         root = open_path(folder)
-        if os.fstat(root).st_uid != uid and verb != "check":
+        if os.fstat(root).st_uid != uid:
             raise OSError(0, "it belongs to another account now")
-        if verb == "check":
-            os.listdir(root)
     except OSError as error:
         out.record({"error": words(error)})
         out.flush()
         return 1
-    if verb == "check":
-        out.record({"ok": True})
-        status = 0
-    elif verb == "read":
+    if verb == "read":
         asked = reader.record()
         _send_tree(root, "", dict(asked["have"]) if asked else {}, out)
         status = 0

@@ -40,8 +40,9 @@ class Authorizer:
         sender = message.sender or ""
         if method.interface == api.MANAGER:
             await check_authorization(self._bus, sender, api.MANAGE_ACTION)
-            account = user_name(await connection_uid(self._bus, sender))
-            return Caller(Role.OWNER, account, user=account)
+            uid = await connection_uid(self._bus, sender)
+            account = user_name(uid)
+            return Caller(Role.OWNER, account, user=account, uid=uid)
         if method.interface == api.GATEWAY and method.method == api.PAIR:
             # The code is checked by the method itself, and is all it takes.
             return Caller(Role.PAIRING, "a device with a pairing code")

@@ -43,7 +43,15 @@ from boxd.manager.disk import (
 )
 from boxd.manager.droid_install import DroidInstall, sort_queue
 from boxd.manager.exit_words import why_failed
-from boxd.manager.folders import check_folders, folder_workspace, owner_home, real_folders
+from boxd.manager.folders import (
+    asker_only,
+    asking_account,
+    caller_uid,
+    check_folders,
+    folder_workspace,
+    look_as,
+    real_folders,
+)
 from boxd.manager.keep import (
     KeepError,
     Places,
@@ -56,7 +64,7 @@ from boxd.manager.keep import (
 from boxd.manager.keyed_locks import KeyedLocks
 from boxd.manager.last_words import last_words
 from boxd.manager.layers import MAX_DONE, Layers, layer_name
-from boxd.manager.mirror import MirrorError, check_readable, sync_mirror
+from boxd.manager.mirror import MirrorError, sync_mirror
 from boxd.manager.owner_process import OwnerError
 from boxd.manager.pages import one_page, with_next
 from boxd.manager.pairing import LIFETIME, Pairings, check_device_name
@@ -538,14 +546,18 @@ class Box:
         droid = request.worker == Worker.DROID
         workspace = request.workspace
         folders: list[str] | None = None
+        asker: int | None = None
         if personal is not None:
+            account = await asyncio.to_thread(asking_account, caller)
+            asker = account.uid
             checked = await asyncio.to_thread(
-                check_folders, personal, owner_home(caller.user), settings.agentFolders, self.home
+                check_folders,
+                personal,
+                account,
+                settings.agentFolders,
+                self.home,
+                partial(look_as, account.uid),
             )
-            for folder in checked:
-                why = await asyncio.to_thread(check_readable, folder.path, caller.user)
-                if why is not None:
-                    die(Problem.INVALID, f"folder {folder.path}: {why}; agents may not either")
             folders = [str(folder.path) for folder in checked]
             workspace = folder_workspace(checked)
         # Refused before anything is made: a task started on a full disk could neither write
@@ -586,6 +598,7 @@ class Box:
                 app=caller.name if caller.role == Role.APP else None,
                 requester=caller.name if caller.role == Role.MEMBER else None,
                 createdAt=time.time(),
+                askerUid=asker,
             )
             try:
                 if request.files is not None:
@@ -748,6 +761,7 @@ class Box:
                 f"task {task.id} worked on workspace {task.workspace}, not on your folders: "
                 "its changes are already in the workspace",
             )
+        await self._asker_only(caller, task, "keep")
         async with self.records.locks[task.id]:
             task = await self.records.task(task.id)
             if task.review not in (Review.PENDING, Review.CONFLICT):
@@ -783,6 +797,8 @@ class Box:
         applies nothing if a path the task changed is no longer as the task saw it). Read
         without the task's lock: a running task may be reviewed as it works."""
         task = await self.records.task(args[0])
+        if task.folders:
+            await self._asker_only(caller, task, "review")
         head: dict[str, Any] = {
             "id": task.id,
             "workspace": task.workspace,
@@ -809,6 +825,10 @@ class Box:
             )
         answer = {**head, "truncated": page.truncated, "files": page.files}
         return with_next(answer, page.next)
+
+    async def _asker_only(self, caller: Caller, task: Task, what: str) -> None:
+        uid = await asyncio.to_thread(caller_uid, caller)
+        asker_only(uid, task.askerUid, task.id, what)
 
     async def _layer_to_review(self, task: Task) -> Path | None:
         """Where the task's changes are (None: a queued task has made none yet), or why there
@@ -849,7 +869,9 @@ class Box:
         changes = await asyncio.to_thread(layer_changes, layer)
         saw = await asyncio.to_thread(load_manifest, manifest)
         try:
-            outcome = await asyncio.to_thread(keep, changes, saw, layer, places)
+            # Kept by root alone when the record has no asker: as each folder's owner, then.
+            asker = task.askerUid if task.askerUid is not None else 0
+            outcome = await asyncio.to_thread(keep, changes, saw, layer, places, asker)
         except KeepError as refused:
             die(Problem.INVALID, str(refused))
         state = {"state": task.state.value}
@@ -1075,10 +1097,17 @@ class Box:
     async def _mirror(self, task: Task) -> None:
         """Brings the copy of the owner's folders up to date before a personal task starts."""
         assert task.folders is not None
+        if task.askerUid is None:
+            die(
+                Problem.FAILED,
+                "it was asked for before boxd recorded which account asked, so its folders are "
+                "not read for it; start it again",
+            )
         base = workspaces_dir(self.home) / task.workspace
         gid = grp.getgrnam(WORK_GROUP).gr_gid
+        folders = real_folders(task.folders)
         try:
-            await asyncio.to_thread(sync_mirror, real_folders(task.folders), base, gid)
+            await asyncio.to_thread(sync_mirror, folders, base, gid, task.askerUid)
         except (MirrorError, OwnerError) as error:
             die(Problem.FAILED, str(error))
 

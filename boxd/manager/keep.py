@@ -6,11 +6,11 @@ real folder as the task saw it; if the owner changed one since, that is a confli
 is applied. A path already as the task left it is no conflict, so a keep that stopped half-way
 can be kept again.
 
-boxd reads the layer (its own) and streams it to a process running as each folder's owner
-(as_owner.py), which checks for conflicts and writes, by directory fds and following no link:
-what lands in the real folders is what the owner could have written there, and nothing lands
-outside them. Holes stay holes. If that process stops half-way, the outcome says which paths
-were applied and which were not.
+boxd reads the layer (its own) and streams it to a process running as the account that asked
+for the task (as_owner.py; each folder's owner when root asked), which checks for conflicts and
+writes, by directory fds and following no link: what lands in the real folders is what that
+account could have written there, and nothing lands outside them. Holes stay holes. If that
+process stops half-way, the outcome says which paths were applied and which were not.
 """
 
 import contextlib
@@ -26,7 +26,7 @@ from typing import Any
 from boxd.manager.beneath import READ_FLAGS
 from boxd.manager.folder_stream import StreamError
 from boxd.manager.folders import Folder
-from boxd.manager.mirror import MirrorError, State, folder_owner, state_of
+from boxd.manager.mirror import MirrorError, State, acting_uid, state_of
 from boxd.manager.owner_process import OwnerError, OwnerProcess
 
 # How overlayfs marks a folder whose lower content is gone, and a deleted path (diffs.py too).
@@ -252,14 +252,17 @@ def _send(child: OwnerProcess, plan: _Plan, layer: Path, outcome: Outcome) -> bo
     return False
 
 
-def keep(changes: list[Change], saw: dict[str, State], layer: Path, places: Places) -> Outcome:
-    """Checks every folder for conflicts, then applies the changes folder by folder."""
+def keep(
+    changes: list[Change], saw: dict[str, State], layer: Path, places: Places, asker: int
+) -> Outcome:
+    """Checks every folder for conflicts, then applies the changes folder by folder, as the
+    account `asker` (each folder's owner, when root asked)."""
     plans = _plans(changes, places)
     with contextlib.ExitStack() as stack:
         children: list[OwnerProcess] = []
         for plan in plans:
             try:
-                uid = folder_owner(plan.folder.path)
+                uid = acting_uid(asker, plan.folder.path)
                 child = stack.enter_context(OwnerProcess(uid, "keep", str(plan.folder.path)))
             except MirrorError as error:
                 raise KeepError(f"{error}; nothing was applied") from None

@@ -6,13 +6,14 @@ group boxd-work and is group-writable, so a task's own user can change its overl
 the real folders keep their owner and modes. Files keep their modification times, so what a task
 saw can be compared with the real folder when the owner keeps it.
 
-boxd never reads the real folders itself: a process running as the folder's owner
-(as_owner.py) reads them and streams what it read, and boxd writes it into the mirror by
-directory fds, following no link (beneath.py). Sparse files stay sparse.
+boxd never reads the real folders itself: a process running as the account that asked for the
+task (as_owner.py; the folder's owner when root asked) reads them and streams what it read, and
+boxd writes it into the mirror by directory fds, following no link (beneath.py). Sparse files
+stay sparse. Before each task the mirror is read again as that task's account: what the account
+cannot read is not in it, and what it could read and no longer can is taken out.
 """
 
 import os
-import pwd
 import stat
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from boxd.manager.beneath import DIR_FLAGS, lstat_at, open_dir, parent_of, remov
 from boxd.manager.folder_stream import Reader, StreamError
 from boxd.manager.folders import Folder
 from boxd.manager.owner_process import OwnerError, OwnerProcess
+from boxd.manager.users import user_name
 
 # A path's state as far as the copy goes: kind, size and modification time (0 for folders, whose
 # times change with their entries). Equal states are the same file; keep.py compares them too.
@@ -40,7 +42,7 @@ def state_of(info: os.stat_result) -> State:
 
 
 def folder_owner(folder: Path) -> int:
-    """The uid that reads and writes a real folder for boxd: its owner, never root."""
+    """The owner of a real folder, never root."""
     try:
         info = folder.lstat()
     except OSError:
@@ -52,28 +54,18 @@ def folder_owner(folder: Path) -> int:
     return info.st_uid
 
 
-def check_readable(folder: Path, user: str | None) -> str | None:
-    """Why the asking account cannot open and list the folder itself, or None if it can. Root,
-    or a call with no account behind it, reads as the folder's owner later anyway."""
-    if user is None:
-        return None
-    try:
-        uid = pwd.getpwnam(user).pw_uid
-    except KeyError:
-        return None
-    if uid == 0:
-        return None
-    try:
-        with OwnerProcess(uid, "check", str(folder)) as child:
-            child.close_input()
-            answer = child.reader.record()
-            child.finish()
-    except (OwnerError, StreamError, OSError) as error:
-        return str(error)
-    if answer is not None and answer.get("ok") is True:
-        return None
-    why = answer.get("error") if answer else None
-    return f"your account ({user}) cannot read it itself ({why or 'it could not be opened'})"
+def acting_uid(asker: int, folder: Path) -> int:
+    """The uid that reads and writes a real folder for the account that asked: that account,
+    which must still own it; for root, the folder's owner, so that root's power is never used on
+    a folder a user controls. The process as that uid checks the owner again on the folder's fd
+    (as_owner.py)."""
+    owner = folder_owner(folder)
+    if asker not in (0, owner):
+        raise MirrorError(
+            f"folder {folder} belongs to {user_name(owner)} now, not to {user_name(asker)}, "
+            "who asked for the task"
+        )
+    return owner
 
 
 def _file_mode(mode: int) -> int:
@@ -127,10 +119,10 @@ def _take(root: int, record: dict[str, Any], reader: Reader, gid: int) -> int:
         os.close(parent)
 
 
-def sync_tree(source: Path, target: Path, gid: int) -> int:
-    """Makes `target` a copy of the real folder `source`, read as its owner; returns how many
-    entries were copied or removed."""
-    uid = folder_owner(source)
+def sync_tree(source: Path, target: Path, gid: int, asker: int) -> int:
+    """Makes `target` a copy of the real folder `source`, read as the account `asker` (as its
+    owner, when root asked); returns how many entries were copied or removed."""
+    uid = acting_uid(asker, source)
     root = os.open(target, DIR_FLAGS)
     try:
         have = {path: list(state_of(info)) for path, info in walk(root)}
@@ -181,17 +173,18 @@ def _own_folder(folder: Path, gid: int) -> None:
     os.chmod(folder, 0o2770)
 
 
-def sync_mirror(folders: list[Folder], base: Path, gid: int) -> int:
+def sync_mirror(folders: list[Folder], base: Path, gid: int, asker: int) -> int:
     """One folder is the base itself; several sit side by side in it under their names, and the
-    base's top is the box's, so a task cannot leave files where no real folder would take them."""
+    base's top is the box's, so a task cannot leave files where no real folder would take them.
+    `asker`: the uid of the account that asked for the task."""
     if len(folders) == 1:
         _own_folder(base, gid)
-        return sync_tree(folders[0].path, base, gid)
+        return sync_tree(folders[0].path, base, gid, asker)
     base.mkdir(exist_ok=True)
     os.chmod(base, 0o755)
     changed = 0
     for folder in folders:
         part = base / folder.name
         _own_folder(part, gid)
-        changed += sync_tree(folder.path, part, gid)
+        changed += sync_tree(folder.path, part, gid, asker)
     return changed

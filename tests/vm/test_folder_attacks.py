@@ -1,7 +1,7 @@
 """Personal folders against their owner's account, or anyone who can write in them: the mirror
-and keep run as the folder's owner and walk by directory fds, so a folder swapped for a link
-mid-copy leads nowhere, a FIFO does not hang them, a sparse file stays sparse, modes never widen
-and a keep that stops says what it applied.
+and keep run as the account that asked, which owns the folder, and walk by directory fds, so a
+folder swapped for a link mid-copy leads nowhere, a FIFO does not hang them, a sparse file stays
+sparse, modes never widen and a keep that stops says what it applied.
 
 Each race is made exact with boxd's pause points: a drop-in gives boxd.service BOXD_PAUSE_DIR,
 where root makes a FIFO named for the point; the mirror or keep opens it when it gets there and
@@ -133,11 +133,11 @@ def test_a_file_the_owner_cannot_read_stays_out_of_the_mirror(
 
 
 def test_a_folder_the_owner_cannot_read_is_refused(
-    machine: Machine, owner: str, owner_token: str, other: str
+    machine: Machine, owner: str, owner_token: str
 ) -> None:
     machine.run("mkdir", "-p", "/srv/closed")
-    machine.run("chown", f"{other}:{other}", "/srv/closed")
-    machine.run("chmod", "0700", "/srv/closed")
+    machine.run("chown", f"{owner}:{owner}", "/srv/closed")
+    machine.run("chmod", "0000", "/srv/closed")
     boxctl(machine, "settings", "set", "agentFolders", '["/srv"]')
     try:
         body = {"title": "t", "prompt": "sh ls", "worker": "fake", "folder": "/srv/closed"}

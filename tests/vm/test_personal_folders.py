@@ -166,9 +166,15 @@ def test_folders_agents_may_not_use(machine: Machine, owner: str, owner_token: s
     assert refused(f"/home/{owner}/roots") == (
         f"folder /home/{owner}/roots: it belongs to root; agents may not use root's folders"
     )
+    # Followed as the owner's account, the link leads nowhere it may go; followed by root,
+    # into the box's own state.
     assert refused(f"/home/{owner}/boxlink") == (
-        f"folder /home/{owner}/boxlink: it holds the box's own state (a link to "
-        "/var/lib/box/workspaces/home); agents never work on that"
+        f"folder /home/{owner}/boxlink: it cannot be followed to a real folder (permission denied)"
+    )
+    as_root = boxctl(machine, "start", "--folder", f"/home/{owner}/boxlink", "x", check=False)
+    assert as_root.stderr == (
+        f"boxctl: folder /home/{owner}/boxlink: it holds the box's own state (a link to "
+        "/var/lib/box/workspaces/home); agents never work on that\n"
     )
     assert refused(f"/home/{owner}/missing") == (
         f"folder /home/{owner}/missing: there is no such folder"
