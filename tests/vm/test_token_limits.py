@@ -1,17 +1,21 @@
 """Member and app tokens carry the owner's limits (issue 32, point 8), as a member or an app
 holding one would try them with curl: a budget, tools, hosts and a workspace past what the token
 was made with are refused (403, in words that name the limit) where the task is created; within
-them the task starts; `boxctl token ls` shows each token's limits."""
+them the task starts; `boxctl token ls` and the screen show each token's limits, and the screen
+makes one with them (in Debian's headless Chromium)."""
 
 import base64
 import json
 from typing import Any
 
 import pytest
+from selenium.webdriver.remote.webdriver import WebDriver
 
 from boxd.caller import OWNER_ONLY
 from tests.vm.box_api import boxctl, finish, http, start_fake
+from tests.vm.browser import screenshot
 from tests.vm.machine import Machine
+from tests.vm.test_screen import _click, _one, _press, _text, screen, until  # noqa: F401
 
 # How each kind of limited token is made, and how its refusals name it.
 KINDS = {
@@ -261,3 +265,55 @@ def test_a_token_stored_before_limits_gets_the_defaults(machine: Machine, token:
     listed = json.loads(boxctl(machine, "token", "ls", "--json").stdout)
     shown = [t["limits"] for t in listed if t["name"] == "u-from-before"]
     assert shown == [{"maxBudgetCents": None, "tools": [], "hosts": [], "workspaces": ["home"]}]
+
+
+def _limits_shown(driver: WebDriver, name: str) -> str:
+    script = """
+        const row = [...document.querySelectorAll('tr[data-token]')]
+            .find((r) => r.cells[0].innerText.trim() === arguments[0]);
+        return row ? row.querySelector('[data-limits]').innerText.trim() : '';
+    """
+    return str(driver.execute_script(script, name))
+
+
+def _fill(driver: WebDriver, name: str, text: str) -> None:
+    field = _one(driver, f"[name={name}]")
+    field.clear()
+    field.send_keys(text)
+
+
+def test_the_screen_makes_a_token_with_limits_and_shows_them(
+    machine: Machine,
+    screen: WebDriver,  # noqa: F811
+) -> None:
+    _click(screen, 'a[href="#/settings"]')
+    until(screen, lambda d: _text(d, "main h1") == "Settings")
+    # Garbage in the form is the box's to refuse, in its words: nothing is made.
+    _fill(screen, "token-name", "u-screen-garbage")
+    _fill(screen, "token-budget", "1e400")
+    _press(screen, "Make a token")
+    refused = "maxBudgetCents must be a whole number from 0 to 100000"
+    until(screen, lambda d: refused in _text(d, "#toasts"), "the refusal was not shown")
+    assert "u-screen-garbage" not in boxctl(machine, "token", "ls").stdout
+
+    _fill(screen, "token-name", "u-screen")
+    _fill(screen, "token-budget", "250")
+    _fill(screen, "token-tools", "echo.say")
+    _fill(screen, "token-hosts", "example.com:443\n*.shop.example")
+    _fill(screen, "token-workspaces", "home")
+    _press(screen, "Make a token")
+    made = until(screen, lambda d: _text(d, "[data-made-token]"), "no token shown")
+    assert made.startswith("box_")
+    shown = until(screen, lambda d: _limits_shown(d, "u-screen"), "no limits shown")
+    assert shown == (
+        "budget at most 250 cents; tools echo.say; hosts example.com:443, *.shop.example; "
+        "workspaces home"
+    )
+    screenshot(screen, "token-limits")
+    assert _try(machine, made, budgetCents=251) == (
+        403,
+        {"error": "this member's token allows a budget of at most 250 cents, not 251"},
+    )
+    task = start_fake(machine, made, "step from the screen's token", budgetCents=250)
+    assert task["requester"] == "u-screen" and task["budgetCents"] == 250
+    assert finish(machine, task["id"])["state"] == "done"
