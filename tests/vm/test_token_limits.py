@@ -76,6 +76,15 @@ def test_a_default_token_cannot_spend_call_reach_or_open_past_its_limits(
     # The statuses alone first: on a box without limits every one is a 201, the task started.
     assert {name: status for name, (status, _) in answers.items()} == dict.fromkeys(attacks, 403)
     assert answers == {name: (403, {"error": words}) for name, words in expected.items()}
+    # The same door on D-Bus, behind the HTTP API: a local process holding the token.
+    body = json.dumps({"title": "t", "prompt": "step in", "worker": "fake", "budgetCents": 100000})
+    on_the_bus = machine.run(
+        *("busctl", "call", "org.boxd.Box1", "/org/boxd/Box1", "org.boxd.Box1.Gateway"),
+        *("CreateTask", "ss", mallory, body),
+        user="nobody",
+        check=False,
+    )
+    assert on_the_bus.returncode != 0 and expected["budget"] in on_the_bus.stderr
     # Nothing of them was made.
     after = {t["id"] for t in json.loads(boxctl(machine, "list", "--json").stdout)}
     assert after == before
