@@ -1,12 +1,13 @@
-"""The bodies of the owner's settings, vault and pairing routes (`PATCH /api/settings`,
-`PUT /api/vault/{name}`, `POST /api/pairings`). The manager checks what they say, in the same
-words for every door; these check only their shape."""
+"""The bodies of the owner's settings, vault, pairing and token routes (`PATCH /api/settings`,
+`PUT /api/vault/{name}`, `POST /api/pairings`, `POST /api/tokens`). The manager checks what they
+say, in the same words for every door; these check only their shape."""
 
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, StrictStr
 
 from boxd.settings import Settings
+from boxd.token_limits import TokenLimits
 
 
 class SettingsChanges(RootModel[dict[str, Any]]):
@@ -30,3 +31,18 @@ class NewPairing(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: StrictStr = Field(description="The device's name: its tasks' source is phone:<name>")
+
+
+class NewToken(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: StrictStr = Field(description="What it is for; a member's token: the member's id")
+    role: StrictStr = Field(description="owner, app or member")
+    limits: TokenLimits | None = Field(
+        default=None,
+        description="An app's or a member's: what its tasks may have; left out, the defaults",
+    )
+
+    def limits_json(self) -> str:
+        """The limits as the manager reads them: only the fields the owner named."""
+        return "" if self.limits is None else self.limits.model_dump_json(exclude_unset=True)

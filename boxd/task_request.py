@@ -41,7 +41,8 @@ class Autonomy(StrEnum):
     HIGH = "high"
 
 
-def _hosts(value: object) -> list[str]:
+def checked_hosts(value: object) -> list[str]:
+    """Host rules in their canonical forms, or a validator's error in boxd.hosts' words."""
     try:
         return check_hosts(value)
     except BoxError as error:
@@ -120,7 +121,7 @@ class TaskRequest(BaseModel):
     workspace: StrictStr = "home"
     worker: StrictStr = Worker.DROID.value
     tools: list[StrictStr] = []
-    hosts: Annotated[list[str], BeforeValidator(_hosts)] | None = None
+    hosts: Annotated[list[str], BeforeValidator(checked_hosts)] | None = None
     model: Annotated[str, BeforeValidator(_model)] | None = None
     budgetCents: Annotated[int, BeforeValidator(budget_cents)] | None = None
     source: StrictStr = "api"

@@ -91,6 +91,7 @@ IN_PERSON = {
     "RemoveSecret",
     "ListSecrets",
     "CreatePairing",
+    "CreateToken",
     "RemoveWorkspace",
 }
 
@@ -106,10 +107,15 @@ def test_the_owner_in_person_may_change_settings_vault_pairing_and_workspaces() 
         assert method.admits(GATEWAY, Role.SCREEN) and method.admits(GATEWAY, Role.DEVICE)
 
 
-def test_new_tokens_are_the_owners_own_account_s() -> None:
-    own = {m.name for m in METHODS if m.callers == {Door.POLKIT}}
-    assert {"CreateToken", "CreateScreenLink"} <= own
-    assert find_method(GATEWAY, "CreateToken") is None
+def test_new_tokens_are_the_owners_in_person() -> None:
+    # As pairing is: by the owner's account, this computer's screen or their paired device;
+    # never by a script's owner token, an app's or a member's, so no token widens what it or
+    # another token may do.
+    assert find_method_strict(GATEWAY, "CreateToken").method.callers == {
+        Door.POLKIT,
+        Door.SCREEN,
+        Door.DEVICE,
+    }
     # A role that came in by another door is not admitted, whatever the method.
     assert not find_method_strict(MANAGER, "ListTasks").method.admits(MANAGER, Role.APP)
     assert not find_method_strict(BROKER, "LogStep").method.admits(BROKER, Role.OWNER)

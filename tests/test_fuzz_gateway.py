@@ -27,9 +27,11 @@ from boxd.dbus.client import GatewayClient
 from boxd.errors import BoxError, Problem, die
 from boxd.ids import check_task_id
 from boxd.manager import pairing, vault, workspaces
+from boxd.manager.tokens import token_role
 from boxd.settings import Settings, change_settings
 from boxd.strict_json import loads
 from boxd.task_request import parse_task_request
+from boxd.token_limits import parse_limits
 from boxd.web.app import make_app
 from boxd.web.event_stream import EVENTS_PATH
 from boxd.web.openapi import ROUTES, Route
@@ -72,6 +74,7 @@ ANSWERS: dict[str, Callable[[list[Any]], Any]] = {
     "CreateWorkspace": lambda args: {"name": workspaces.check_name(args[0])},
     "RemoveWorkspace": lambda args: {"name": workspaces.check_name(args[0]), "trash": "/t"},
     "ListTokens": lambda args: [],
+    "CreateToken": lambda args: (token_role(args[1]), parse_limits(args[2])) and "box_made",
     "RevokeToken": lambda args: die(Problem.NOT_FOUND, f"no token {args[0][:80]}"),
     "GetDroid": lambda args: {"state": "installed"},
     "GetAgents": lambda args: {"paused": False},

@@ -99,7 +99,30 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ID",
         help="for a person: their tasks get requester ID; they see and stop only their own",
     )
-    tokens = token_commands.add_parser("ls", help="list tokens: id, name, role, made by")
+    create.add_argument(
+        "--max-budget",
+        type=int,
+        metavar="CENTS",
+        dest="maxBudgetCents",
+        help="an app's or member's tasks ask for at most this budget "
+        "(default: Settings defaultBudgetCents)",
+    )
+    create.add_argument(
+        "--tool", action="append", dest="tools", help="a tool their tasks may name (repeat)"
+    )
+    create.add_argument(
+        "--host",
+        action="append",
+        dest="hosts",
+        help="a host rule their tasks' hosts must fall within (repeat; default: none)",
+    )
+    create.add_argument(
+        "--workspace",
+        action="append",
+        dest="workspaces",
+        help="a workspace their tasks may work on (repeat; default: home)",
+    )
+    tokens = token_commands.add_parser("ls", help="list tokens: id, name, role, made by, limits")
     tokens.add_argument("--json", action="store_true")
     revoke = token_commands.add_parser("revoke", help="revoke a token: it is refused at once")
     revoke.add_argument("id", help="the token's id, or its name if no other token has it")
@@ -256,13 +279,19 @@ async def run(arguments: argparse.Namespace) -> int:
         elif arguments.token_command == "revoke":
             revoked = await client.call("RevokeToken", arguments.id)
             print(f"revoked {revoked['id']} ({revoked['name']})")
-        elif arguments.member is not None:
-            if arguments.name is not None:
-                die(Problem.INVALID, "a member's token is named by their id: leave out --name")
-            print(await client.call("CreateToken", arguments.member, Role.MEMBER.value))
         else:
-            role = Role.APP if arguments.app else Role.OWNER
-            print(await client.call("CreateToken", arguments.name or "owner", role.value))
+            limits = {
+                field: getattr(arguments, field)
+                for field in ("maxBudgetCents", "tools", "hosts", "workspaces")
+                if getattr(arguments, field) is not None
+            }
+            if arguments.member is not None:
+                if arguments.name is not None:
+                    die(Problem.INVALID, "a member's token is named by their id: leave out --name")
+                name, role = arguments.member, Role.MEMBER
+            else:
+                name, role = arguments.name or "owner", Role.APP if arguments.app else Role.OWNER
+            print(await client.call("CreateToken", name, role.value, json.dumps(limits)))
     elif command == "settings":
         if arguments.settings_command == "set":
             changes = {arguments.name: _value(arguments.value)}

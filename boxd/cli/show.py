@@ -118,21 +118,36 @@ def approval_table(approvals: list[dict[str, Any]]) -> str:
     return "\n".join(approval_line(approval) for approval in approvals)
 
 
+def limits_words(limits: dict[str, Any]) -> str:
+    """An app's or a member's token's limits in one line: what its tasks may have."""
+    budget = limits.get("maxBudgetCents")
+    parts = [
+        "budget at most "
+        + ("Settings defaultBudgetCents" if budget is None else f"{budget} cents"),
+        *(
+            f"{field} {', '.join(limits[field])}" if limits.get(field) else f"no {field}"
+            for field in ("tools", "hosts", "workspaces")
+        ),
+    ]
+    return visible("; ".join(parts))
+
+
+def _token_lines(token: dict[str, Any]) -> list[str]:
+    made = time.strftime("%Y-%m-%d %H:%M", time.localtime(token["createdAt"]))
+    line = (
+        f"{token['id']:<12}  {token['role']:<6} {visible(token.get('createdBy', '')):<12} "
+        f"{made:<16} {visible(token['name'])}"
+    )
+    if "limits" not in token:
+        return [line]
+    return [line, f"{'':<14}limits: {limits_words(token['limits'])}"]
+
+
 def token_table(tokens: list[dict[str, Any]]) -> str:
     if not tokens:
         return "No tokens. boxctl token create makes one."
     header = f"{'ID':<12}  {'ROLE':<6} {'MADE BY':<12} {'MADE':<16} NAME"
-    return "\n".join(
-        [
-            header,
-            *(
-                f"{t['id']:<12}  {t['role']:<6} {t.get('createdBy', ''):<12} "
-                f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(t['createdAt'])):<16} "
-                f"{t['name']}"
-                for t in tokens
-            ),
-        ]
-    )
+    return "\n".join([header, *(line for t in tokens for line in _token_lines(t))])
 
 
 def pairing_text(pairing: dict[str, Any], qr: bool = False) -> str:

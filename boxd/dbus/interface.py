@@ -130,8 +130,8 @@ class Bound:
         return "".join(self.types)
 
 
-# The owner's own account only: new tokens are never a token's to make, so a stolen token
-# cannot widen what it or another token may do.
+# The owner's own account only: a login link for this computer's screen is never a token's to
+# make.
 _POLKIT = frozenset({Door.POLKIT})
 # The owner in person: at this computer (polkit, or its own screen, whose session only a
 # polkit-checked `boxctl open` makes) or on the device they paired. The vault, settings,
@@ -163,8 +163,11 @@ CREATE_WORKSPACE = Method("CreateWorkspace", ("name",), "workspace", _OWNER)
 REMOVE_WORKSPACE = Method("RemoveWorkspace", ("name",), "removed", _IN_PERSON)
 GET_SETTINGS = Method("GetSettings", (), "settings", _IN_PERSON)
 SET_SETTINGS = Method("SetSettings", ("changes",), "settings", _IN_PERSON)
-# The role is owner, app or member; a member's token is named by the member's id.
-CREATE_TOKEN = Method("CreateToken", ("name", "role"), "token", _POLKIT)
+# The role is owner, app or member; a member's token is named by the member's id. An app's or
+# a member's carries limits, JSON (boxd.token_limits; "" for the defaults), its tasks are held
+# to. The owner in person makes them, as they pair devices; no token of a script, an app or a
+# member can.
+CREATE_TOKEN = Method("CreateToken", ("name", "role", "limits"), "token", _IN_PERSON)
 LIST_TOKENS = Method("ListTokens", (), "tokens", _OWNER)
 REVOKE_TOKEN = Method("RevokeToken", ("id",), "token", _OWNER)
 # Pairing: the owner makes a code for a device's name; a device exchanges it, once, within ten

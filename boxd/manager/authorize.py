@@ -58,7 +58,7 @@ class Authorizer:
                 await self._screen.refuse_if_over(found)
             if found.role == DEVICE:
                 return Caller(Role.DEVICE, found.name, user=found.user, device=found.name)
-            return Caller(Role(found.role), found.name, user=found.user)
+            return Caller(Role(found.role), found.name, user=found.user, limits=found.limits)
         task_id = message.body[0]
         if await self._broker_unit(sender) != broker_service_unit(task_id):
             die(Problem.FORBIDDEN, f"only the broker of task {task_id} may do this")

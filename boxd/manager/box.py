@@ -104,13 +104,14 @@ from boxd.manager.worker_unit import (
     worker_properties,
     worker_unit,
 )
-from boxd.manager.workspaces import PERSONAL, Workspaces
+from boxd.manager.workspaces import PERSONAL, SHARED, Workspaces
 from boxd.model_key import KEY_REFUSED, missing_key
 from boxd.paths import task_dir, task_manifest, task_work_dir, workspaces_dir
 from boxd.settings import NetworkDefault, Settings, change_settings
 from boxd.strict_json import loads
 from boxd.task import Review, Task, TaskState
-from boxd.task_request import Worker, parse_task_request
+from boxd.task_request import TaskRequest, Worker, parse_task_request
+from boxd.token_limits import DEFAULT, TokenLimits, check_task, holder, parse_limits
 from boxd.workers.ahead import WAKES
 
 PHONE = "phone:"
@@ -530,6 +531,8 @@ class Box:
                 f"workspace {request.workspace} is the copy of your personal folders: start the "
                 "task with folder or folders instead",
             )
+        # Before a workspace or tool is looked up: a limited token learns nothing of the others.
+        budget, hosts = allowed_for(caller, request, settings)
         if (
             personal is None
             and request.files is None
@@ -539,10 +542,6 @@ class Box:
         for tool in request.tools:
             if find_tool(tool) is None:
                 die(Problem.INVALID, f"no tool {tool}: it is not installed on this box")
-        hosts = request.hosts
-        if hosts is None:
-            allowlist = settings.networkDefault == NetworkDefault.ALLOWLIST
-            hosts = list(settings.defaultHosts) if allowlist else []
         droid = request.worker == Worker.DROID
         workspace = request.workspace
         folders: list[str] | None = None
@@ -586,11 +585,7 @@ class Box:
                 hosts=hosts,
                 source=_source(caller, request.source),
                 model=request.model or (resolve_model(DEFAULT_MODEL) if droid else None),
-                budgetCents=(
-                    request.budgetCents
-                    if request.budgetCents is not None
-                    else settings.defaultBudgetCents
-                ),
+                budgetCents=budget,
                 seat=request.seat,
                 droid=request.droid if droid else None,
                 folder=folders[0] if folders else None,
@@ -949,9 +944,37 @@ class Box:
     async def create_token(self, caller: Caller, args: list[Any]) -> str:
         role = token_role(args[1])
         name = check_member_id(args[0]) if role == Role.MEMBER else check_token_name(args[0])
+        limits = self._check_limits(role, args[2])
         token = new_token()
-        await self.store.add_token(token_hash(token), name, role.value, caller.user)
+        stored = None if limits is None else limits.model_dump_json()
+        await self.store.add_token(token_hash(token), name, role.value, caller.user, stored)
         return token
+
+    def _check_limits(self, role: Role, text: str) -> TokenLimits | None:
+        """An app's or a member's limits as sent, each of them one a task could have here now;
+        an owner's token has none: it acts as the owner."""
+        limits = parse_limits(text)
+        if role == Role.OWNER:
+            if limits.model_fields_set:
+                die(
+                    Problem.INVALID,
+                    "an owner's token acts as the owner, so it has no limits: limits are for "
+                    "an app's or a member's token (--app, --member)",
+                )
+            return None
+        for tool in limits.tools:
+            if find_tool(tool) is None:
+                die(Problem.INVALID, f"no tool {tool}: it is not installed on this box")
+        for workspace in limits.workspaces:
+            if workspace.startswith((SHARED, PERSONAL)):
+                die(
+                    Problem.INVALID,
+                    f"workspace {workspace} is one the box made for one task's files or the "
+                    "owner's own folders: only the owner may start tasks on it",
+                )
+            if not self.workspaces.exists(workspace):
+                die(Problem.INVALID, f"no workspace {workspace}")
+        return limits
 
     async def list_tokens(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
         return [token.public() for token in await self.store.tokens()]
@@ -1412,6 +1435,34 @@ def _log_failure(what: str, job: "asyncio.Future[Any]") -> None:
     """A job no one awaits any more says how it failed in the log."""
     if not job.cancelled() and (failure := job.exception()) is not None:
         log.error("%s failed: %s", what, failure)
+
+
+def allowed_for(caller: Caller, request: TaskRequest, settings: Settings) -> tuple[int, list[str]]:
+    """The new task's budget and hosts: what it asked for, else the box's defaults; for any
+    caller but the owner (an app's or a member's token), within the limits its token was made
+    with, and never on the workspace of another task's shared files (a 403 that says which)."""
+    allowlist = settings.networkDefault == NetworkDefault.ALLOWLIST
+    default_hosts = list(settings.defaultHosts) if allowlist else []
+    if caller.acts_as_owner:
+        budget = request.budgetCents
+        return (
+            settings.defaultBudgetCents if budget is None else budget,
+            default_hosts if request.hosts is None else request.hosts,
+        )
+    if request.files is None and request.workspace.startswith(SHARED):
+        die(
+            Problem.FORBIDDEN,
+            f"workspace {request.workspace} holds the files shared to task "
+            f"{request.workspace.removeprefix(SHARED)}: only the owner may start another task "
+            "on it",
+        )
+    return check_task(
+        caller.limits or DEFAULT,
+        holder(caller.role),
+        request,
+        default_budget=settings.defaultBudgetCents,
+        default_hosts=default_hosts,
+    )
 
 
 def _owner_only(caller: Caller) -> None:

@@ -380,6 +380,8 @@ class Store:
             db.execute("PRAGMA busy_timeout=5000")
             db.executescript(_SCHEMA)
             _add_column(db, "tokens", "user", "TEXT")
+            # An app's or a member's limits, as JSON; a row from before has none (the defaults).
+            _add_column(db, "tokens", "limits", "TEXT")
             self._db = db
             self._remake_reserve()
 
@@ -642,11 +644,14 @@ class Store:
 
     # Tokens: only their hashes are kept.
 
-    async def add_token(self, token_hash: str, name: str, role: str, user: str | None) -> None:
+    async def add_token(
+        self, token_hash: str, name: str, role: str, user: str | None, limits: str | None = None
+    ) -> None:
         def write(db: sqlite3.Connection) -> None:
             db.execute(
-                "INSERT INTO tokens (hash, name, role, created, user) VALUES (?, ?, ?, ?, ?)",
-                (token_hash, name, role, time.time(), user),
+                "INSERT INTO tokens (hash, name, role, created, user, limits) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (token_hash, name, role, time.time(), user, limits),
             )
 
         await self._write(write)
@@ -654,7 +659,8 @@ class Store:
     async def token(self, token_hash: str) -> TokenRecord | None:
         def read(db: sqlite3.Connection) -> TokenRecord | None:
             row = db.execute(
-                "SELECT hash, name, role, created, user FROM tokens WHERE hash = ?", (token_hash,)
+                "SELECT hash, name, role, created, user, limits FROM tokens WHERE hash = ?",
+                (token_hash,),
             ).fetchone()
             return None if row is None else TokenRecord(*row)
 
@@ -662,7 +668,9 @@ class Store:
 
     async def tokens(self) -> list[TokenRecord]:
         def read(db: sqlite3.Connection) -> list[TokenRecord]:
-            rows = db.execute("SELECT hash, name, role, created, user FROM tokens ORDER BY created")
+            rows = db.execute(
+                "SELECT hash, name, role, created, user, limits FROM tokens ORDER BY created"
+            )
             return [TokenRecord(*row) for row in rows]
 
         return await self._run(read)

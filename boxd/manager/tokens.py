@@ -2,12 +2,18 @@
 plain SHA-256 is enough, and a stolen database gives no token back."""
 
 import hashlib
+import logging
 import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from boxd.caller import Role
 from boxd.errors import Problem, die
+from boxd.token_limits import DEFAULT, TokenLimits
+
+log = logging.getLogger(__name__)
 
 MAX_NAME = 100
 # A token is shown and revoked by the start of its hash: enough to tell tokens apart, and the
@@ -22,10 +28,31 @@ class TokenRecord:
     role: str
     created: float
     user: str | None
+    # As stored: JSON, or None for a token made before tokens had limits.
+    stored_limits: str | None = None
 
     @property
     def id(self) -> str:
         return self.hash[:ID_LENGTH]
+
+    @property
+    def limited(self) -> bool:
+        return self.role in LIMITED_ROLES
+
+    @property
+    def limits(self) -> TokenLimits | None:
+        """What its tasks may have, for an app's or a member's token; None for the others,
+        which act as the owner. One made before tokens had limits, or whose limits cannot be
+        read, gets the defaults: never none at all."""
+        if not self.limited:
+            return None
+        if self.stored_limits is None:
+            return DEFAULT
+        try:
+            return TokenLimits.model_validate_json(self.stored_limits)
+        except ValidationError:
+            log.error("the limits of token %s cannot be read; it gets the defaults", self.id)
+            return DEFAULT
 
     def public(self) -> dict[str, Any]:
         shown: dict[str, Any] = {
@@ -36,6 +63,8 @@ class TokenRecord:
         }
         if self.user:
             shown["createdBy"] = self.user
+        if self.limits is not None:
+            shown["limits"] = self.limits.model_dump(mode="json")
         return shown
 
 
@@ -73,6 +102,8 @@ DEVICE = "device"
 
 # The roles a token may be made with: a broker is known by its unit, never by a token.
 TOKEN_ROLES = (Role.OWNER, Role.APP, Role.MEMBER)
+# The roles whose tokens carry the owner's limits; the others act as the owner.
+LIMITED_ROLES = (Role.APP.value, Role.MEMBER.value)
 
 
 def token_role(text: str) -> Role:

@@ -10,7 +10,7 @@ from boxd.approval_record import Answer
 from boxd.dbus.client import GatewayClient, connect_system_bus, pages
 from boxd.errors import Problem, die
 from boxd.json_errors import MAX_BODY, json_errors
-from boxd.owner_requests import NewPairing, SecretValue, SettingsChanges
+from boxd.owner_requests import NewPairing, NewToken, SecretValue, SettingsChanges
 from boxd.pairing_qr import qr_svg
 from boxd.pairing_request import PairRequest
 from boxd.plain_errors import parse
@@ -114,6 +114,15 @@ async def list_tokens(request: web.Request) -> web.Response:
     return _json(await _call(request, "ListTokens"))
 
 
+async def create_token(request: web.Request) -> web.Response:
+    token = _token(request)
+    body = parse(NewToken, await request.read())
+    made = await request.app[CLIENT].call_as(
+        token, "CreateToken", body.name, body.role, body.limits_json()
+    )
+    return _json({"token": made}, 201)
+
+
 async def revoke_token(request: web.Request) -> web.Response:
     return _json(await _call(request, "RevokeToken", request.match_info["id"]))
 
@@ -215,7 +224,8 @@ def make_app(
         "the API serves GET and POST /api/tasks, GET /api/tasks/{id}, "
         "GET /api/tasks/{id}/diff, POST /api/tasks/{id}/stop, /undo and /keep, "
         "GET /api/approvals, POST /api/approvals/{id}, "
-        "GET and POST /api/workspaces, GET /api/tokens, DELETE /api/tokens/{id}, GET /api/droid, "
+        "GET and POST /api/workspaces, GET and POST /api/tokens, DELETE /api/tokens/{id}, "
+        "GET /api/droid, "
         "GET and POST /api/pause, POST /api/resume, POST /api/pair, "
         "POST and DELETE /api/session (boxctl open makes the link), GET /api/openapi.json, "
         "GET /api/events, GET and PATCH /api/settings, GET /api/vault, "
@@ -243,6 +253,7 @@ def make_app(
     app.router.add_post("/api/workspaces", create_workspace)
     app.router.add_post("/api/approvals/{id}", answer_approval)
     app.router.add_get("/api/tokens", list_tokens)
+    app.router.add_post("/api/tokens", create_token)
     app.router.add_delete("/api/tokens/{id}", revoke_token)
     app.router.add_get("/api/droid", get_droid)
     app.router.add_get("/api/pause", get_pause)

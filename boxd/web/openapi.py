@@ -15,13 +15,14 @@ from pydantic.json_schema import models_json_schema
 from boxd.approval_record import Answer, Approval
 from boxd.caller import LINK_USED, OWNER_ONLY
 from boxd.full_disk import NO_ROOM_TO_START
-from boxd.owner_requests import NewPairing, SecretValue, SettingsChanges
+from boxd.owner_requests import NewPairing, NewToken, SecretValue, SettingsChanges
 from boxd.pairing_request import PairRequest
 from boxd.settings import Settings
 from boxd.strict_json import TOO_LARGE
 from boxd.task import Task
 from boxd.task_diff import TaskDiff
 from boxd.task_request import TaskRequest
+from boxd.token_limits import TokenLimits
 from boxd.web.event_stream import EVENTS_PATH, HEARTBEAT_SECONDS
 from boxd.web.host_check import OTHER_ORIGIN
 from boxd.web.live_events import TOO_MANY
@@ -45,6 +46,7 @@ _MODELS: tuple[tuple[type[BaseModel], _Mode], ...] = (
     (SecretValue, "validation"),
     (NewPairing, "validation"),
     (SessionRequest, "validation"),
+    (NewToken, "validation"),
     (Settings, "serialization"),
     (Task, "serialization"),
     (Approval, "serialization"),
@@ -89,6 +91,10 @@ _TOKEN: dict[str, Any] = {
         "role": {"type": "string", "enum": ["owner", "app", "member", "device", "screen"]},
         "createdAt": {"type": "number"},
         "createdBy": {"type": "string"},
+        "limits": {
+            **_ref(TokenLimits),
+            "description": "an app's or a member's token: what its tasks may have",
+        },
     },
 }
 _ANYTHING: dict[str, Any] = {"type": "object"}
@@ -228,6 +234,20 @@ ROUTES: tuple[Route, ...] = (
         "The tokens and the screen's sessions",
         200,
         {"type": "array", "items": _TOKEN},
+    ),
+    Route(
+        "POST",
+        "/api/tokens",
+        "Make a token, with an app's or a member's limits; the answer holds it, shown once",
+        201,
+        {
+            "type": "object",
+            "required": ["token"],
+            "properties": {"token": {"type": "string", "description": "send it as Bearer"}},
+        },
+        NewToken,
+        (400, 413),
+        who="this computer's own screen (and boxctl token create, over D-Bus)",
     ),
     Route(
         "DELETE",

@@ -73,8 +73,8 @@ def test_a_member_cannot_choose_the_requester_or_act_as_the_owner(
     ):
         refused = _gateway(machine, member, signature, *args)
         assert refused.returncode != 0 and OWNER_ONLY[1]["error"] in refused.stderr, member
-    made = _gateway(machine, "CreateToken", "sss", anna, "u-boss", "owner")
-    assert made.returncode != 0 and "could not be found" in made.stderr, made.stderr
+    made = _gateway(machine, "CreateToken", "ssss", anna, "u-boss", "owner", "")
+    assert made.returncode != 0 and OWNER_ONLY[1]["error"] in made.stderr, made.stderr
     # Nothing of that took effect.
     assert finish(machine, done["id"], timeout=5)["state"] == "done"
     status, pending = http(machine, "GET", "/api/approvals", token)
@@ -143,9 +143,10 @@ def test_a_members_token_is_made_in_plain_words(machine: Machine) -> None:
         "/org/boxd/Box1",
         "org.boxd.Box1.Manager",
         "CreateToken",
-        "ss",
+        "sss",
         "sneaky",
         "broker",
+        "",
         check=False,
     )
     assert wrong.returncode != 0

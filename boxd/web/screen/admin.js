@@ -1,7 +1,7 @@
 // The box itself: workspaces, settings, the vault's names, tokens, paired devices, pause.
 
 import { api, get, post } from "./api.js";
-import { act, field, h, replace, toast, when } from "./dom.js";
+import { act, field, h, lines, replace, toast, when } from "./dom.js";
 import { setPaused, state, watch } from "./store.js";
 
 function table(headings, rows, empty) {
@@ -123,9 +123,11 @@ function tokensPanel() {
     if (await act(event.currentTarget, () => api("DELETE", `/api/tokens/${encodeURIComponent(token.id)}`), "Revoked.")) load();
   } }, "Revoke");
   const row = (token) => h("tr", { "data-token": token.id }, h("td", {}, token.name), h("td", {}, token.role), h("td", {}, when(token.createdAt)), h("td", {}, revoke(token)));
+  const limitedRow = (token) => h("tr", { "data-token": token.id }, h("td", {}, token.name), h("td", {}, token.role),
+    h("td", { "data-limits": "" }, token.limits ? limitsText(token.limits) : "acts as the owner"), h("td", {}, when(token.createdAt)), h("td", {}, revoke(token)));
   async function load() {
     const found = await get("/api/tokens");
-    replace(tokens, table(["Name", "Role", "Made", ""], found.filter((t) => t.role !== "device").map(row), "No tokens. boxctl token create NAME makes one."));
+    replace(tokens, table(["Name", "Role", "Limits", "Made", ""], found.filter((t) => t.role !== "device").map(limitedRow), "No tokens. Make one below, or with boxctl token create."));
     replace(devices, table(["Name", "Role", "Paired", ""], found.filter((t) => t.role === "device").map(row), "No paired devices."));
   }
   load().catch((error) => replace(tokens, h("p", { class: "error" }, error.message)));
@@ -142,8 +144,50 @@ function tokensPanel() {
           made.expiresInSeconds ? h("p", { class: "muted" }, `For ${made.device}; good once, until ${when(Date.now() / 1000 + made.expiresInSeconds)}.`) : null)));
         deviceName.value = "";
       } }, field("Device name", deviceName), h("div", { class: "actions" }, pair)), pairing),
-    h("section", { class: "panel" }, h("h2", {}, "Tokens"), tokens),
+    h("section", { class: "panel" }, h("h2", {}, "Tokens"), tokens, tokenForm(load)),
   ];
+}
+
+// What an app's or a member's token lets its tasks have, as boxctl token ls says it.
+function limitsText(limits) {
+  const budget = limits.maxBudgetCents === null || limits.maxBudgetCents === undefined ? "the default budget" : `${limits.maxBudgetCents} cents`;
+  const named = (what) => (limits[what] && limits[what].length ? `${what} ${limits[what].join(", ")}` : `no ${what}`);
+  return [`budget at most ${budget}`, named("tools"), named("hosts"), named("workspaces")].join("; ");
+}
+
+// A new token with its limits; the box checks every field and says what it refused. The token
+// is shown here once: only its hash is kept.
+function tokenForm(reload) {
+  const name = h("input", { name: "token-name", required: true, autocomplete: "off", maxlength: "100", placeholder: "u-4711, or the app's name" });
+  const role = h("select", { name: "token-role" }, [["member", "A member (a person in the business)"], ["app", "An app"], ["owner", "The owner (a script of yours, no limits)"]].map(([value, text]) => h("option", { value }, text)));
+  // Text, not a number input: the box refuses what is not a whole number, in its own words,
+  // rather than the browser turning it into nothing.
+  const budget = h("input", { name: "token-budget", inputmode: "numeric", autocomplete: "off", placeholder: "the default budget" });
+  const tools = h("textarea", { name: "token-tools", rows: "2", placeholder: "none" });
+  const hosts = h("textarea", { name: "token-hosts", rows: "2", placeholder: "none" });
+  const workspaces = h("textarea", { name: "token-workspaces", rows: "2" });
+  workspaces.value = "home";
+  const limited = h("div", { class: "row" }, field("Highest budget (US cents)", budget), field("Tools, one per line", tools),
+    field("Hosts, one per line", hosts, "example.com, example.com:443 or *.example.com"), field("Workspaces, one per line", workspaces));
+  role.addEventListener("change", () => { limited.hidden = role.value === "owner"; });
+  const shown = h("div", {});
+  const make = h("button", { type: "submit", class: "primary" }, "Make a token");
+  return h("form", { class: "stack", "aria-label": "Make a token", onsubmit: async (event) => {
+    event.preventDefault();
+    const body = { name: name.value.trim(), role: role.value };
+    if (role.value !== "owner") {
+      const cents = budget.value.trim();
+      body.limits = { tools: lines(tools.value), hosts: lines(hosts.value), workspaces: lines(workspaces.value) };
+      if (cents) body.limits.maxBudgetCents = /^[0-9]+$/.test(cents) ? Number(cents) : cents;
+    }
+    const made = await act(make, () => post("/api/tokens", body), "Token made.");
+    if (!made) return;
+    replace(shown, h("div", { class: "pairing" }, h("div", {},
+      h("p", {}, `The token for ${body.name}, shown this once (send it as Authorization: Bearer):`),
+      h("p", { class: "code mono", "data-made-token": "" }, made.token))));
+    name.value = ""; budget.value = ""; tools.value = ""; hosts.value = ""; workspaces.value = "home";
+    reload();
+  } }, h("h3", {}, "Make a token"), h("div", { class: "row" }, field("Name", name), field("For", role)), limited, h("div", { class: "actions" }, make), shown);
 }
 
 function pausePanel() {
