@@ -98,7 +98,7 @@ from boxd.manager.worker_unit import (
 )
 from boxd.manager.workspaces import PERSONAL, Workspaces
 from boxd.model_key import KEY_REFUSED, missing_key
-from boxd.paths import task_dir, task_manifest, task_work_dir, workspaces_dir
+from boxd.paths import task_dir, task_manifest, task_own_home, task_work_dir, workspaces_dir
 from boxd.settings import NetworkDefault, Settings, change_settings
 from boxd.strict_json import loads
 from boxd.task import Review, Task, TaskState
@@ -1205,9 +1205,16 @@ class Box:
         unit = worker_unit(task.id)
         self.systemd.unwatch(unit)
         await self._let_go(unit)
-        recorded = False
+        recorded = full = False
         try:
             await self.layers.unmount(task.id)
+            # On a full disk the task's files go before its end is recorded rather than after:
+            # the record needs room, and they may hold all there is (its home is its own user's
+            # to fill, all of a file system with no root reserve). Its home goes however it
+            # ends; changes thrown away, with a mark that keeps it from resuming (throw_away).
+            full = await asyncio.to_thread(disk_full, self.home)
+            if full:
+                await task_home.remove(self.home, task.id)
             if state == TaskState.DONE:
                 async with self._joins[task.workspace]:
                     layer = await self.store.next_layer(task.workspace)
@@ -1218,6 +1225,8 @@ class Box:
             message = failure.message if isinstance(failure, BoxError) else str(failure)
             state, error = TaskState.FAILED, f"Its changes could not be kept: {message}"
         if not recorded:
+            if full:
+                await self.layers.throw_away(task.id)
             task = await self._record_end(task, state, error, None, waiting)
         await self._clear_ended(task)
         await self._collect_layers(task.workspace)
@@ -1288,13 +1297,15 @@ class Box:
         self._in_background(self._free_disk())
 
     async def _free_disk(self) -> None:
-        """The record could not grow: the disk is full. The unfinished task whose changes take
-        the most space is stopped, whether or not its agent gave up on its own, so the others
-        and the record can go on."""
+        """The record could not grow: the disk is full. The unfinished task whose files (its
+        changes and its home) take the most space is stopped, whether or not its agent gave up
+        on its own, so the others and the record can go on."""
         try:
             sizes = []
             for task in await self.store.tasks((TaskState.RUNNING, TaskState.WAITING)):
-                used = await asyncio.to_thread(tree_bytes, self.layers.upper(task.id))
+                used = await asyncio.to_thread(
+                    _task_bytes, self.layers.upper(task.id), task_own_home(self.home, task.id)
+                )
                 sizes.append((used, task.id))
             if not sizes:
                 return
@@ -1303,7 +1314,7 @@ class Box:
                 # What filled the disk is not a task's (a file of the owner's, another
                 # program's): stopping one would free next to nothing and lose its work.
                 log.warning(
-                    "the disk is full, and no unfinished task's changes take %d MiB or more: "
+                    "the disk is full, and no unfinished task's files take %d MiB or more: "
                     "none is stopped",
                     RESERVE_BYTES // MIB,
                 )
@@ -1313,7 +1324,7 @@ class Box:
                 if task.state.ended:
                     return
                 log.warning(
-                    "the disk is full: stopping task %s, whose changes take the most", task_id
+                    "the disk is full: stopping task %s, whose files take the most", task_id
                 )
                 await self._end(task, TaskState.FAILED, stopped_words(used // MIB))
         except Exception:
@@ -1376,6 +1387,10 @@ async def _until_room(
             if waiting is not None and not waiting.done():
                 waiting.set_result(None)
         await asyncio.sleep(END_WAITS_FOR_ROOM_SECONDS)
+
+
+def _task_bytes(upper: Path, own_home: Path) -> int:
+    return tree_bytes(upper) + tree_bytes(own_home)
 
 
 def _log_failure(what: str, job: "asyncio.Future[Any]") -> None:
