@@ -26,7 +26,7 @@ from boxd.errors import BoxError, Problem, die
 from boxd.event import EventKind
 from boxd.full_disk import NO_ROOM_TO_START, is_full
 from boxd.ids import new_task_id, task_user
-from boxd.manager import at_rest, netns, task_home
+from boxd.manager import at_rest, disk_quota, netns, task_home
 from boxd.manager.admission import next_to_start
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.at_once import at_once
@@ -903,7 +903,12 @@ class Box:
         changes = loads(args[0], "the settings")
         if not isinstance(changes, dict):
             die(Problem.INVALID, "the settings must be a JSON object of names and values")
-        settings = change_settings(await self.store.settings(), changes)
+        current = await self.store.settings()
+        settings = change_settings(current, changes)
+        if settings.taskDiskQuotaBytes not in (None, current.taskDiskQuotaBytes):
+            why = await asyncio.to_thread(disk_quota.why_not, self.home)
+            if why is not None:
+                die(Problem.INVALID, disk_quota.refused(self.home, why))
         await self._limit_all_tasks(settings)
         await self.store.save_settings(settings)
         # A higher maxRunningTasks lets queued tasks start now.
@@ -1096,16 +1101,31 @@ class Box:
         # A spare's user and namespace were made ahead, in this run (spares.py).
         made_ahead = task.id in self._made_ahead
         self._made_ahead.discard(task.id)
+        quota = (await self.store.settings()).taskDiskQuotaBytes
+        if quota is not None:
+            await self._limit_disk(task.id, uid, quota)
         await at_once(
             ensure_user(user, directory, uid),
-            task_home.prepare(self.home, task.id, uid),
-            self.layers.mount(task.id, task.workspace, layers, uid),
+            task_home.prepare(self.home, task.id, uid, project=quota is not None),
+            self.layers.mount(task.id, task.workspace, layers, uid, project=quota is not None),
             *([] if made_ahead else [netns.ensure(task.id)]),
         )
         manifest = task_manifest(self.home, task.id)
         if task.folders and not manifest.exists():
             seen = await asyncio.to_thread(take_manifest, task_work_dir(self.home, task.id))
             await asyncio.to_thread(save_manifest, seen, manifest)
+
+    async def _limit_disk(self, task_id: str, uid: int, quota: int) -> None:
+        """The most the task's home and changes may take of the disk together (its project
+        is its uid: boxd.manager.disk_quota)."""
+        try:
+            await asyncio.to_thread(disk_quota.limit, self.home, uid, quota)
+        except OSError as error:
+            die(
+                Problem.FAILED,
+                f"could not give task {task_id} its disk quota (taskDiskQuotaBytes): "
+                f"{error.strerror or error}",
+            )
 
     async def _start_units(self, task: Task) -> None:
         """Starts the worker, and with it, in the same job, its broker and the broker's sockets

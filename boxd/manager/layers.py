@@ -18,7 +18,7 @@ import stat
 from pathlib import Path
 
 from boxd.errors import Problem, die
-from boxd.manager import at_rest
+from boxd.manager import at_rest, disk_quota
 from boxd.paths import task_dir, task_work_dir, workspaces_dir
 
 MAX_DONE = 499
@@ -91,10 +91,14 @@ class Layers:
             return
         at_rest.restrict(view, at_rest.MOUNT_POINT)
 
-    async def mount(self, task_id: str, workspace: str, stack: list[str], uid: int) -> None:
+    async def mount(
+        self, task_id: str, workspace: str, stack: list[str], uid: int, project: bool = False
+    ) -> None:
         """Mounts the task's view: its upper directory over `stack` (layer names, newest first)
         over the base. Mounting again after a restart keeps what the task already wrote; a task
-        whose changes were thrown away as it ended (throw_away) is not mounted again."""
+        whose changes were thrown away as it ended (throw_away) is not mounted again. With
+        `project`, what the task writes counts against its disk quota (boxd.manager.disk_quota):
+        the upper and the overlay's work folder, where overlayfs makes each file first."""
         view = task_work_dir(self.home, task_id)
         if await asyncio.to_thread(os.path.ismount, view):
             return
@@ -106,6 +110,9 @@ class Layers:
         upper.mkdir(mode=0o700, exist_ok=True)
         os.chown(upper, uid, -1)
         self._scratch(task_id).mkdir(mode=0o700, exist_ok=True)
+        if project:
+            for made in (upper, self._scratch(task_id)):
+                await asyncio.to_thread(disk_quota.set_project_of, made.parent, made.name, uid)
         view.mkdir(mode=0o700, exist_ok=True)
         # BOX_HOME/workspaces/<name>, seen from BOX_HOME/layers/<name>.
         base = f"../../{workspaces_dir(self.home).name}/{workspace}"

@@ -248,6 +248,23 @@ fallocate -l $(( free - 8388608 )) filler
 """
 
 
+def test_a_disk_quota_is_refused_where_the_file_system_keeps_none(machine: Machine) -> None:
+    """The test machine's kernel is built without a quota format (CONFIG_QFMT_V2) and without
+    XFS quotas, so no file system here keeps project quotas: the setting is refused, in words
+    that say where it works, and stays off. (boxd asks the kernel itself: the machine lets
+    quotactl_fd through its seccomp filter.)"""
+    refused = boxctl(machine, "settings", "set", "taskDiskQuotaBytes", str(2**30), check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        "boxctl: taskDiskQuotaBytes cannot be set on this box: the file system of "
+        f"{BOX_HOME} does not enforce project quotas. It works where {BOX_HOME} is ext4 "
+        "made with -O quota,project and mounted with prjquota, or XFS mounted with prjquota, "
+        "on Linux 5.14 or later."
+    )
+    shown = json.loads(boxctl(machine, "settings", "--json").stdout)
+    assert shown["taskDiskQuotaBytes"] is None
+
+
 # The owner's own files fill the disk: every free block, root's reserved ones too, as root can.
 _FILL = f"""
 set -e
