@@ -77,6 +77,7 @@ MIN_CPU_PERCENT, MAX_CPU_PERCENT = 1, 100 * 1024
 
 
 GIB = 1024 * MIB
+MIN_DISK_QUOTA_BYTES, MAX_DISK_QUOTA_BYTES = 64 * MIB, 1024**5
 MAX_RUNNING_TASKS = 4096
 MAX_ALL_TASKS = 4_194_304  # the kernel's highest pid_max
 
@@ -109,6 +110,17 @@ def _whole(field: str, what: str, low: int, high: int) -> BeforeValidator:
     return BeforeValidator(check)
 
 
+def _disk_quota(value: object) -> int | None:
+    if value is None:
+        return None
+    if type(value) is not int or not MIN_DISK_QUOTA_BYTES <= value <= MAX_DISK_QUOTA_BYTES:
+        raise plain(
+            "taskDiskQuotaBytes must be null (no quota) or a whole number of bytes from "
+            f"{MIN_DISK_QUOTA_BYTES} to {MAX_DISK_QUOTA_BYTES}"
+        )
+    return value
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -132,6 +144,10 @@ class Settings(BaseModel):
             "taskCPUPercent", "a whole percentage of one core", MIN_CPU_PERCENT, MAX_CPU_PERCENT
         ),
     ] = 200
+
+    # A task's home and changes together, as a project quota where BOX_HOME's file system
+    # enforces them (boxd.manager.disk_quota); null, the default: none.
+    taskDiskQuotaBytes: Annotated[int | None, BeforeValidator(_disk_quota)] = None
 
     # All tasks' workers together, in box.slice; and how many tasks run at once, the rest
     # waiting `queued` in the order they came. The defaults come from the machine.

@@ -28,6 +28,7 @@ def test_seed_defaults() -> None:
         "taskMemoryMaxBytes": 4 * 1024**3,
         "taskTasksMax": 1024,
         "taskCPUPercent": 200,
+        "taskDiskQuotaBytes": None,
         "modelBaseUrl": "https://api.anthropic.com",
     }
 

@@ -5,18 +5,21 @@
 set -euo pipefail
 # What it makes is read by boxd's users (the venv, the bytecode), whatever root's own umask.
 umask 022
-wheel=${1:?usage: install.sh path/to/boxd-*.whl}
+wheel=$(realpath -e -- "${1:?usage: install.sh path/to/boxd-*.whl}")
 here=$(cd "$(dirname "$0")" && pwd)
 source_tree=$(dirname "$here")
+# Run from / and Python with -P: python -m and -c put the working directory first on sys.path,
+# so root started here from a folder others can write would import their compileall.py.
+cd /
 prefix=/opt/boxd
 
 [ "$(id -u)" = 0 ] || { echo "install.sh: run me as root" >&2; exit 1; }
 [ -d /run/systemd/system ] || { echo "install.sh: this machine does not run systemd" >&2; exit 1; }
 
 # Debian's python3-systemd is used through system site packages rather than compiled here.
-[ -x "$prefix/venv/bin/python" ] || python3 -m venv --system-site-packages "$prefix/venv"
+[ -x "$prefix/venv/bin/python" ] || python3 -P -m venv --system-site-packages "$prefix/venv"
 "$prefix/venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --force-reinstall "$wheel"
-"$prefix/venv/bin/python" -c 'import aiohttp, dbus_fast, pydantic, sdnotify, systemd.journal' || {
+"$prefix/venv/bin/python" -P -c 'import aiohttp, dbus_fast, pydantic, sdnotify, systemd.journal' || {
     echo "install.sh: $prefix/venv lacks boxd's dependencies; pip install them first" >&2; exit 1; }
 
 # The bytecode boxd's own processes run with (python.env): compiled here, as root, for every
@@ -37,9 +40,9 @@ install -m 0644 "$here/python.env" "$prefix/python.env"
     rm -rf "$cache".new.*  # of a run cut short
     PYTHONPYCACHEPREFIX=$(mktemp -d "$cache.new.XXXXXX")
     chmod 0755 "$PYTHONPYCACHEPREFIX"
-    mapfile -t path < <("$prefix/venv/bin/python" -c \
+    mapfile -t path < <("$prefix/venv/bin/python" -P -c \
         'import os, sys; print("\n".join(p for p in sys.path if os.path.isdir(p)))')
-    "$prefix/venv/bin/python" -m compileall -q -j 0 "${path[@]}" >&2 ||
+    "$prefix/venv/bin/python" -P -m compileall -q -j 0 "${path[@]}" >&2 ||
         echo "install.sh: the modules above did not compile; each is compiled as it is imported" >&2
     rm -rf "$cache"
     mv "$PYTHONPYCACHEPREFIX" "$cache"

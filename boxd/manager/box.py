@@ -26,7 +26,7 @@ from boxd.errors import BoxError, Problem, die
 from boxd.event import EventKind
 from boxd.full_disk import NO_ROOM_TO_START, is_full
 from boxd.ids import new_task_id, task_user
-from boxd.manager import at_rest, netns, task_home
+from boxd.manager import at_rest, disk_quota, netns, task_home
 from boxd.manager.admission import next_to_start
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.at_once import at_once
@@ -106,7 +106,7 @@ from boxd.manager.worker_unit import (
 )
 from boxd.manager.workspaces import PERSONAL, SHARED, Workspaces
 from boxd.model_key import KEY_REFUSED, missing_key
-from boxd.paths import task_dir, task_manifest, task_work_dir, workspaces_dir
+from boxd.paths import task_dir, task_manifest, task_own_home, task_work_dir, workspaces_dir
 from boxd.settings import NetworkDefault, Settings, change_settings
 from boxd.strict_json import loads
 from boxd.task import Review, Task, TaskState
@@ -921,7 +921,12 @@ class Box:
         changes = loads(args[0], "the settings")
         if not isinstance(changes, dict):
             die(Problem.INVALID, "the settings must be a JSON object of names and values")
-        settings = change_settings(await self.store.settings(), changes)
+        current = await self.store.settings()
+        settings = change_settings(current, changes)
+        if settings.taskDiskQuotaBytes not in (None, current.taskDiskQuotaBytes):
+            why = await asyncio.to_thread(disk_quota.why_not, self.home)
+            if why is not None:
+                die(Problem.INVALID, disk_quota.refused(self.home, why))
         await self._limit_all_tasks(settings)
         await self.store.save_settings(settings)
         # A higher maxRunningTasks lets queued tasks start now.
@@ -1149,16 +1154,31 @@ class Box:
         # A spare's user and namespace were made ahead, in this run (spares.py).
         made_ahead = task.id in self._made_ahead
         self._made_ahead.discard(task.id)
+        quota = (await self.store.settings()).taskDiskQuotaBytes
+        if quota is not None:
+            await self._limit_disk(task.id, uid, quota)
         await at_once(
             ensure_user(user, directory, uid),
-            task_home.prepare(self.home, task.id, uid),
-            self.layers.mount(task.id, task.workspace, layers, uid),
+            task_home.prepare(self.home, task.id, uid, project=quota is not None),
+            self.layers.mount(task.id, task.workspace, layers, uid, project=quota is not None),
             *([] if made_ahead else [netns.ensure(task.id)]),
         )
         manifest = task_manifest(self.home, task.id)
         if task.folders and not manifest.exists():
             seen = await asyncio.to_thread(take_manifest, task_work_dir(self.home, task.id))
             await asyncio.to_thread(save_manifest, seen, manifest)
+
+    async def _limit_disk(self, task_id: str, uid: int, quota: int) -> None:
+        """The most the task's home and changes may take of the disk together (its project
+        is its uid: boxd.manager.disk_quota)."""
+        try:
+            await asyncio.to_thread(disk_quota.limit, self.home, uid, quota)
+        except OSError as error:
+            die(
+                Problem.FAILED,
+                f"could not give task {task_id} its disk quota (taskDiskQuotaBytes): "
+                f"{error.strerror or error}",
+            )
 
     async def _start_units(self, task: Task) -> None:
         """Starts the worker, and with it, in the same job, its broker and the broker's sockets
@@ -1258,9 +1278,16 @@ class Box:
         unit = worker_unit(task.id)
         self.systemd.unwatch(unit)
         await self._let_go(unit)
-        recorded = False
+        recorded = full = False
         try:
             await self.layers.unmount(task.id)
+            # On a full disk the task's files go before its end is recorded rather than after:
+            # the record needs room, and they may hold all there is (its home is its own user's
+            # to fill, all of a file system with no root reserve). Its home goes however it
+            # ends; changes thrown away, with a mark that keeps it from resuming (throw_away).
+            full = await asyncio.to_thread(disk_full, self.home)
+            if full:
+                await task_home.remove(self.home, task.id)
             if state == TaskState.DONE:
                 async with self._joins[task.workspace]:
                     layer = await self.store.next_layer(task.workspace)
@@ -1271,6 +1298,8 @@ class Box:
             message = failure.message if isinstance(failure, BoxError) else str(failure)
             state, error = TaskState.FAILED, f"Its changes could not be kept: {message}"
         if not recorded:
+            if full:
+                await self.layers.throw_away(task.id)
             task = await self._record_end(task, state, error, None, waiting)
         await self._clear_ended(task)
         await self._collect_layers(task.workspace)
@@ -1341,13 +1370,15 @@ class Box:
         self._in_background(self._free_disk())
 
     async def _free_disk(self) -> None:
-        """The record could not grow: the disk is full. The unfinished task whose changes take
-        the most space is stopped, whether or not its agent gave up on its own, so the others
-        and the record can go on."""
+        """The record could not grow: the disk is full. The unfinished task whose files (its
+        changes and its home) take the most space is stopped, whether or not its agent gave up
+        on its own, so the others and the record can go on."""
         try:
             sizes = []
             for task in await self.store.tasks((TaskState.RUNNING, TaskState.WAITING)):
-                used = await asyncio.to_thread(tree_bytes, self.layers.upper(task.id))
+                used = await asyncio.to_thread(
+                    _task_bytes, self.layers.upper(task.id), task_own_home(self.home, task.id)
+                )
                 sizes.append((used, task.id))
             if not sizes:
                 return
@@ -1356,7 +1387,7 @@ class Box:
                 # What filled the disk is not a task's (a file of the owner's, another
                 # program's): stopping one would free next to nothing and lose its work.
                 log.warning(
-                    "the disk is full, and no unfinished task's changes take %d MiB or more: "
+                    "the disk is full, and no unfinished task's files take %d MiB or more: "
                     "none is stopped",
                     RESERVE_BYTES // MIB,
                 )
@@ -1366,7 +1397,7 @@ class Box:
                 if task.state.ended:
                     return
                 log.warning(
-                    "the disk is full: stopping task %s, whose changes take the most", task_id
+                    "the disk is full: stopping task %s, whose files take the most", task_id
                 )
                 await self._end(task, TaskState.FAILED, stopped_words(used // MIB))
         except Exception:
@@ -1429,6 +1460,10 @@ async def _until_room(
             if waiting is not None and not waiting.done():
                 waiting.set_result(None)
         await asyncio.sleep(END_WAITS_FOR_ROOM_SECONDS)
+
+
+def _task_bytes(upper: Path, own_home: Path) -> int:
+    return tree_bytes(upper) + tree_bytes(own_home)
 
 
 def _log_failure(what: str, job: "asyncio.Future[Any]") -> None:

@@ -1,7 +1,8 @@
 """The box's disk: when it is full, and the space boxd keeps back for its own record.
 
 A task's writes reach the disk through its overlay, which writes with the mounting process's
-(root's) credentials, so a task can take ext4's root-reserved blocks too: nothing in the file
+(root's) credentials, so a task can take ext4's root-reserved blocks too; and through its home,
+as its own user, which takes all of a file system made with no root reserve. Nothing in the file
 system keeps space for boxd. boxd keeps its own: a file of RESERVE_BYTES beside the database,
 given up the moment the database cannot grow, so the manager can still record that tasks failed
 and why, and made again once there is room.
@@ -35,9 +36,9 @@ def full_words(error: str) -> str:
 
 def stopped_words(mib: int) -> str:
     return (
-        f"The box's disk is full, and this task's changes took the most of it ({mib} MiB): "
-        "boxd stopped it and threw them away to free the space. Start it again once the box "
-        "has room for what it writes."
+        f"The box's disk is full, and this task's files (its changes and its home) took the "
+        f"most of it ({mib} MiB): boxd stopped it and threw them away to free the space. Start "
+        "it again once the box has room for what it writes."
     )
 
 

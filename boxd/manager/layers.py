@@ -14,13 +14,20 @@ are mounted from inside the layer store by relative name.
 import asyncio
 import os
 import shutil
+import stat
 from pathlib import Path
 
 from boxd.errors import Problem, die
-from boxd.manager import at_rest
+from boxd.manager import at_rest, disk_quota
 from boxd.paths import task_dir, task_work_dir, workspaces_dir
 
 MAX_DONE = 499
+# Why a task whose changes were thrown away as it ended (Layers.throw_away) does not resume.
+THROWN_AWAY = (
+    "its changes were thrown away to free the full disk as it ended, before boxd could record "
+    "its end"
+)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
@@ -40,6 +47,14 @@ async def _run(*argv: str, cwd: Path | None = None) -> str | None:
     )
     _, stderr = await process.communicate()
     return None if process.returncode == 0 else stderr.decode(errors="replace").strip()
+
+
+def _sync_dir(path: Path) -> None:
+    fd = os.open(path, _DIR_FLAGS)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class Layers:
@@ -76,18 +91,28 @@ class Layers:
             return
         at_rest.restrict(view, at_rest.MOUNT_POINT)
 
-    async def mount(self, task_id: str, workspace: str, stack: list[str], uid: int) -> None:
+    async def mount(
+        self, task_id: str, workspace: str, stack: list[str], uid: int, project: bool = False
+    ) -> None:
         """Mounts the task's view: its upper directory over `stack` (layer names, newest first)
-        over the base. Mounting again after a restart keeps what the task already wrote."""
+        over the base. Mounting again after a restart keeps what the task already wrote; a task
+        whose changes were thrown away as it ended (throw_away) is not mounted again. With
+        `project`, what the task writes counts against its disk quota (boxd.manager.disk_quota):
+        the upper and the overlay's work folder, where overlayfs makes each file first."""
         view = task_work_dir(self.home, task_id)
         if await asyncio.to_thread(os.path.ismount, view):
             return
+        if await asyncio.to_thread(self._thrown_away(task_id).exists):
+            die(Problem.FAILED, THROWN_AWAY)
         store = self.store(workspace)
         store.mkdir(parents=True, exist_ok=True)
         upper = self._upper(task_id)
         upper.mkdir(mode=0o700, exist_ok=True)
         os.chown(upper, uid, -1)
         self._scratch(task_id).mkdir(mode=0o700, exist_ok=True)
+        if project:
+            for made in (upper, self._scratch(task_id)):
+                await asyncio.to_thread(disk_quota.set_project_of, made.parent, made.name, uid)
         view.mkdir(mode=0o700, exist_ok=True)
         # BOX_HOME/workspaces/<name>, seen from BOX_HOME/layers/<name>.
         base = f"../../{workspaces_dir(self.home).name}/{workspace}"
@@ -170,10 +195,45 @@ class Layers:
 
         return await asyncio.to_thread(move)
 
+    def _thrown_away(self, task_id: str) -> Path:
+        """A failed task's upper directory, emptied before its end was recorded (throw_away)."""
+        return task_dir(self.home, task_id) / "thrown-away"
+
+    async def throw_away(self, task_id: str) -> None:
+        """Deletes the changes of a task that failed before its end is recorded: on a full disk
+        the record needs their space, which may be the space it waits for. The upper directory
+        is renamed first, which takes no space, and left empty under its new name: a manager cut
+        off before the record finds it so, and the task fails rather than resume as if the
+        changes its log says it made were there (mount refuses)."""
+
+        def empty() -> None:
+            try:
+                self._upper(task_id).rename(self._thrown_away(task_id))
+            except FileNotFoundError:
+                pass
+            else:
+                _sync_dir(task_dir(self.home, task_id))
+            try:
+                fd = os.open(self._thrown_away(task_id), _DIR_FLAGS)
+            except FileNotFoundError:
+                return
+            try:
+                for name in os.listdir(fd):
+                    # rmtree works from directory fds: it follows no link the task left.
+                    if stat.S_ISDIR(os.lstat(name, dir_fd=fd).st_mode):
+                        shutil.rmtree(name, dir_fd=fd)
+                    else:
+                        os.unlink(name, dir_fd=fd)
+            finally:
+                os.close(fd)
+
+        await asyncio.to_thread(empty)
+
     async def discard(self, task_id: str) -> None:
         def remove() -> None:
             shutil.rmtree(self._upper(task_id), ignore_errors=True)
             shutil.rmtree(self._scratch(task_id), ignore_errors=True)
+            shutil.rmtree(self._thrown_away(task_id), ignore_errors=True)
 
         await asyncio.to_thread(remove)
 

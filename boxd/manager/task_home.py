@@ -12,12 +12,14 @@ import os
 import shutil
 from pathlib import Path
 
+from boxd.manager import disk_quota
 from boxd.paths import task_own_home
 
 
-async def prepare(home: Path, task_id: str, uid: int) -> Path:
+async def prepare(home: Path, task_id: str, uid: int, project: bool = False) -> Path:
     """Makes the task's home, or finds it after a restart. Its parent is root's, so no task can
-    have put anything at that path."""
+    have put anything at that path. With `project`, what is made in it counts against the
+    task's disk quota (boxd.manager.disk_quota)."""
     path = task_own_home(home, task_id)
 
     def make() -> None:
@@ -26,6 +28,8 @@ async def prepare(home: Path, task_id: str, uid: int) -> Path:
         try:
             os.fchown(fd, uid, -1)
             os.fchmod(fd, 0o700)
+            if project:
+                disk_quota.set_project(fd, uid)
         finally:
             os.close(fd)
 

@@ -303,7 +303,8 @@ class Machine:
             "--link-journal=no",
             # For IPAddressDeny= and for loopback in the namespaces tests make inside.
             "--capability=CAP_NET_ADMIN",
-            "--system-call-filter=bpf",
+            # quotactl_fd: boxd asks the kernel whether BOX_HOME keeps project quotas.
+            "--system-call-filter=bpf quotactl_fd",
             f"--bind={_escape_bind(str(self.home))}:{BOX_HOME}",
             # For tests/vm/npm_registry.py to serve Droid from, without the network.
             f"--bind-ro={_escape_bind(str(droid_cache_dir()))}:{DROID_CACHE}",

@@ -26,13 +26,23 @@ STEPS_WHILE_FULL = 250
 
 @pytest.fixture
 def small_disk() -> Iterator[Machine]:
+    yield from _small_disk()
+
+
+@pytest.fixture
+def bare_disk() -> Iterator[Machine]:
+    """As small_disk, with no blocks reserved for root: a task's own user can fill it all."""
+    yield from _small_disk("-m", "0")
+
+
+def _small_disk(*mkfs: str) -> Iterator[Machine]:
     """A machine whose BOX_HOME is a small ext4 of its own: an image file loop-mounted on the
     host (a loop device cannot be made inside the machine) and bound over /var/lib/box."""
     place = Path(tempfile.mkdtemp(prefix="boxd-small-disk-", dir="/var/tmp"))
     image, mount = place / "disk.img", place / "home"
     mount.mkdir()
     subprocess.run(["truncate", "-s", f"{DISK_MIB}M", str(image)], check=True)
-    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", *mkfs, str(image)], check=True)
     subprocess.run(["mount", "-o", "loop", str(image), str(mount)], check=True)
     mount.chmod(0o755)
     machine = Machine(binds=[(mount, BOX_HOME, False)])
@@ -87,13 +97,7 @@ def test_a_task_that_fills_the_disk_fails_and_the_box_goes_on(small_disk: Machin
     # boxd stopped the task whose changes took the disk, in plain words, and its space is back.
     stopped = finish(machine, hog["id"])
     assert stopped["state"] == "failed", stopped
-    assert stopped["error"].startswith(
-        "The box's disk is full, and this task's changes took the most of it ("
-    ), stopped["error"]
-    assert stopped["error"].endswith(
-        "MiB): boxd stopped it and threw them away to free the space. Start it again once the "
-        "box has room for what it writes."
-    ), stopped["error"]
+    _assert_stopped_by_the_box(stopped)
     status, listed = http(machine, "GET", "/api/tasks", token)
     assert status == 200, listed
     assert {other["id"], hog["id"]} <= {t["id"] for t in listed}
@@ -111,6 +115,154 @@ def test_a_task_that_fills_the_disk_fails_and_the_box_goes_on(small_disk: Machin
     assert finish(machine, after["id"])["state"] == "done"
     restarts = machine.run("systemctl", "show", "-P", "NRestarts", "boxd.service").stdout
     assert restarts.strip() == "0"
+
+
+def _assert_stopped_by_the_box(task: dict[str, Any]) -> None:
+    assert task["state"] == "failed", task
+    assert task["error"].startswith(
+        "The box's disk is full, and this task's files (its changes and its home) took the "
+        "most of it ("
+    ), task["error"]
+    assert task["error"].endswith(
+        "MiB): boxd stopped it and threw them away to free the space. Start it again once the "
+        "box has room for what it writes."
+    ), task["error"]
+
+
+def _until_full(machine: Machine, timeout: float = 30) -> None:
+    """Waits until no block is left for anyone (a test may poll; boxd itself never does)."""
+    deadline = time.monotonic() + timeout
+    while _available(machine) > 0:
+        assert time.monotonic() < deadline, f"{BOX_HOME} still has room {timeout:g} s later"
+        time.sleep(0.1)
+
+
+def _gone(machine: Machine, path: str) -> bool:
+    return machine.run("test", "-e", path, check=False).returncode == 1
+
+
+def test_a_task_that_fills_the_disk_through_its_home_is_stopped_by_the_box(
+    bare_disk: Machine,
+) -> None:
+    """Its home is its own user's, outside its view: on a file system with no root reserve it
+    takes every block, and goes on taking the space boxd frees to record that."""
+    machine = bare_disk
+    token = boxctl(machine, "token", "create").stdout.strip()
+    other = start_fake(
+        machine,
+        token,
+        "step ready\nsh until [ -e /etc/go-on ]; do sleep 0.1; done; echo going on\nstep after",
+    )
+    hog = start_fake(
+        machine,
+        token,
+        "step ready\n"
+        "sh n=0; while :; do n=$((n+1)); dd if=/dev/zero of=$HOME/fill-$n bs=64k 2>/dev/null;"
+        " sleep 0.1; done",
+    )
+    for task in (other, hog):
+        wait_for_step(machine, task["id"])
+    _until_full(machine)
+    # Steps to log on the full disk: boxd gives up its reserve to record them, and looks for
+    # the task that holds the disk.
+    _post_steps(machine, other, "full", "reserve")
+    stopped = finish(machine, hog["id"], timeout=60)
+    _assert_stopped_by_the_box(stopped)
+    assert _gone(machine, f"{BOX_HOME}/tasks/{hog['id']}/home")
+    assert _available(machine) > (DISK_MIB // 2) * 2**20
+    machine.run("touch", "/etc/go-on")
+    done = finish(machine, other["id"])
+    assert done["state"] == "done", done
+    assert [s["text"] for s in done["steps"]][-2:] == ["going on", "after"]
+    fresh = start_fake(machine, token, "write ok.txt fine")
+    assert finish(machine, fresh["id"])["state"] == "done"
+    assert _has_reserve(machine)
+
+
+def test_the_owners_stop_ends_a_task_that_filled_the_disk_through_its_home(
+    bare_disk: Machine,
+) -> None:
+    """The disk full of the owner's files but for a little, which a task's home takes, and then
+    the space boxd frees to record that: the owner's stop must not wait for room that only
+    clearing that task frees."""
+    machine = bare_disk
+    token = boxctl(machine, "token", "create").stdout.strip()
+    hog = start_fake(
+        machine,
+        token,
+        "step ready\n"
+        "sh until [ -e /etc/fill ]; do sleep 0.1; done;"
+        " dd if=/dev/zero of=$HOME/a bs=64k 2>/dev/null; echo filled\n"
+        "sh until [ -e /etc/take-the-rest ]; do sleep 0.1; done; n=0;"
+        " while :; do n=$((n+1)); dd if=/dev/zero of=$HOME/b-$n bs=4k 2>/dev/null; sleep 0.1;"
+        " done",
+    )
+    other = start_fake(
+        machine,
+        token,
+        "step ready\n"
+        "sh until [ -e /etc/still-full ]; do sleep 0.1; done; echo the disk is still full\n"
+        "step after",
+    )
+    for task in (hog, other):
+        wait_for_step(machine, task["id"])
+    # The owner's files take all but 8 MiB, which the task's home takes: less than boxd's
+    # reserve, so boxd's own answer to the full disk stops no task for it.
+    machine.run("sh", "-c", _FILL_BUT_8_MIB)
+    machine.run("touch", "/etc/fill")
+    wait_for_step(machine, hog["id"], 2)
+    # Its step "filled" may have taken boxd's reserve already; these take it if not.
+    _post_steps(machine, other, "reserve", "reserve")
+    assert not _has_reserve(machine)
+    _journal_says(machine, "boxd.service", "none is stopped")
+    # The task takes the space boxd freed, and then the record has no room for anything.
+    machine.run("touch", "/etc/take-the-rest")
+    _until_full(machine)
+    full = _post_steps(machine, other, "full", "refused")
+    assert full["refused"] == [507, {"error": RECORD_FULL}], full
+    machine.run("touch", "/etc/still-full")
+    _journal_says(machine, f"box-task-{other['id']}.service", "Waiting for room")
+
+    answer = http(machine, "POST", f"/api/tasks/{hog['id']}/stop", token)
+    assert answer[0] == 200, answer
+    assert (answer[1]["state"], answer[1]["error"]) == ("failed", STOPPED), answer
+    assert _gone(machine, f"{BOX_HOME}/tasks/{hog['id']}/home")
+    assert _available(machine) > 16 * 2**20
+    # The other task goes on by itself, and so do new ones once the owner's files are gone.
+    done = finish(machine, other["id"])
+    assert done["state"] == "done", done
+    assert [s["text"] for s in done["steps"]][-2:] == ["the disk is still full", "after"]
+    machine.run("rm", f"{BOX_HOME}/filler")
+    fresh = start_fake(machine, token, "write ok.txt fine")
+    assert finish(machine, fresh["id"])["state"] == "done"
+    assert _has_reserve(machine)
+    shown = json.loads(boxctl(machine, "show", hog["id"], "--json").stdout)
+    assert (shown["state"], shown["error"]) == ("failed", STOPPED)
+
+
+_FILL_BUT_8_MIB = f"""
+set -e
+cd {BOX_HOME}
+free=$(( $(stat -f -c %a .) * $(stat -f -c %S .) ))
+fallocate -l $(( free - 8388608 )) filler
+"""
+
+
+def test_a_disk_quota_is_refused_where_the_file_system_keeps_none(machine: Machine) -> None:
+    """The test machine's kernel is built without a quota format (CONFIG_QFMT_V2) and without
+    XFS quotas, so no file system here keeps project quotas: the setting is refused, in words
+    that say where it works, and stays off. (boxd asks the kernel itself: the machine lets
+    quotactl_fd through its seccomp filter.)"""
+    refused = boxctl(machine, "settings", "set", "taskDiskQuotaBytes", str(2**30), check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        "boxctl: taskDiskQuotaBytes cannot be set on this box: the file system of "
+        f"{BOX_HOME} does not enforce project quotas. It works where {BOX_HOME} is ext4 "
+        "made with -O quota,project and mounted with prjquota, or XFS mounted with prjquota, "
+        "on Linux 5.14 or later."
+    )
+    shown = json.loads(boxctl(machine, "settings", "--json").stdout)
+    assert shown["taskDiskQuotaBytes"] is None
 
 
 # The owner's own files fill the disk: every free block, root's reserved ones too, as root can.

@@ -102,3 +102,57 @@ def test_boxd_s_services_and_brokers_run_with_the_file_s_environment(machine: Ma
         environ = machine.run("cat", f"/proc/{pid}/environ").stdout.split("\0")
         has = dict(item.split("=", 1) for item in environ if "=" in item)
         assert {name: has.get(name) for name in wanted} == wanted, unit
+
+
+# What install.sh runs as root with python -m or -c, or imports there.
+PLANTED = (
+    "compileall",
+    "venv",
+    "ensurepip",
+    "aiohttp",
+    "dbus_fast",
+    "pydantic",
+    "sdnotify",
+    "systemd",
+)
+MARKER = "/run/boxd-planted"
+# Each says it ran, as root, and then stands aside for the real module, so that install.sh goes
+# on to whatever it runs next.
+PLANT = """
+import importlib, os, runpy, sys
+open({marker!r}, "a").write({name!r} + "\\n")
+sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
+if __name__ == "__main__":
+    runpy.run_module({name!r}, run_name="__main__", alter_sys=True)
+else:
+    del sys.modules[__name__]
+    sys.modules[__name__] = importlib.import_module(__name__)
+"""
+
+
+def test_install_sh_runs_nothing_from_the_folder_it_is_started_in(machine: Machine) -> None:
+    """python -m and -c put the working directory first on sys.path: root running install.sh
+    from a folder others can write would import what they put there. Another user plants a
+    module of each name install.sh runs or imports, which says so as root."""
+    machine.run("rm", "-rf", "/tmp/shared", MARKER)
+    machine.run("install", "-d", "-m", "1777", "/tmp/shared")
+    for name in PLANTED:
+        machine.run(
+            "sh",
+            "-c",
+            f"cat > /tmp/shared/{name}.py",
+            input=PLANT.format(marker=MARKER, name=name),
+            user="nobody",
+        )
+    wheel = machine.run("sh", "-c", "cd /tmp/boxd-src && ls boxd-*.whl").stdout.strip()
+    # The wheel named from there, as a person would.
+    done = machine.run(
+        "sh",
+        "-c",
+        f"cd /tmp/shared && exec bash /tmp/boxd-src/units/install.sh ../boxd-src/{wheel}",
+        check=False,
+        timeout=300,
+    )
+    assert machine.run("cat", MARKER, check=False).stdout == ""
+    assert done.returncode == 0, done.stderr
+    assert machine.run("systemctl", "is-active", "boxd.service").stdout.strip() == "active"

@@ -278,6 +278,21 @@ def test_a_link_works_once(machine: Machine, owner: str) -> None:
 def test_the_settings_and_a_phones_width(machine: Machine, screen: WebDriver) -> None:
     _click(screen, 'a[href="#/settings"]')
     until(screen, lambda d: _text(d, "main h1") == "Settings")
+    # A setting that is off while null (taskDiskQuotaBytes) shows empty, and stays null when
+    # another is saved.
+    quota = _one(screen, "input[name=taskDiskQuotaBytes]")
+    assert quota.get_attribute("value") == ""
+    budget = _one(screen, "input[name=defaultBudgetCents]")
+    budget.clear()
+    budget.send_keys("150")
+    _press(screen, "Save settings")
+
+    def saved(driver: WebDriver) -> Any:
+        shown = json.loads(boxctl(machine, "settings", "--json").stdout)
+        return shown if shown["defaultBudgetCents"] == 150 else None
+
+    assert until(screen, saved, "the settings were not saved")["taskDiskQuotaBytes"] is None
+    boxctl(machine, "settings", "set", "defaultBudgetCents", "100")
     _one(screen, "input[name=device]").send_keys("anna-phone")
     _press(screen, "Make a pairing code")
     code = _one(screen, "[data-pairing-code]").text

@@ -171,6 +171,7 @@ def test_settings_apply_to_new_tasks(machine: Machine, token: str, settings: Non
         "taskMemoryMaxBytes": 4 * 1024**3,
         "taskTasksMax": 1024,
         "taskCPUPercent": 200,
+        "taskDiskQuotaBytes": None,
         "modelBaseUrl": "https://api.anthropic.com",
     }
     boxctl(machine, "settings", "set", "defaultBudgetCents", "42")

@@ -40,6 +40,7 @@ const LABELS = {
   taskMemoryMaxBytes: "Memory per task (bytes)",
   taskTasksMax: "Processes per task",
   taskCPUPercent: "CPU per task (% of one core)",
+  taskDiskQuotaBytes: "Disk per task (bytes; empty: no quota)",
   allTasksMemoryMaxBytes: "Memory for all tasks (bytes)",
   allTasksTasksMax: "Processes for all tasks",
   maxRunningTasks: "Tasks running at once",
@@ -48,15 +49,19 @@ const LABELS = {
 
 // A setting's input, by the type of its value: numbers, words, lists (one per line), choices.
 const CHOICES = { networkDefault: ["none", "allowlist"] };
+// Numbers that are null while off: an empty field.
+const OFF_WHEN_EMPTY = new Set(["taskDiskQuotaBytes"]);
 
 function settingInput(name, value) {
   if (CHOICES[name]) return h("select", { name }, CHOICES[name].map((choice) => h("option", { value: choice, selected: choice === value }, choice)));
+  if (OFF_WHEN_EMPTY.has(name)) return h("input", { name, type: "number", step: "1", value: value === null ? "" : String(value), placeholder: "off" });
   if (Array.isArray(value)) { const area = h("textarea", { name, rows: "3" }); area.value = value.join("\n"); return area; }
   if (typeof value === "number") return h("input", { name, type: "number", step: "1", value: String(value) });
   return h("input", { name, value: String(value ?? ""), autocomplete: "off" });
 }
 
 function settingValue(input, was) {
+  if (OFF_WHEN_EMPTY.has(input.name)) return input.value === "" ? null : Number(input.value);
   if (Array.isArray(was)) return input.value.split("\n").map((line) => line.trim()).filter(Boolean);
   if (typeof was === "number") return input.value === "" ? was : Number(input.value);
   return input.value;
