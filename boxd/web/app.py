@@ -115,7 +115,7 @@ async def list_tokens(request: web.Request) -> web.Response:
 
 
 async def create_token(request: web.Request) -> web.Response:
-    token = _token(request)
+    token = token_of(request)
     body = parse(NewToken, await request.read())
     made = await request.app[CLIENT].call_as(
         token, "CreateToken", body.name, body.role, body.limits_json()
