@@ -8,8 +8,8 @@ Three processes on this machine, so no two share an event loop: a local Anthropi
 upstream (aiohttp on 127.0.0.1) that answers every `POST /v1/messages` with SSE, the broker's
 real `ModelGateway` in front of it (its manager in memory: budget, approvals and cost logging
 answer at once, so what is measured is the gateway's own work: reading and parsing the body,
-hashing it, replacing the model and key, forwarding, reading usage from the stream), and the
-client that times both paths one request at a time.
+checking it against the allowlists, hashing it, replacing the model and key, forwarding, reading
+usage from the stream), and the client that times both paths one request at a time.
 
 - Time to first byte: a request of 40 KB (a first Droid turn) or 2 MB (a long conversation),
   answered with message_start at once and then 64 text deltas; from sending the request to
@@ -105,13 +105,8 @@ class InstantManager:
 
     async def call(self, member: str, *args: str) -> Any:
         if member == "BeginModelRequest":
-            return {
-                "spentCents": 0,
-                "reservedCents": {},
-                "approval": None,
-                "upstream": self.upstream,
-            }
-        return {}
+            return {"admitted": True, "upstream": self.upstream}
+        return {"logged": True}
 
 
 class NoWaiter:

@@ -2,7 +2,7 @@
 manager's models of them, whose fields are checked by the same plain checks the broker reads its
 requests with (boxd.caps, boxd.approval), as pydantic validators (plain_errors.checked)."""
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -59,7 +59,8 @@ class CallResult(BaseModel):
 
 
 class CostRecord(BaseModel):
-    """The data of a `cost` event: spending in US cents, not rounded."""
+    """The data of a `cost` event: spending in US cents, not rounded. `reserved` marks a model
+    request charged what was reserved for it, since its reply never said what it cost."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -73,6 +74,7 @@ class CostRecord(BaseModel):
         ]
         | None
     ) = None
+    reserved: StrictBool | None = None
 
 
 # Far above what a task can be refused in a broker's life, and exact in a JSON reader's double.
@@ -95,9 +97,7 @@ Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 class Question(BaseModel):
     """An /ask (boxd.approval.AskRequest, checked the same), or the OK an over-budget /call
-    needs (`tool` names the call it is for), or the OK the model gateway needs before a request
-    past the budget (`model` names the model it runs on, `inputHash` the sha256 of the request's
-    body)."""
+    needs (`tool` names the call it is for)."""
 
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
@@ -107,14 +107,49 @@ class Question(BaseModel):
     payee: Annotated[str, checked(approval.payee)] | None = None
     purpose: Annotated[str, checked(approval.purpose)] | None = None
     tool: Label | None = None
-    model: Annotated[str, checked(text("model", MAX_LABEL))] | None = None
-    inputHash: Sha256 | None = None
+
+
+# A model request's own id, made by its gateway: 64 random bits in hex.
+RequestId = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{16}$")]
+TokenCount = Annotated[StrictInt, Field(ge=0, le=MAX_TOKENS)]
 
 
 class ModelStart(BaseModel):
-    """A model request the gateway is about to forward: its key and the sha256 of its body."""
+    """A model request the gateway is about to forward: its id, the sha256 of its body, and
+    what its worst case is made from: the estimate of its input tokens, its max_tokens and
+    whether it writes to the 1-hour cache; and what the broker's calls in flight reserve."""
 
     model_config = ConfigDict(extra="forbid")
 
-    key: Key
+    request: RequestId
     requestHash: Sha256
+    inputTokens: TokenCount
+    maxTokens: Annotated[StrictInt, Field(ge=1, le=MAX_TOKENS)]
+    hourCache: StrictBool
+    inFlightCents: Cents = 0
+
+
+class ModelTokens(BaseModel):
+    """A reply's token counts, as boxd.pricing.Tokens names them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: TokenCount = 0
+    output: TokenCount = 0
+    cacheWrite: TokenCount = 0
+    cacheRead: TokenCount = 0
+    cacheWrite1h: TokenCount = 0
+
+
+class ModelCost(BaseModel):
+    """What a forwarded request's reply said: at its `start` (message_start's counts, logged as
+    soon as they passed) or at its `end` (the rest, the reply's status, and whether it said its
+    final usage: if not, the rest of what was reserved for it is charged)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request: RequestId
+    part: Literal["start", "end"]
+    tokens: ModelTokens = ModelTokens()
+    status: Annotated[StrictInt, Field(ge=0, le=999)] = 0
+    complete: StrictBool = False

@@ -136,8 +136,19 @@ class Guard:
     """Serves `app` on listening sockets within `bounds`. Errors it answers itself (408 for a
     body too slow, 503 at the cap) come from `answer(words, status)`, in the app's own shape."""
 
-    def __init__(self, app: web.Application, bounds: Bounds, answer: Answer = error) -> None:
+    def __init__(
+        self,
+        app: web.Application,
+        bounds: Bounds,
+        answer: Answer = error,
+        read_body: Callable[[web.Request], Awaitable[object]] | None = None,
+    ) -> None:
         self.app = app
+        # How a request's body is read whole before the app sees it: aiohttp's read(), which
+        # keeps it for the handler's own; or the app's, which keeps it its own way (the model
+        # gateway's, in one buffer of the size the request says, where aiohttp's joins its
+        # chunks into a second copy).
+        self.read_body = read_body or (lambda request: request.read())
         self.bounds = bounds
         self.answer = answer
         # Why connections were dropped, and how many: logged at most once a minute.
@@ -270,9 +281,9 @@ def _whole_body(guard: Guard) -> Middleware:
         if connection is not None and request.body_exists:
             connection.reading_body = True
             try:
-                # aiohttp keeps the body: the handler's own read() gets it at once.
+                # Kept: the handler's own read gets it at once.
                 async with asyncio.timeout(guard.bounds.body_seconds):
-                    await request.read()
+                    await guard.read_body(request)
             except TimeoutError:
                 guard.dropped["no whole body in time"] += 1
                 late = guard.answer(body_words(guard.bounds.body_seconds), 408)

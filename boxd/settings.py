@@ -1,5 +1,6 @@
 """The owner's settings, stored in the database, with the seed's defaults."""
 
+import ipaddress
 import os
 import re
 from enum import StrEnum
@@ -16,6 +17,7 @@ from pydantic import (
     field_validator,
 )
 
+from boxd.broker.address_screen import never_reached
 from boxd.errors import BoxError
 from boxd.hosts import check_hosts
 from boxd.plain_errors import invalid, plain
@@ -42,8 +44,11 @@ _URL_CHARACTERS = re.compile(r"[!-~]+")
 
 
 def _model_base_url(value: object) -> str:
-    """Where each task's model gateway sends model requests (it adds /v1/messages)."""
-    like = f"an http or https URL like {DEFAULT_MODEL_BASE_URL}"
+    """Where each task's model gateway sends model requests (it adds /v1/messages), with the
+    model key: over https, or http to this machine's own loopback only (a proxy the owner runs
+    here, a test's server), so the key never crosses a network in clear. Where the host's name
+    leads is screened as the gateway connects (boxd/broker/model_upstream.py)."""
+    like = f"an https URL like {DEFAULT_MODEL_BASE_URL}"
     if not isinstance(value, str):
         raise plain(f"modelBaseUrl must be {like}")
     if len(value) > MAX_MODEL_BASE_URL:
@@ -57,6 +62,12 @@ def _model_base_url(value: object) -> str:
         raise plain(f"modelBaseUrl must be {like}") from None
     if url.scheme not in ("http", "https") or not url.hostname:
         raise plain(f"modelBaseUrl must be {like}")
+    if url.scheme == "http" and not _loopback(url.hostname):
+        raise plain(
+            f"modelBaseUrl must be {like}: the model key goes with every request, so plain http "
+            "is only for this machine's own loopback (http://127.0.0.1:PORT, http://[::1]:PORT "
+            "or http://localhost:PORT, a proxy you run here)"
+        )
     if url.username is not None or url.password is not None:
         raise plain(
             "modelBaseUrl must not hold a user name or password: the model key belongs in "
@@ -64,7 +75,31 @@ def _model_base_url(value: object) -> str:
         )
     if url.query or url.fragment or "?" in value or "#" in value:
         raise plain("modelBaseUrl must not have a query or fragment: the gateway adds /v1/messages")
+    literal = _address(url.hostname)
+    if literal is not None and not literal.is_loopback and never_reached(literal) is not None:
+        raise plain(
+            f"modelBaseUrl's host {literal} is {never_reached(literal)}: the model key never "
+            "goes there"
+        )
     return value.rstrip("/")
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def _loopback(host: str) -> bool:
+    address = _address(host)
+    return host.lower() == "localhost" or (address is not None and address.is_loopback)
+
+
+# The most output tokens a model request may ask for: its worst case (max_tokens at the output
+# price) is reserved from the task's budget before it goes. Droid asks for 32,000.
+DEFAULT_MODEL_MAX_TOKENS = 32_000
+MAX_MODEL_MAX_TOKENS = 128_000
 
 
 # A task's worker unit gets these as MemoryMax=, TasksMax= and CPUQuota=. The defaults leave
@@ -173,6 +208,10 @@ class Settings(BaseModel):
 
     # The Anthropic Messages API every task's model gateway forwards to, with the vault's key.
     modelBaseUrl: Annotated[str, BeforeValidator(_model_base_url)] = DEFAULT_MODEL_BASE_URL
+    modelMaxTokens: Annotated[
+        int,
+        _whole("modelMaxTokens", "a whole number of output tokens", 1, MAX_MODEL_MAX_TOKENS),
+    ] = DEFAULT_MODEL_MAX_TOKENS
 
     @field_validator("agentFolders")
     @classmethod

@@ -1,29 +1,47 @@
 """The model gateway in the broker, between a client speaking Anthropic's Messages API and a
-fake upstream (a real aiohttp server on 127.0.0.1), with the manager's side in memory. The real
-manager, D-Bus, systemd and the task's namespace are in tests/vm/test_model_gateway.py."""
+fake upstream (a real aiohttp server on 127.0.0.1), with the manager's side as boxd runs it
+(boxd.manager.model_requests on a real SQLite record; D-Bus a stand-in). The real manager,
+D-Bus, systemd and the task's namespace are in tests/vm/test_model_gateway.py and
+tests/vm/test_model_money.py."""
 
 import asyncio
 import contextlib
 import hashlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 import aiohttp
 import pytest
 from aiohttp import web
+from dbus_fast.aio import MessageBus
 
+from boxd.broker import model_gateway
 from boxd.broker.model_gateway import MAX_IN_FLIGHT, MAX_REQUEST, ModelGateway, ModelKey
-from boxd.broker.model_request import NotAnObject, with_model
 from boxd.broker.model_usage import MAX_LINE, JsonUsage, StreamUsage
+from boxd.caller import Caller, Role
 from boxd.errors import BoxError, Problem
-from boxd.key_use import ModelUse, QuestionUse, Use, first_refusal
+from boxd.event import EventKind
+from boxd.manager.approval_answers import ApprovalAnswers
+from boxd.manager.model_requests import ModelRequests
+from boxd.manager.records import Records
+from boxd.manager.store import Store
 from boxd.model_key import KEY_REFUSED
-from boxd.pricing import Tokens, price_cents
+from boxd.pricing import Tokens, price_cents, reservation_cents
+from boxd.settings import Settings
+from boxd.task import TaskState
+from boxd.task_request import Autonomy, DroidOptions
+from tests.test_broker_methods import QuietBus
+from tests.test_model_requests import Presence
+from tests.test_store import a_task
 
 KEY = "sk-ant-api03-the-owners-own-key"
 MODEL = "claude-sonnet-4-6"
+TASK = "t000000001"
+BROKER = Caller(Role.BROKER, ":1.7", task=TASK)
+OWNER = Caller(Role.OWNER, "owner")
 USAGE = {
     "input_tokens": 1200,
     "output_tokens": 345,
@@ -76,6 +94,8 @@ class Turn:
     release: asyncio.Event | None = None
     # The upstream hangs up after this many events.
     cut_after: int | None = None
+    # A whole reply (not streamed) waits for this before it is sent.
+    hold: asyncio.Event | None = None
 
 
 class Upstream:
@@ -110,6 +130,8 @@ class Upstream:
             error = {"type": "error", "error": {"type": "x", "message": "invalid x-api-key"}}
             return web.json_response(error, status=turn.status)
         if not turn.stream:
+            if turn.hold is not None:
+                await turn.hold.wait()
             message = {"type": "message", "content": [], "model": body["model"]}
             return web.json_response({**message, "usage": turn.usage})
         response = web.StreamResponse(headers={"content-type": "text/event-stream"})
@@ -130,93 +152,93 @@ class Upstream:
 
 
 class Manager:
-    """The manager's side of the gateway, in memory, with its key rule (boxd.key_use)."""
+    """The manager's side of the gateway as boxd runs it: BeginModelRequest and LogModelCost
+    by boxd.manager.model_requests on a real record, the owner's answers by ApprovalAnswers."""
 
-    def __init__(self, upstream: str, budget: float = 100) -> None:
-        self.task: dict[str, Any] = {
-            "id": "t000000001",
-            "model": MODEL,
-            "budgetCents": budget,
-            "costCents": 0.0,
-        }
-        self.upstream = upstream
-        self.reserved: dict[str, float] = {}
-        self.approvals: dict[str, dict[str, Any]] = {}
-        self.uses: dict[str, Use] = {}
-        self.asked: list[dict[str, Any]] = []
-        self.costs: list[dict[str, Any]] = []
+    def __init__(self, store: Store, task: dict[str, Any]) -> None:
+        self.store = store
+        self.records = Records(store, cast(MessageBus, QuietBus()))
+        self.presence = Presence()
+        self.models = ModelRequests(self.records, self.presence)
+        self.answers = ApprovalAnswers(self.records)
+        # The task as the gateway has it (GET /task, when its broker started).
+        self.task = task
         self.refused = 0
-        self.answers: dict[str, asyncio.Future[str]] = {}
         # How often the gateway began waiting for an answer.
         self.waits = 0
         self._news = asyncio.Event()
 
-    async def until(self, check: Callable[[], bool]) -> None:
-        """Waits until `check` holds, looking again after each thing the gateway does."""
-        while not check():
+    async def until(self, check: Callable[[], Awaitable[bool] | bool]) -> None:
+        """Waits until `check` holds, looking again after each thing the gateway does, and
+        every 20 ms for what the upstream does; for 5 s at most."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5
+        while True:
+            held = check()
+            if held if isinstance(held, bool) else await held:
+                return
+            assert loop.time() < deadline, "what the test waited for never came"
             self._news.clear()
-            await asyncio.wait_for(self._news.wait(), 5)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._news.wait(), 0.02)
 
     def tell(self) -> None:
         self._news.set()
 
     async def call(self, member: str, *args: str) -> Any:
         try:
-            return await self._call(member, *args)
+            if member == "ModelKeyRefused":
+                self.refused += 1
+                return self.task
+            if member == "BeginModelRequest":
+                return await self.models.begin(BROKER, [TASK, *args])
+            assert member == "LogModelCost", member
+            return await self.models.log_cost(BROKER, [TASK, *args])
         finally:
             self.tell()
 
-    async def _call(self, member: str, *args: str) -> Any:
-        if member == "ModelKeyRefused":
-            self.refused += 1
-            return self.task
-        data = json.loads(args[0])
-        if member == "BeginModelRequest":
-            self._claim(data["key"], ModelUse(data["requestHash"]))
-            return {
-                "spentCents": self.task["costCents"],
-                "reservedCents": self.reserved,
-                "approval": self.approvals.get(data["key"]),
-                "upstream": self.upstream,
-            }
-        if member == "Ask":
-            use = ModelUse(data["inputHash"]) if "model" in data else QuestionUse(data["question"])
-            self._claim(data["key"], use)
-            self.asked.append(data)
-            return self.approvals.setdefault(
-                data["key"], {"id": f"t000000001.{data['key']}", "state": "pending", **data}
-            )
-        assert member == "LogCost"
-        self.costs.append(data)
-        self.task["costCents"] += data["cents"]
-        return {"kind": "cost", "data": data}
+    async def set_task(self, **update: Any) -> None:
+        task = (await self.records.task(TASK)).model_copy(update=update)
+        await self.records.record(task, EventKind.TASK_STATE, {"state": task.state.value})
+        self.task.update(task.public())
 
-    def _claim(self, key: str, use: Use) -> None:
-        taken = self.uses.setdefault(key, use)
-        why = first_refusal(key, (taken,), use)
-        if why is not None:
-            raise BoxError(Problem.INVALID, why)
+    async def costs(self) -> list[dict[str, Any]]:
+        return [event.data for event in await self.store.events(TASK, EventKind.COST)]
 
-    def answer(self, key: str, state: str) -> None:
-        self.approvals[key]["state"] = state
-        self.answers.setdefault(key, asyncio.get_running_loop().create_future()).set_result(state)
+    async def spent(self) -> float:
+        return (await self.records.task(TASK)).costCents
+
+    async def asked(self) -> list[dict[str, Any]]:
+        return [a.public() for a in await self.store.approvals(task_id=TASK)]
+
+    async def answer(self, approval: dict[str, Any], approved: bool) -> None:
+        await self.answers.answer_approval(OWNER, [approval["id"], approved])
+        self.tell()
+
+    async def open_requests(self) -> int:
+        return len(await self.store.model_requests(TASK))
 
 
 class Waiter:
+    """Waits for the owner's answer as the broker's ApprovalWaiter does, reading the record."""
+
     def __init__(self, manager: Manager) -> None:
         self.manager = manager
 
     async def wait(self, approval: dict[str, Any], seconds: float) -> str:
         if approval["state"] != "pending":
             return str(approval["state"])
-        key = approval["key"]
-        answer = self.manager.answers.setdefault(key, asyncio.get_running_loop().create_future())
         self.manager.waits += 1
         self.manager.tell()
-        try:
-            return await asyncio.wait_for(asyncio.shield(answer), seconds)
-        except TimeoutError:
-            return "pending"
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while loop.time() < deadline:
+            found = await self.manager.store.approval(approval["id"])
+            assert found is not None
+            if found.state != "pending":
+                return str(found.state)
+            await asyncio.sleep(0.01)
+        return "pending"
 
 
 @dataclass
@@ -229,10 +251,18 @@ class Rig:
 
 
 @pytest.fixture
-async def rig() -> AsyncIterator[Rig]:
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     upstream = Upstream()
     await upstream.start()
-    manager = Manager(upstream.url)
+    store = Store(tmp_path / "box.db")
+    await store.open()
+    await store.save_settings(Settings(modelBaseUrl=upstream.url))
+    task = a_task().model_copy(
+        update={"state": TaskState.RUNNING, "model": MODEL, "budgetCents": 1000}
+    )
+    manager = Manager(store, task.public())
+    manager.records.export(task)
+    await manager.records.record(task, EventKind.TASK_STATE, {"state": "running"})
     in_flight: dict[str, float] = {}
     gateway = ModelGateway(
         manager,
@@ -250,6 +280,7 @@ async def rig() -> AsyncIterator[Rig]:
     await runner.cleanup()
     await gateway.close()
     await upstream.stop()
+    await store.close()
 
 
 async def post_to(gateway: ModelGateway, rig: Rig) -> tuple[int, bytes]:
@@ -271,10 +302,21 @@ def droid_request(text: str = "hi", stream: bool = True) -> dict[str, Any]:
         "model": "claude-opus-4-6",
         "max_tokens": 8192,
         "messages": [{"role": "user", "content": text}],
-        "system": [{"type": "text", "text": "You are Droid."}],
+        "system": [
+            {"type": "text", "text": "You are Droid.", "cache_control": {"type": "ephemeral"}}
+        ],
         "thinking": {"type": "adaptive"},
+        "output_config": {"effort": "high"},
+        "tools": [{"name": "Read", "description": "Reads a file.", "input_schema": {}}],
         "stream": stream,
     }
+
+
+def worst_case(body: dict[str, Any]) -> float:
+    """What the gateway reserves for `body`: a token a 3 bytes of it at the cache write's price,
+    and its max_tokens at the output price."""
+    size = len(json.dumps(body).encode())
+    return sum(reservation_cents(MODEL, -(-size // 3), body["max_tokens"], False))
 
 
 DROID_HEADERS = {
@@ -288,17 +330,20 @@ DROID_HEADERS = {
 
 
 async def post(
-    rig: Rig, body: dict[str, Any] | bytes, path: str = "/v1/messages"
+    rig: Rig,
+    body: dict[str, Any] | bytes,
+    path: str = "/v1/messages",
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, bytes, dict[str, str]]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     async with (
         aiohttp.ClientSession() as session,
-        session.post(f"{rig.url}{path}", data=data, headers=DROID_HEADERS) as reply,
+        session.post(f"{rig.url}{path}", data=data, headers=headers or DROID_HEADERS) as reply,
     ):
         return reply.status, await reply.read(), dict(reply.headers)
 
 
-def expected_cost(usage: dict[str, int]) -> dict[str, Any]:
+def expected_cost(usage: dict[str, int], **more: Any) -> dict[str, Any]:
     tokens = Tokens(
         input=usage["input_tokens"],
         output=usage["output_tokens"],
@@ -306,10 +351,11 @@ def expected_cost(usage: dict[str, int]) -> dict[str, Any]:
         cacheRead=usage["cache_read_input_tokens"],
     )
     return {
-        "cents": price_cents(MODEL, tokens),
+        "cents": pytest.approx(price_cents(MODEL, tokens), rel=0, abs=1e-9),
         "what": "model",
         "model": MODEL,
         "tokens": tokens.json(),
+        **more,
     }
 
 
@@ -334,10 +380,11 @@ async def test_the_key_and_model_are_the_boxs_and_the_reply_streams_back(rig: Ri
     assert sent["anthropic-beta"] == "interleaved-thinking-2025-05-14"
     assert forwarded == {**droid_request(), "model": MODEL}
     await rig.gateway.settled()
-    assert rig.manager.costs == streamed_costs(USAGE)
-    assert sum(cost["cents"] for cost in rig.manager.costs) == pytest.approx(
-        expected_cost(USAGE)["cents"], rel=0, abs=1e-9
+    assert await rig.manager.costs() == streamed_costs(USAGE)
+    assert await rig.manager.spent() == pytest.approx(
+        price_cents(MODEL, Tokens(1200, 345, 2000, 48000)), rel=0, abs=1e-9
     )
+    assert await rig.manager.open_requests() == 0
 
 
 async def test_a_factory_key_goes_as_key_and_bearer(rig: Rig) -> None:
@@ -349,15 +396,7 @@ async def test_a_factory_key_goes_as_key_and_bearer(rig: Rig) -> None:
         dict,
         read_key=lambda: ModelKey("FACTORY_API_KEY", "fk-owner"),
     )
-    runner = web.AppRunner(gateway.app())
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    rig.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
-        assert (await post(rig, droid_request()))[0] == 200
-    finally:
-        await runner.cleanup()
-        await gateway.close()
+    assert (await post_to(gateway, rig))[0] == 200
     ((sent, _),) = rig.upstream.requests
     assert (sent["x-api-key"], sent["authorization"]) == ("fk-owner", "Bearer fk-owner")
 
@@ -376,15 +415,19 @@ async def test_the_first_bytes_arrive_before_the_upstream_has_finished(rig: Rig)
         # The upstream is still holding the rest of its reply.
         assert not release.is_set()
         assert first == events[0] + events[1]
-        # What message_start said is logged already: a broker killed now would lose at most
-        # the output tokens still to come.
-        await rig.manager.until(lambda: bool(rig.manager.costs))
-        assert rig.manager.costs == streamed_costs(USAGE)[:1]
+        # What message_start said is logged already: a broker killed now would leave only the
+        # output tokens to come to what it reserved.
+        await rig.manager.until(lambda: _has_costs(rig, 1))
+        assert await rig.manager.costs() == streamed_costs(USAGE)[:1]
         release.set()
         rest = await reply.read()
     assert first + rest == b"".join(events)
     await rig.gateway.settled()
-    assert rig.manager.costs == streamed_costs(USAGE)
+    assert await rig.manager.costs() == streamed_costs(USAGE)
+
+
+async def _has_costs(rig: Rig, count: int) -> bool:
+    return len(await rig.manager.costs()) >= count
 
 
 async def test_a_non_streamed_reply_is_metered_from_its_usage(rig: Rig) -> None:
@@ -394,73 +437,114 @@ async def test_a_non_streamed_reply_is_metered_from_its_usage(rig: Rig) -> None:
     assert status == 200
     assert json.loads(body)["usage"] == usage
     await rig.gateway.settled()
-    assert rig.manager.costs == [expected_cost(usage)]
+    assert await rig.manager.costs() == [expected_cost(usage)]
 
 
-async def test_a_reply_cut_off_logs_the_usage_it_had_said(rig: Rig) -> None:
-    """The upstream hangs up after message_start: the input and cache tokens it reported are
-    charged, and the one output token message_start counted."""
+async def test_a_reply_cut_off_before_its_final_usage_is_charged_its_reservation(
+    rig: Rig,
+) -> None:
+    """The upstream hangs up after message_start: what it said is charged, and, since the reply
+    never said how much it wrote, the most it could have: its max_tokens at the output price.
+    (Before, only the input and one output token were.)"""
     rig.upstream.turns = [Turn(cut_after=3)]
     with contextlib.suppress(aiohttp.ClientPayloadError):
         await post(rig, droid_request())
     await rig.gateway.settled()
-    assert rig.manager.costs == [expected_cost({**USAGE, "output_tokens": 1})]
+    start, rest = await rig.manager.costs()
+    assert start == expected_cost({**USAGE, "output_tokens": 1})
+    assert (rest["cents"], rest["reserved"]) == (pytest.approx(8192 * 15 / 10_000), True)
 
 
-async def test_a_worker_that_hangs_up_still_pays_for_what_came(rig: Rig) -> None:
+async def test_a_worker_that_hangs_up_mid_stream_pays_for_the_whole_reply(rig: Rig) -> None:
+    """The attacker hangs up after the first bytes: the gateway reads on to the reply's end
+    and charges all of it, and the broker is busy, not idle, while it does."""
     release = asyncio.Event()
     rig.upstream.turns = [Turn(release=release)]
     async with aiohttp.ClientSession() as session:
         reply = await session.post(f"{rig.url}/v1/messages", json=droid_request())
         await asyncio.wait_for(reply.content.readany(), 5)
         reply.close()
+    await rig.manager.until(lambda: _has_costs(rig, 1))
+    assert rig.gateway.busy()
     release.set()
-    await rig.manager.until(lambda: bool(rig.manager.costs))
-    (cost,) = rig.manager.costs
-    assert cost["tokens"]["input"] == USAGE["input_tokens"]
-    assert cost["tokens"]["cacheRead"] == USAGE["cache_read_input_tokens"]
+    await rig.gateway.settled()
+    assert await rig.manager.costs() == streamed_costs(USAGE)
+    assert not rig.gateway.busy()
+
+
+async def test_workers_that_hang_up_before_a_whole_reply_comes_pay_for_every_one(
+    rig: Rig,
+) -> None:
+    """The attacker's requests at once, not streamed, each hung up before its reply came:
+    before, none was charged (the reply met a closed connection and its usage was dropped) and
+    none was asked about. Now each reply is read and charged, and the budget counts the worst
+    case of those in flight: past it the next request asks."""
+    count = MAX_IN_FLIGHT - 1
+    each = worst_case(droid_request("0", stream=False))
+    await rig.manager.set_task(budgetCents=int(count * each) + 1)
+    hold = asyncio.Event()
+    usage = {**USAGE, "output_tokens": 7}
+    rig.upstream.turns = [Turn(stream=False, usage=usage, hold=hold) for _ in range(count)]
+    url = f"{rig.url}/v1/messages"
+    async with aiohttp.ClientSession() as session:
+        sent = [
+            asyncio.create_task(session.post(url, json=droid_request(str(n), stream=False)))
+            for n in range(count)
+        ]
+        await rig.manager.until(lambda: len(rig.upstream.requests) == count)
+        for request in sent:
+            request.cancel()
+        await asyncio.gather(*sent, return_exceptions=True)
+    assert rig.gateway.busy()
+    assert await rig.manager.open_requests() == count
+    # Their worst cases fill the budget: one more request asks the owner first.
+    status, _, _ = await post(rig, droid_request("one more", stream=False))
+    assert status == 529
+    hold.set()
+    await rig.gateway.settled()
+    assert await rig.manager.costs() == [expected_cost(usage)] * count
+    assert await rig.manager.open_requests() == 0
 
 
 async def test_over_budget_asks_first_and_approved_goes(rig: Rig) -> None:
-    rig.manager.task["costCents"] = 100.0
+    await rig.manager.set_task(costCents=1000.0)
     asking = asyncio.create_task(post(rig, droid_request()))
     await rig.manager.until(lambda: rig.manager.waits == 1)
-    (asked,) = rig.manager.asked
+    (asked,) = await rig.manager.asked()
     digest = hashlib.sha256(json.dumps(droid_request()).encode()).hexdigest()
     assert asked["key"] == f"model.{digest}"
     assert (asked["model"], asked["inputHash"]) == (MODEL, digest)
-    assert asked["question"] == (
-        f"Let task t000000001 ask its model ({MODEL}) once more? It has spent 100 cents, which "
-        "reaches its budget of 100 cents; what the answer costs is known only once it comes."
+    assert asked["question"].startswith(
+        f"Let task {TASK} ask its model ({MODEL}) once more? It has spent 1000 cents; this "
+        "request may cost up to "
     )
+    assert asked["question"].endswith(", which would take it past its budget of 1000 cents.")
     assert rig.upstream.requests == []
-    rig.manager.answer(asked["key"], "approved")
+    await rig.manager.answer(asked, True)
     status, _, _ = await asking
     assert status == 200
     assert len(rig.upstream.requests) == 1
 
 
 async def test_calls_in_flight_count_toward_the_budget(rig: Rig) -> None:
-    rig.manager.task["costCents"] = 60.0
-    rig.manager.reserved = {"line-3": 25.0}
-    rig.in_flight["line-4"] = 15.0
+    reserve = worst_case(droid_request())
+    await rig.manager.set_task(costCents=1000.0 - reserve - 40)
+    rig.in_flight["line-4"] = 40.5
     status, _, _ = await post(rig, droid_request())
     assert status == 529
-    (asked,) = rig.manager.asked
-    assert (
-        "It has spent 60 cents (and 40 cents more for calls not yet finished)"
-        in (asked["question"])
-    )
+    (asked,) = await rig.manager.asked()
+    assert "with 40.5 cents more held for requests and calls not yet finished" in asked["question"]
     rig.in_flight.clear()
     status, _, _ = await post(rig, droid_request("another"))
     assert status == 200
 
 
 async def test_denied_is_never_forwarded(rig: Rig) -> None:
-    rig.manager.task["costCents"] = 150.0
+    await rig.manager.set_task(costCents=1500.0)
     asking = asyncio.create_task(post(rig, droid_request()))
     await rig.manager.until(lambda: rig.manager.waits == 1)
-    rig.manager.answer(rig.manager.asked[0]["key"], "denied")
+    (asked,) = await rig.manager.asked()
+    await rig.manager.answer(asked, False)
     status, body, headers = await asking
     assert status == 403
     assert headers["x-should-retry"] == "false"
@@ -469,50 +553,70 @@ async def test_denied_is_never_forwarded(rig: Rig) -> None:
         "error": {
             "type": "permission_error",
             "message": "The box owner did not approve more spending on the model: task "
-            "t000000001 has reached its budget of 100 cents.",
+            f"{TASK} has reached its budget of 1000 cents.",
         },
     }
     assert rig.upstream.requests == []
 
 
-async def test_pending_is_an_error_droid_retries_and_the_retry_keeps_the_approval(
+async def test_pending_is_an_error_droid_retries_and_one_yes_lets_one_request_through(
     rig: Rig,
 ) -> None:
-    rig.manager.task["costCents"] = 100.0
+    """Droid's retries of a request waiting for the owner find the same approval; the owner's
+    yes lets that request through once. The attacker's replay of the same bytes after it was
+    answered 200 asks again: before, it went without asking, again and again."""
+    await rig.manager.set_task(costCents=1000.0)
     status, body, headers = await post(rig, droid_request())
     assert status == 529
     assert headers["x-should-retry"] == "true"
     error = json.loads(body)["error"]
     assert error["type"] == "overloaded_error"
     assert error["message"] == (
-        "Waiting for the box owner to approve more spending on the model: task t000000001 has "
-        "reached its budget of 100 cents. Send the request again to check."
+        f"Waiting for the box owner to approve more spending on the model: task {TASK} has "
+        "reached its budget of 1000 cents. Send the request again to check."
     )
     assert rig.upstream.requests == []
     # Droid sends the same request again: the same approval, not a second question.
     retry = asyncio.create_task(post(rig, droid_request()))
     await rig.manager.until(lambda: rig.manager.waits == 2)
-    (asked,) = rig.manager.asked
-    rig.manager.answer(asked["key"], "approved")
+    (asked,) = await rig.manager.asked()
+    await rig.manager.answer(asked, True)
     assert (await retry)[0] == 200
-    assert len(rig.manager.asked) == 1
-    # Another request past the budget is asked about on its own.
-    assert (await post(rig, droid_request("and now?")))[0] == 529
-    assert len(rig.manager.asked) == 2
+    assert len(await rig.manager.asked()) == 1
+    # The same bytes again: that yes is spent, so the owner is asked anew.
+    assert (await post(rig, droid_request()))[0] == 529
+    assert len(rig.upstream.requests) == 1
+    first, second = await rig.manager.asked()
+    assert second["key"] == f"{first['key']}.2"
+
+
+async def test_a_request_that_got_no_200_may_go_again_under_its_yes(rig: Rig) -> None:
+    """What Droid's retries need: the upstream was overloaded, so the yes is not spent."""
+    await rig.manager.set_task(costCents=1000.0)
+    assert (await post(rig, droid_request()))[0] == 529
+    (asked,) = await rig.manager.asked()
+    await rig.manager.answer(asked, True)
+    rig.upstream.turns = [Turn(status=529)]
+    assert (await post(rig, droid_request()))[0] == 529
+    assert (await post(rig, droid_request()))[0] == 200
+    assert len(rig.upstream.requests) == 2
+    assert len(await rig.manager.asked()) == 1
 
 
 async def test_a_request_that_asked_waits_for_its_answer_even_if_it_fits_now(rig: Rig) -> None:
-    rig.manager.task["costCents"] = 100.0
+    await rig.manager.set_task(costCents=1000.0)
     assert (await post(rig, droid_request()))[0] == 529
-    rig.manager.task["costCents"] = 0.0
+    await rig.manager.set_task(costCents=0.0)
     assert (await post(rig, droid_request()))[0] == 529
     assert rig.upstream.requests == []
 
 
 async def test_medium_autonomy_caps_the_budget_at_a_dollar(rig: Rig) -> None:
-    rig.manager.task.update(budgetCents=500, costCents=100.0, droid={"autonomy": "medium"})
+    await rig.manager.set_task(
+        budgetCents=5000, costCents=100.0, droid=DroidOptions(autonomy=Autonomy.MEDIUM)
+    )
     assert (await post(rig, droid_request()))[0] == 529
-    assert "its budget of 100 cents" in rig.manager.asked[0]["question"]
+    assert "its budget of 100 cents" in (await rig.manager.asked())[0]["question"]
 
 
 async def test_a_refused_key_is_reported_and_the_worker_told(rig: Rig) -> None:
@@ -521,7 +625,9 @@ async def test_a_refused_key_is_reported_and_the_worker_told(rig: Rig) -> None:
     assert status == 401
     assert json.loads(body)["error"] == {"type": "authentication_error", "message": KEY_REFUSED}
     assert rig.manager.refused == 1
-    assert rig.manager.costs == []
+    await rig.gateway.settled()
+    assert await rig.manager.costs() == []
+    assert await rig.manager.open_requests() == 0
 
 
 async def test_other_upstream_errors_pass_through_uncharged(rig: Rig) -> None:
@@ -531,7 +637,8 @@ async def test_other_upstream_errors_pass_through_uncharged(rig: Rig) -> None:
     assert json.loads(body)["type"] == "error"
     assert rig.manager.refused == 0
     await rig.gateway.settled()
-    assert rig.manager.costs == []
+    assert await rig.manager.costs() == []
+    assert await rig.manager.open_requests() == 0
 
 
 async def test_an_upstream_that_is_not_there_is_a_retry(rig: Rig) -> None:
@@ -541,6 +648,42 @@ async def test_an_upstream_that_is_not_there_is_a_retry(rig: Rig) -> None:
     assert json.loads(body)["error"]["message"].startswith(
         f"the model at {rig.upstream.url} could not be reached"
     )
+    await rig.gateway.settled()
+    assert await rig.manager.open_requests() == 0
+
+
+async def test_a_broker_told_to_stop_cuts_what_it_still_reads_and_has_it_charged(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its task ended: the reply being read gets FINISH_SECONDS, then is cut off and charged
+    what was reserved for it (after message_start, its output)."""
+    monkeypatch.setattr(model_gateway, "FINISH_SECONDS", 0.2)
+    rig.upstream.turns = [Turn(release=asyncio.Event())]
+    async with aiohttp.ClientSession() as session:
+        reply = await session.post(f"{rig.url}/v1/messages", json=droid_request())
+        await asyncio.wait_for(reply.content.readany(), 5)
+        await rig.manager.until(lambda: _has_costs(rig, 1))
+        await rig.gateway.close()
+        reply.close()
+    start, rest = await rig.manager.costs()
+    assert start == expected_cost({**USAGE, "output_tokens": 1})
+    assert (rest["cents"], rest["reserved"]) == (pytest.approx(8192 * 15 / 10_000), True)
+    assert await rig.manager.open_requests() == 0
+
+
+async def test_a_reply_still_coming_when_its_task_ends_is_charged_after_the_end(
+    rig: Rig,
+) -> None:
+    """Before, LogCost refused a cost once the task had ended: the reply went uncharged."""
+    release = asyncio.Event()
+    rig.upstream.turns = [Turn(release=release)]
+    asking = asyncio.create_task(post(rig, droid_request()))
+    await rig.manager.until(lambda: _has_costs(rig, 1))
+    await rig.manager.set_task(state=TaskState.DONE)
+    release.set()
+    await asking
+    await rig.gateway.settled()
+    assert await rig.manager.costs() == streamed_costs(USAGE)
 
 
 @pytest.mark.parametrize(
@@ -550,9 +693,19 @@ async def test_an_upstream_that_is_not_there_is_a_retry(rig: Rig) -> None:
         (b"[1, 2]", 400, "the request body must be a JSON object: a Messages API request"),
         (b"[" * 100_000, 400, "the request body is not JSON: send a Messages API request"),
         (
+            b'{"max_tokens": 10, "messages": []} x',
+            400,
+            "the request body is not JSON: send a Messages API request",
+        ),
+        (
             b"x" * (MAX_REQUEST + 1),
             413,
             "the request body is over 32 MiB, more than the model gateway takes",
+        ),
+        (
+            b'{"messages": []}',
+            400,
+            "max_tokens is required: the most output tokens the reply may have",
         ),
     ],
 )
@@ -562,6 +715,104 @@ async def test_bad_bodies_are_refused_in_the_apis_shape(
     got, answer, _ = await post(rig, body)
     assert got == status
     assert json.loads(answer)["error"]["message"] == words
+    assert rig.upstream.requests == []
+
+
+async def test_max_tokens_past_the_boxs_cap_is_refused(rig: Rig) -> None:
+    status, body, _ = await post(rig, {**droid_request(), "max_tokens": 64_000})
+    assert status == 400
+    assert json.loads(body)["error"]["message"].startswith(
+        "max_tokens is 64,000, over this box's cap of 32,000 output tokens a model request"
+    )
+    assert rig.upstream.requests == []
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (
+            {"tools": [{"type": "web_search_20250305", "name": "web_search"}]},
+            "the model gateway does not pass the tool type 'web_search_20250305'",
+        ),
+        (
+            {"tools": [{"type": "web_fetch_20250910", "name": "web_fetch"}]},
+            "the model gateway does not pass the tool type 'web_fetch_20250910'",
+        ),
+        (
+            {"tools": [{"type": "code_execution_20250825", "name": "code_execution"}]},
+            "the model gateway does not pass the tool type 'code_execution_20250825'",
+        ),
+        (
+            {"mcp_servers": [{"type": "url", "url": "https://evil.test/mcp", "name": "x"}]},
+            "the model gateway does not pass the field 'mcp_servers': the MCP connector",
+        ),
+        ({"container": "container_1"}, "the model gateway does not pass the field 'container'"),
+        ({"service_tier": "auto"}, "the model gateway passes service_tier only as"),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "image",
+                                "source": {"type": "url", "url": "https://x.test/a.png"},
+                            }
+                        ],
+                    }
+                ]
+            },
+            "the model gateway does not pass an image whose source is 'url'",
+        ),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "tool_result",
+                                "tool_use_id": "t",
+                                "content": [
+                                    {"type": "document", "source": {"type": "file", "file_id": "f"}}
+                                ],
+                            }
+                        ],
+                    }
+                ]
+            },
+            "the model gateway does not pass an document whose source is 'file'",
+        ),
+        (
+            {
+                "messages": [
+                    {"role": "user", "content": [{"type": "container_upload", "file_id": "f"}]}
+                ]
+            },
+            "the model gateway does not pass a content block of type 'container_upload'",
+        ),
+    ],
+)
+async def test_what_reaches_past_the_network_rules_or_is_unpriced_is_refused(
+    rig: Rig, change: dict[str, Any], words: str
+) -> None:
+    """The attacker: a task with no hosts that has Anthropic's servers search, fetch, run code
+    or reach an MCP server for it. Before, every one of these was forwarded as sent."""
+    status, body, _ = await post(rig, {**droid_request(), **change})
+    assert status == 400
+    assert json.loads(body)["error"]["message"].startswith(words)
+    assert rig.upstream.requests == []
+
+
+async def test_a_beta_off_the_list_is_refused_by_name(rig: Rig) -> None:
+    for beta in ("mcp-client-2025-04-04", "interleaved-thinking-2025-05-14, context-1m-2025-08-07"):
+        status, body, _ = await post(
+            rig, droid_request(), headers={**DROID_HEADERS, "anthropic-beta": beta}
+        )
+        assert status == 400
+        assert json.loads(body)["error"]["message"].startswith(
+            "the model gateway does not pass the beta "
+        )
     assert rig.upstream.requests == []
 
 
@@ -589,7 +840,7 @@ async def test_a_task_without_a_model_or_a_priced_model_is_refused(rig: Rig) -> 
     rig.manager.task["model"] = None
     status, body, _ = await post(rig, droid_request())
     assert status == 400
-    assert "task t000000001 names no model" in json.loads(body)["error"]["message"]
+    assert f"task {TASK} names no model" in json.loads(body)["error"]["message"]
     rig.manager.task["model"] = "claude-unknown-9"
     status, body, _ = await post(rig, droid_request())
     assert status == 400
@@ -614,6 +865,7 @@ def test_stream_usage_reads_chunks_cut_anywhere() -> None:
         for start in range(0, len(whole), size):
             usage.feed(whole[start : start + size])
         assert usage.tokens == Tokens(input=1200, output=345, cacheWrite=2000, cacheRead=48000)
+        assert usage.final
 
 
 def test_stream_usage_ignores_what_is_not_usage() -> None:
@@ -629,54 +881,34 @@ def test_stream_usage_ignores_what_is_not_usage() -> None:
     assert usage.tokens == Tokens(input=0, output=12)
 
 
+def test_the_hour_cache_writes_are_read_and_priced_at_twice_the_input() -> None:
+    usage = StreamUsage()
+    written = {"ephemeral_5m_input_tokens": 1000, "ephemeral_1h_input_tokens": 3000}
+    start = {
+        "type": "message",
+        "usage": {
+            "input_tokens": 10,
+            "cache_creation_input_tokens": 4000,
+            "cache_creation": written,
+        },
+    }
+    usage.feed(sse("message_start", {"type": "message_start", "message": start}))
+    assert usage.tokens == Tokens(input=10, output=0, cacheWrite=4000, cacheWrite1h=3000)
+    assert usage.tokens is not None
+    assert price_cents(MODEL, usage.tokens) == pytest.approx(
+        (10 * 3 + 1000 * 3.75 + 3000 * 6) / 10_000
+    )
+
+
 def test_json_usage_reads_the_whole_reply() -> None:
     usage = JsonUsage()
     reply = json.dumps({"content": [{"type": "text", "text": "x" * 1000}], "usage": USAGE})
     usage.feed(reply[:10].encode())
     usage.feed(reply[10:].encode())
+    assert not usage.final
     usage.finish()
     assert usage.tokens == Tokens(input=1200, output=345, cacheWrite=2000, cacheRead=48000)
-
-
-@pytest.mark.parametrize(
-    "body",
-    [
-        '{"model":"claude-opus-4-6","messages":[{"role":"user","content":"hi"}]}',
-        ' {\n "messages" : [] ,\n "model" : "x" , "stream":true }\n',
-        '{"messages":[],"stream":false}',
-        "{}",
-        " { } ",
-        '{"model":{"nested":["claude"]},"m\\u006fdel":"sneaky","model":"twice"}',
-        '{"messages":[{"content":"\\"model\\": \\"opus\\""}],"model":"a"}',
-        '{"model":null,"é":"ü"}',
-    ],
-)
-def test_the_model_is_spliced_in_and_nothing_else_changes(body: str) -> None:
-    spliced = with_model(body.encode(), MODEL)
-    assert json.loads(spliced) == {**json.loads(body), "model": MODEL}
-    # Read the way a reader that keeps the first of twice-named keys would: still ours.
-    firsts = json.loads(spliced, object_pairs_hook=lambda pairs: dict(reversed(pairs)))
-    assert firsts["model"] == MODEL
-
-
-@pytest.mark.parametrize(
-    ("body", "error"),
-    [
-        (b"[1, 2]", NotAnObject),
-        (b'"model"', NotAnObject),
-        (b"{not json", ValueError),
-        (b'{"model":"a",}', ValueError),
-        (b'{"model":"a"} {}', ValueError),
-        (b'{"model" "a"}', ValueError),
-        (b'{"a":1', ValueError),
-        (b"", ValueError),
-        (b"\xff{}", ValueError),
-        (b'{"a":' + b"[" * 100_000 + b"}", RecursionError),
-    ],
-)
-def test_what_is_not_a_json_object_is_refused(body: bytes, error: type[Exception]) -> None:
-    with pytest.raises(error):
-        with_model(body, MODEL)
+    assert usage.final
 
 
 async def test_requests_in_flight_are_capped(rig: Rig) -> None:
@@ -699,6 +931,7 @@ async def test_requests_in_flight_are_capped(rig: Rig) -> None:
             assert reply.status == 200
             await reply.read()
             reply.release()
+    await rig.gateway.settled()
     assert (await post(rig, droid_request("now there is room")))[0] == 200
 
 
@@ -740,7 +973,7 @@ async def test_a_full_disk_is_an_error_droid_retries_in_the_box_s_words(
     async def full(member: str, *args: str) -> Any:
         raise BoxError(Problem.FULL, words)
 
-    monkeypatch.setattr(rig.manager, "_call", full)
+    monkeypatch.setattr(rig.manager, "call", full)
     status, body, _ = await post(rig, droid_request())
     assert status == 529
     assert json.loads(body)["error"] == {"type": "overloaded_error", "message": words}

@@ -30,6 +30,7 @@ def test_seed_defaults() -> None:
         "taskCPUPercent": 200,
         "taskDiskQuotaBytes": None,
         "modelBaseUrl": "https://api.anthropic.com",
+        "modelMaxTokens": 32_000,
     }
 
 
@@ -99,9 +100,17 @@ def test_bad_changes_are_refused_whole(changes: dict[str, object], message: str)
     ("given", "kept"),
     [
         ("https://api.anthropic.com", "https://api.anthropic.com"),
-        ("http://model.test:9090/", "http://model.test:9090"),
+        ("https://model.test:9443/", "https://model.test:9443"),
         ("https://proxy.example/anthropic/", "https://proxy.example/anthropic"),
-        ("http://[2001:db8::1]:8080", "http://[2001:db8::1]:8080"),
+        ("https://[2001:db8::1]:8080", "https://[2001:db8::1]:8080"),
+        # A proxy the owner runs on this machine: the key does not leave it.
+        ("http://127.0.0.1:8080", "http://127.0.0.1:8080"),
+        ("http://127.5.0.1:8080/", "http://127.5.0.1:8080"),
+        ("http://[::1]:8080", "http://[::1]:8080"),
+        ("http://localhost:8080", "http://localhost:8080"),
+        ("HTTP://LocalHost:8080", "HTTP://LocalHost:8080"),
+        # A private address named by the owner, over TLS.
+        ("https://10.0.0.5:8443", "https://10.0.0.5:8443"),
     ],
 )
 def test_the_model_base_url(given: str, kept: str) -> None:
@@ -111,17 +120,25 @@ def test_the_model_base_url(given: str, kept: str) -> None:
 @pytest.mark.parametrize(
     ("given", "words"),
     [
+        ("ftp://model.test", "modelBaseUrl must be an https URL like https://api.anthropic.com"),
+        ("model.test", "modelBaseUrl must be an https URL like https://api.anthropic.com"),
+        ("https://", "modelBaseUrl must be an https URL like https://api.anthropic.com"),
         (
-            "ftp://model.test",
-            "modelBaseUrl must be an http or https URL like https://api.anthropic.com",
+            "https://model.test:99999",
+            "modelBaseUrl must be an https URL like https://api.anthropic.com",
         ),
-        ("model.test", "modelBaseUrl must be an http or https URL like https://api.anthropic.com"),
-        ("https://", "modelBaseUrl must be an http or https URL like https://api.anthropic.com"),
-        (
-            "http://model.test:99999",
-            "modelBaseUrl must be an http or https URL like https://api.anthropic.com",
-        ),
-        (42, "modelBaseUrl must be an http or https URL like https://api.anthropic.com"),
+        (42, "modelBaseUrl must be an https URL like https://api.anthropic.com"),
+        # The attacker's: the key in clear over a network, to anyone on the path.
+        ("http://model.test:9090", "plain http is only for this machine's own loopback"),
+        ("http://10.0.0.5:8080", "plain http is only for this machine's own loopback"),
+        ("http://localhost.evil.test", "plain http is only for this machine's own loopback"),
+        ("http://127.0.0.1.nip.io", "plain http is only for this machine's own loopback"),
+        ("http://[::ffff:10.0.0.5]", "plain http is only for this machine's own loopback"),
+        # Where no key belongs, over TLS or not: a cloud's metadata service, a neighbour.
+        ("https://169.254.169.254", "a link-local address: the model key never goes there"),
+        ("https://[fe80::1]:443", "a link-local address: the model key never goes there"),
+        ("https://100.100.100.200", "metadata service"),
+        ("https://224.0.0.1", "a multicast address"),
         ("https://a b.test", "without spaces or control characters"),
         ("https://model.test\n", "without spaces or control characters"),
         ("https://" + "a" * 2000 + ".test", "modelBaseUrl is over 2,000 characters"),
@@ -135,3 +152,13 @@ def test_a_bad_model_base_url_is_refused_in_plain_words(given: object, words: st
         change_settings(Settings(), {"modelBaseUrl": given})
     assert words in refused.value.message
     assert "modelBaseUrl" in refused.value.message
+
+
+@pytest.mark.parametrize("given", [0, -1, 128_001, 1.5, True, "32000", None])
+def test_the_model_max_tokens_cap_is_a_whole_number_in_range(given: object) -> None:
+    with pytest.raises(BoxError) as refused:
+        change_settings(Settings(), {"modelMaxTokens": given})
+    assert refused.value.message == (
+        "modelMaxTokens must be a whole number of output tokens from 1 to 128000"
+    )
+    assert change_settings(Settings(), {"modelMaxTokens": 4096}).modelMaxTokens == 4096

@@ -392,3 +392,24 @@ async def test_a_call_line_is_found_by_its_key_through_its_index(tmp_path: Path)
     assert "tool_calls_by_key" in plan
     db.close()
     await store.close()
+
+
+async def test_a_setting_a_stricter_boxd_refuses_takes_its_default_and_the_rest_stay(
+    tmp_path: Path,
+) -> None:
+    """An older boxd took modelBaseUrl over plain http to any host; this one keeps the key off
+    the wire. Such a stored setting falls back to its default, without the owner's other
+    settings falling with it."""
+    store = Store(tmp_path / "box.db")
+    await store.open()
+    await store.save_settings(Settings(defaultBudgetCents=250, agentFolders=["/srv/work"]))
+    db = sqlite3.connect(tmp_path / "box.db")
+    record = json.loads(db.execute("SELECT record FROM settings").fetchone()[0])
+    record["modelBaseUrl"] = "http://model.example:9090"
+    db.execute("UPDATE settings SET record = ?", (json.dumps(record),))
+    db.commit()
+    db.close()
+    settings = await store.settings()
+    assert settings.modelBaseUrl == "https://api.anthropic.com"
+    assert (settings.defaultBudgetCents, settings.agentFolders) == (250, ["/srv/work"])
+    await store.close()

@@ -61,17 +61,17 @@ NEVER: list[tuple[_v4 | _v6, str]] = [
     (_v4("240.0.0.0/4"), f"a reserved address, {_NOT_ONE_HOST}"),
 ]
 
-_LISTED = "a task reaches one only when its hosts list the address itself"
+LISTED = "a task reaches one only when its hosts list the address itself"
 
 PRIVATE: list[tuple[_v4 | _v6, str]] = [
-    (_v4("10.0.0.0/8"), f"a private network's address (RFC 1918): {_LISTED}"),
-    (_v4("172.16.0.0/12"), f"a private network's address (RFC 1918): {_LISTED}"),
-    (_v4("192.168.0.0/16"), f"a private network's address (RFC 1918): {_LISTED}"),
-    (_v4("100.64.0.0/10"), f"a carrier-grade NAT address (100.64.0.0/10): {_LISTED}"),
-    (_v4("192.0.0.0/24"), f"an address for protocols within a network (192.0.0.0/24): {_LISTED}"),
-    (_v6("fc00::/7"), f"a unique local IPv6 address (fc00::/7), a private network's: {_LISTED}"),
-    (_v6("fec0::/10"), f"a site-local IPv6 address (fec0::/10), a private network's: {_LISTED}"),
-    (_v6("64:ff9b:1::/48"), f"a local-use NAT64 address (64:ff9b:1::/48): {_LISTED}"),
+    (_v4("10.0.0.0/8"), f"a private network's address (RFC 1918): {LISTED}"),
+    (_v4("172.16.0.0/12"), f"a private network's address (RFC 1918): {LISTED}"),
+    (_v4("192.168.0.0/16"), f"a private network's address (RFC 1918): {LISTED}"),
+    (_v4("100.64.0.0/10"), f"a carrier-grade NAT address (100.64.0.0/10): {LISTED}"),
+    (_v4("192.0.0.0/24"), f"an address for protocols within a network (192.0.0.0/24): {LISTED}"),
+    (_v6("fc00::/7"), f"a unique local IPv6 address (fc00::/7), a private network's: {LISTED}"),
+    (_v6("fec0::/10"), f"a site-local IPv6 address (fec0::/10), a private network's: {LISTED}"),
+    (_v6("64:ff9b:1::/48"), f"a local-use NAT64 address (64:ff9b:1::/48): {LISTED}"),
 ]
 
 _NAT64 = _v6("64:ff9b::/96")

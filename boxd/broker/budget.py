@@ -5,22 +5,10 @@ its budget."""
 import json
 from typing import Any
 
-# Autonomy `medium` keeps the task's hosts but never lets it spend more than a dollar.
-MEDIUM_BUDGET_CENTS = 100
+from boxd.task_budget import autonomy, budget_cents
+
 # The input shown in a call's question; the approval binds the whole input by its hash.
 MAX_SHOWN_INPUT = 300
-
-
-def autonomy(task: dict[str, Any]) -> str | None:
-    droid = task.get("droid")
-    return droid.get("autonomy") if isinstance(droid, dict) else None
-
-
-def budget_cents(task: dict[str, Any]) -> float:
-    budget = float(task["budgetCents"])
-    if autonomy(task) == "medium":
-        return min(budget, MEDIUM_BUDGET_CENTS)
-    return budget
 
 
 def shown_input(given: Any) -> str:

@@ -8,7 +8,9 @@ two events are parsed; everything else passes by unread. A non-streamed reply is
 message with `usage`.
 
 The gateway logs what `message_start` said as soon as it has passed, and the rest once the reply
-ends (`since`): a broker killed mid-reply has then lost at most the output counted after it.
+ends (`since`). A reply is `final` once it has said its last usage (a streamed reply's
+`message_delta`, a whole reply's `usage`): one that ended without it is charged the most it could
+have cost (boxd.broker.model_gateway).
 """
 
 import json
@@ -41,6 +43,8 @@ class Usage:
 
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}
+        # Whether the reply has said its last usage.
+        self.final = False
 
     def counts(self) -> dict[str, int]:
         """The counts seen so far, by boxd.pricing.Tokens' names."""
@@ -59,6 +63,12 @@ class Usage:
             count = _count(usage.get(theirs))
             if count is not None:
                 self._counts[ours] = count
+        # The cache writes by how long they are kept: the 1-hour ones cost twice the input.
+        written = usage.get("cache_creation")
+        if isinstance(written, dict):
+            count = _count(written.get("ephemeral_1h_input_tokens"))
+            if count is not None:
+                self._counts["cacheWrite1h"] = count
 
     @property
     def tokens(self) -> Tokens | None:
@@ -69,11 +79,14 @@ def tokens_of(counts: dict[str, int]) -> Tokens | None:
     """The counts as Tokens, or None if there are none."""
     if not counts:
         return None
+    written = counts.get("cacheWrite", 0)
     return Tokens(
         input=counts.get("input", 0),
         output=counts.get("output", 0),
-        cacheWrite=counts.get("cacheWrite", 0),
+        cacheWrite=written,
         cacheRead=counts.get("cacheRead", 0),
+        # A count the reply says is part of another is never taken as more than it.
+        cacheWrite1h=min(counts.get("cacheWrite1h", 0), written),
     )
 
 
@@ -124,15 +137,16 @@ class StreamUsage(Usage):
             self.take(event["message"].get("usage"))
             if self.at_start is None:
                 self.at_start = self.counts()
-        elif event.get("type") == "message_delta":
-            self.take(event.get("usage"))
+        elif event.get("type") == "message_delta" and isinstance(event.get("usage"), dict):
+            self.take(event["usage"])
+            self.final = True
 
 
 class JsonUsage(Usage):
     """Reads the `usage` of a non-streamed reply, kept whole up to a cap (replies are small:
     a 128k-token answer is well under it)."""
 
-    MAX_REPLY = 32 * 1024 * 1024
+    MAX_REPLY = 4 * 1024 * 1024
 
     def __init__(self) -> None:
         super().__init__()
@@ -155,5 +169,6 @@ class JsonUsage(Usage):
             message = json.loads(bytes(self._body))
         except ValueError:
             return
-        if isinstance(message, dict):
-            self.take(message.get("usage"))
+        if isinstance(message, dict) and isinstance(message.get("usage"), dict):
+            self.take(message["usage"])
+            self.final = True

@@ -71,3 +71,15 @@ async def connection_pid(bus: MessageBus, name: str) -> int:
     if not isinstance(pid, int):
         die(Problem.FAILED, f"the system bus gave no process for {name}")
     return pid
+
+
+async def bus_id(bus: MessageBus) -> str:
+    """The bus's own id, new each time the bus starts (a reboot): a unique connection name is
+    never given twice under one id."""
+    reply = await bus.call(
+        Message(destination=BUS_DAEMON, path=BUS_DAEMON_PATH, interface=BUS_DAEMON, member="GetId")
+    )
+    found = _answer(reply, "GetId").body[0]
+    if not isinstance(found, str):
+        die(Problem.FAILED, "the system bus gave no id")
+    return found

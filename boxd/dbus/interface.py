@@ -199,9 +199,11 @@ FINISH_CALL = Method("FinishCall", ("id", "result"), "finished", _BROKER)
 ASK = Method("Ask", ("id", "ask"), "approval", _BROKER)
 LOG_COST = Method("LogCost", ("id", "cost"), "event", _BROKER)
 LOG_REFUSAL = Method("LogRefusal", ("id", "refusal"), "event", _BROKER)
-# The model gateway: before a request ({key, requestHash}), and when the upstream refused the
-# vault's model key (the task ends failed, saying so).
+# The model gateway (boxd.manager.model_requests): before a request, its worst case reserved or
+# the owner asked; what each reply cost, at its start and its end; and when the upstream refused
+# the vault's model key (the task ends failed, saying so).
 BEGIN_MODEL_REQUEST = Method("BeginModelRequest", ("id", "request"), "begun", _BROKER)
+LOG_MODEL_COST = Method("LogModelCost", ("id", "cost"), "logged", _BROKER)
 MODEL_KEY_REFUSED = Method("ModelKeyRefused", ("id",), "task", _BROKER)
 
 METHODS: tuple[Method, ...] = (
@@ -242,6 +244,7 @@ METHODS: tuple[Method, ...] = (
     LOG_COST,
     LOG_REFUSAL,
     BEGIN_MODEL_REQUEST,
+    LOG_MODEL_COST,
     MODEL_KEY_REFUSED,
 )
 

@@ -65,6 +65,7 @@ from boxd.manager.keyed_locks import KeyedLocks
 from boxd.manager.last_words import last_words
 from boxd.manager.layers import MAX_DONE, Layers, layer_name
 from boxd.manager.mirror import MirrorError, sync_mirror
+from boxd.manager.model_requests import ModelRequests
 from boxd.manager.owner_process import OwnerError
 from boxd.manager.pages import one_page, with_next
 from boxd.manager.pairing import LIFETIME, Pairings, check_device_name
@@ -196,6 +197,7 @@ class Box:
         self.records = Records(store, bus)
         self.approvals = ApprovalAnswers(self.records)
         self.broker = BrokerMethods(self.records)
+        self.model_requests = ModelRequests(self.records)
         self._background: set[asyncio.Future[Any]] = set()
         # Owners' stops and undos whose task's end waits for room on a full disk, by task id:
         # what they were told.
@@ -308,6 +310,7 @@ class Box:
             # the vault of then: it goes, and the task's start starts a new one.
             if await self.systemd.status(broker_service_unit(task.id)) is not None:
                 await self._let_go(broker_service_unit(task.id))
+        await self.model_requests.settle_all_gone()
         await self.droid.begin()
         await self._start_queued()
         self._in_background(self._renew_spares())
@@ -494,7 +497,8 @@ class Box:
             api.ASK: self.broker.ask,
             api.LOG_COST: self.broker.log_cost,
             api.LOG_REFUSAL: self.broker.log_refusal,
-            api.BEGIN_MODEL_REQUEST: self.broker.begin_model,
+            api.BEGIN_MODEL_REQUEST: self.model_requests.begin,
+            api.LOG_MODEL_COST: self.model_requests.log_cost,
             api.MODEL_KEY_REFUSED: self.model_key_refused,
         }
 
@@ -1337,6 +1341,8 @@ class Box:
         try:
             for name in broker_units(task.id):
                 await self._let_go(name)
+            # A broker that could not say how its model replies ended (killed) left them open.
+            await self.model_requests.settle_gone(task.id)
             await task_home.remove(self.home, task.id)
             if task.state != TaskState.DONE:
                 # Its worker is stopped and its layer thrown away: its user owns nothing now.

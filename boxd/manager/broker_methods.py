@@ -5,33 +5,29 @@ only (boxd.manager.authorize checks its unit)."""
 import time
 from typing import Any
 
-from dbus_fast import Message
-
 from boxd.approval import ApprovalState, approval_id
 from boxd.approval_record import Approval
-from boxd.broker_wire import CallResult, CallStart, CostRecord, ModelStart, NetRefusal, Question
+from boxd.broker_wire import CallResult, CallStart, CostRecord, NetRefusal, Question
 from boxd.caller import Caller
-from boxd.dbus import interface as api
 from boxd.errors import Problem, die
 from boxd.event import EventKind
 from boxd.event_record import Event
 from boxd.ids import check_task_id
 from boxd.key_use import (
     CallUse,
-    ModelUse,
     QuestionUse,
     Use,
-    approval_use,
-    first_refusal,
     input_hash,
     logged_call_use,
 )
+from boxd.manager.asked import record_approval, tell_asked
+from boxd.manager.key_uses import used
+from boxd.manager.model_requests import model_reserved
 from boxd.manager.pages import one_page, with_next
 from boxd.manager.records import Records, found, running
 from boxd.manager.store import Ledger
 from boxd.plain_errors import parse
 from boxd.step import Step
-from boxd.task import TaskState
 
 
 class BrokerMethods:
@@ -69,15 +65,15 @@ class BrokerMethods:
     async def begin_call(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         """Logs a call begun, unless its key is already used for something else (a 400 then).
         Says whether the key was answered, what the task spent, the costs reserved by its other
-        calls that wait for the owner or were approved and not yet run, and the key's own
-        approval if it asked for one."""
+        calls that wait for the owner or were approved and not yet run and by its model requests
+        in flight, and the key's own approval if it asked for one."""
         call = parse(CallStart, args[1])
         wanted = CallUse(call.tool, input_hash(call.input), call.costCents)
         task_id = check_task_id(args[0])
 
         def begin(ledger: Ledger) -> dict[str, Any]:
             task = running(found(task_id, ledger.task(task_id)))
-            approval, logged = _used(ledger, task.id, call.key, wanted)
+            approval, logged = used(ledger, task.id, call.key, wanted)
             shares = _shared(ledger, task.id, call.sharesWith, wanted)
             answered = ledger.answer(task.id, call.key)
             # One tool.call line per key, however often a pending call is asked again.
@@ -95,35 +91,12 @@ class BrokerMethods:
                 if other.key != call.key
                 and (other.tool, other.inputHash) != (call.tool, wanted.inputHash)
             }
+            reserved.update(model_reserved(ledger, task.id))
             return {
                 "answered": answered,
                 "spentCents": task.costCents,
                 "reservedCents": reserved,
                 "approval": None if approval is None else approval.public(),
-            }
-
-        async with self.records.locks[task_id]:
-            return await self.records.transact(begin)
-
-    async def begin_model(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        """A model request the gateway is about to forward: a 400 if its key was used for
-        anything else. Says what the task spent, the costs reserved by its calls that wait for
-        the owner or were approved and not yet run, the key's approval if the request asked for
-        one (a retry waits for that answer), and where the model is (settings' modelBaseUrl)."""
-        start = parse(ModelStart, args[1])
-        task_id = check_task_id(args[0])
-
-        def begin(ledger: Ledger) -> dict[str, Any]:
-            task = running(found(task_id, ledger.task(task_id)))
-            approval, _ = _used(ledger, task.id, start.key, ModelUse(start.requestHash))
-            reserved = {
-                other.key: other.costCents or 0.0 for other in ledger.reserving_approvals(task.id)
-            }
-            return {
-                "spentCents": task.costCents,
-                "reservedCents": reserved,
-                "approval": None if approval is None else approval.public(),
-                "upstream": ledger.settings().modelBaseUrl,
             }
 
         async with self.records.locks[task_id]:
@@ -194,23 +167,17 @@ class BrokerMethods:
         return event.model_dump(mode="json")
 
     async def ask(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        """An /ask's question, the OK a call needs (`tool` set) or the OK a model request needs
-        (`model` set): the approval records the one thing it approves, and asking again with its
-        key finds it."""
+        """An /ask's question or the OK a call needs (`tool` set): the approval records the one
+        thing it approves, and asking again with its key finds it. A model request's OK is asked
+        by BeginModelRequest (boxd.manager.model_requests)."""
         question = parse(Question, args[1])
-        if question.model is not None and (question.inputHash is None or question.tool):
-            die(Problem.INVALID, "a model request's question names its inputHash and no tool")
-        if question.model is None and question.inputHash is not None:
-            die(Problem.INVALID, "inputHash is for a model request's question, with its model")
         task_id = check_task_id(args[0])
 
         def ask(ledger: Ledger) -> tuple[Approval, bool]:
             """The key's approval, and whether it is new."""
             task = found(task_id, ledger.task(task_id))
             wanted: Use
-            if question.model is not None:
-                wanted = ModelUse(str(question.inputHash))
-            elif question.tool is None:
+            if question.tool is None:
                 wanted = QuestionUse(
                     question.question, question.costCents, question.payee, question.purpose
                 )
@@ -219,7 +186,7 @@ class BrokerMethods:
                 logged = ledger.logged_call(task.id, question.key)
                 begun = None if logged is None else logged_call_use(logged).inputHash
                 wanted = CallUse(question.tool, begun, question.costCents)
-            asked, logged = _used(ledger, task.id, question.key, wanted)
+            asked, logged = used(ledger, task.id, question.key, wanted)
             if isinstance(wanted, CallUse) and logged is None:
                 die(Problem.INVALID, f"key {question.key} began no call to approve")
             if asked is not None:
@@ -231,33 +198,16 @@ class BrokerMethods:
                 task=task.id,
                 state=ApprovalState.PENDING,
                 askedAt=time.time(),
-                **question.model_dump(exclude_none=True, exclude={"inputHash"}),
-                inputHash=(
-                    wanted.inputHash
-                    if isinstance(wanted, CallUse)
-                    else wanted.requestHash
-                    if isinstance(wanted, ModelUse)
-                    else None
-                ),
+                **question.model_dump(exclude_none=True),
+                inputHash=wanted.inputHash if isinstance(wanted, CallUse) else None,
             )
-            if task.state == TaskState.RUNNING:
-                task = task.model_copy(update={"state": TaskState.WAITING})
-            ledger.save_task(task, EventKind.APPROVAL, approval.public(), approvals=(approval,))
+            record_approval(ledger, task, approval)
             return approval, True
 
         async with self.records.locks[task_id]:
             approval, new = await self.records.transact(ask)
-        if not new:
-            return approval.public()
-        self.records.bus.send(
-            Message.new_signal(
-                api.ROOT_PATH,
-                api.MANAGER,
-                api.APPROVAL_ASKED,
-                "s",
-                [approval.model_dump_json(exclude_none=True)],
-            )
-        )
+        if new:
+            tell_asked(self.records.bus, approval)
         return approval.public()
 
 
@@ -273,20 +223,3 @@ def _shared(ledger: Ledger, task_id: str, first: str | None, wanted: CallUse) ->
     if (theirs.tool, theirs.inputHash) != (wanted.tool, wanted.inputHash):
         die(Problem.INVALID, f"the call {first} is not this call: another tool or input")
     return first
-
-
-def _used(
-    ledger: Ledger, task_id: str, key: str, wanted: Use
-) -> tuple[Approval | None, dict[str, Any] | None]:
-    """The key's approval and `tool.call` line; a 400 if they show it used for another thing
-    than `wanted`."""
-    approval = ledger.approval(approval_id(task_id, key))
-    logged = ledger.logged_call(task_id, key)
-    taken = (
-        *(() if approval is None else (approval_use(approval),)),
-        *(() if logged is None else (logged_call_use(logged),)),
-    )
-    why = first_refusal(key, taken, wanted)
-    if why is not None:
-        die(Problem.INVALID, why)
-    return approval, logged

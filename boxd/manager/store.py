@@ -145,6 +145,16 @@ CREATE TABLE IF NOT EXISTS settings (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     record TEXT NOT NULL
 );
+-- The model requests a task's gateway forwarded and has not finished, with what they reserve of
+-- the task's budget and the broker connection that holds them (boxd.manager.model_requests): a
+-- request whose holder is gone is charged what it reserved.
+CREATE TABLE IF NOT EXISTS model_requests (
+    task TEXT NOT NULL,
+    id TEXT NOT NULL,
+    holder TEXT NOT NULL,
+    record TEXT NOT NULL,
+    PRIMARY KEY (task, id)
+);
 -- Whether the owner paused the agents: kept here, not in memory, so a restart keeps the pause.
 CREATE TABLE IF NOT EXISTS agents (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -514,6 +524,18 @@ class Store:
     async def approval(self, approval_id: str) -> Approval | None:
         return await self._run(lambda db: Ledger(db).approval(approval_id))
 
+    async def model_requests(self, task_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+        return await self._run(lambda db: Ledger(db).model_requests(task_id))
+
+    async def tasks_with_model_requests(self) -> list[str]:
+        """The tasks that have model requests open (boxd.manager.model_requests)."""
+
+        def read(db: sqlite3.Connection) -> list[str]:
+            rows = db.execute("SELECT DISTINCT task FROM model_requests ORDER BY task").fetchall()
+            return [str(row[0]) for row in rows]
+
+        return await self._run(read)
+
     async def approvals(
         self, state: ApprovalState | None = None, task_id: str | None = None
     ) -> list[Approval]:
@@ -778,6 +800,28 @@ class Ledger:
         found = (_approval(row[0], row[1]) for row in rows)
         return [approval for approval in found if approval is not None]
 
+    def model_requests(self, task_id: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """The task's open model requests as (id, holder, record), in the order begun."""
+        rows = self._db.execute(
+            "SELECT id, holder, record FROM model_requests WHERE task = ? ORDER BY rowid",
+            (task_id,),
+        ).fetchall()
+        return [(str(row[0]), str(row[1]), dict(json.loads(row[2]))) for row in rows]
+
+    def put_model_request(
+        self, task_id: str, request_id: str, holder: str, record: dict[str, Any]
+    ) -> None:
+        self._db.execute(
+            "INSERT INTO model_requests (task, id, holder, record) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (task, id) DO UPDATE SET record = excluded.record",
+            (task_id, request_id, holder, json.dumps(record)),
+        )
+
+    def drop_model_request(self, task_id: str, request_id: str) -> None:
+        self._db.execute(
+            "DELETE FROM model_requests WHERE task = ? AND id = ?", (task_id, request_id)
+        )
+
     def approval(self, approval_id: str) -> Approval | None:
         row = self._db.execute(
             "SELECT id, record FROM approvals WHERE id = ?", (approval_id,)
@@ -790,7 +834,13 @@ class Ledger:
             return Settings()
         try:
             return Settings.model_validate_json(row[0])
-        except (ValidationError, ValueError, TypeError) as error:
+        except ValidationError as error:
+            kept = _settings_kept(row[0], error)
+            if kept is not None:
+                return kept
+            log.error("the settings in box.db are damaged, so the defaults apply: %s", error)
+            return Settings()
+        except (ValueError, TypeError) as error:
             log.error("the settings in box.db are damaged, so the defaults apply: %s", error)
             return Settings()
 
@@ -920,6 +970,29 @@ def _answer(group: list[_Write[Any]], outcomes: list[tuple[Any, BaseException | 
             write.answer.set_exception(BoxError(error.problem, error.message))
         else:
             write.answer.set_exception(error)
+
+
+def _settings_kept(record: str, error: ValidationError) -> Settings | None:
+    """The stored settings without the ones this boxd refuses (a rule made stricter since they
+    were saved: an http modelBaseUrl to another machine), which take their defaults; the rest
+    are kept. None if that does not make them valid."""
+    try:
+        stored = json.loads(record)
+    except ValueError:
+        return None
+    refused = {str(problem["loc"][0]) for problem in error.errors() if problem["loc"]}
+    if not isinstance(stored, dict) or not refused:
+        return None
+    try:
+        kept = Settings.model_validate({k: v for k, v in stored.items() if k not in refused})
+    except ValidationError:
+        return None
+    log.warning(
+        "the stored settings %s are no longer accepted, so their defaults apply: %s",
+        ", ".join(sorted(refused)),
+        error,
+    )
+    return kept
 
 
 def _add_column(db: sqlite3.Connection, table: str, column: str, kind: str) -> None:

@@ -22,7 +22,8 @@ script was set gets turn n, and past the script's end a plain text turn "All don
 
 Anything else is a 404 in the API's error shape. The other half, `ModelServer`, is the tests'
 API: start it in a test machine's `outside` namespace (tests/vm/outside_world.py) as
-http://model.test:9090, set a script, read the requests.
+https://model.test:9443 (or over plain http at http://model.test:9090), set a script, read the
+requests.
 """
 
 from __future__ import annotations
@@ -241,18 +242,21 @@ def serve(host: str, port: int, directory: Path, tls: tuple[str, str] | None = N
 NAME = "model.test"
 PORT = 9090
 DIR = "/run/model-server"
-BASE_URL = f"http://{NAME}:{PORT}"
-# Over HTTPS, with the outside world's certificate (which the machine trusts) and so one of its
-# names: the box reaches the model the way it reaches Anthropic's API.
+# Over HTTPS, with the outside world's certificate (which the machine trusts, and which covers
+# NAME): the box reaches the model the way it reaches Anthropic's API, and only so (Settings
+# modelBaseUrl takes plain http to this machine's loopback alone).
 TLS_PORT = 9443
 TLS_DIR = "/run/model-server-tls"
+BASE_URL = f"https://{NAME}:{TLS_PORT}"
+# The same server over plain http, for the attacker's tests of where the key may go.
+PLAIN_URL = f"http://{NAME}:{PORT}"
 
 
 class ModelServer:
     """The scripted model server in a test machine, served from the `outside` namespace: at
-    BASE_URL (names in the machine's /etc/hosts), or with `tls` at `base_url` over HTTPS."""
+    BASE_URL (names in the machine's /etc/hosts) over HTTPS, or at PLAIN_URL without `tls`."""
 
-    def __init__(self, machine: Machine, *, tls: bool = False) -> None:
+    def __init__(self, machine: Machine, *, tls: bool = True) -> None:
         self.machine = machine
         self.tls = tls
         self.port = TLS_PORT if tls else PORT
@@ -261,19 +265,14 @@ class ModelServer:
 
     @property
     def base_url(self) -> str:
-        from tests.vm.outside_world import NAMES
-
-        return f"https://{NAMES[0]}:{TLS_PORT}" if self.tls else BASE_URL
+        return BASE_URL if self.tls else PLAIN_URL
 
     def start(self) -> ModelServer:
         # Imported here: the machine runs this file with its own python3, without tests/.
-        from tests.vm.outside_world import ADDRESS, NAMESPACE, ensure_outside
         from tests.vm.outside_world import DIR as OUTSIDE
+        from tests.vm.outside_world import NAMESPACE, ensure_outside
 
         ensure_outside(self.machine)
-        hosts = self.machine.run("cat", "/etc/hosts").stdout
-        if f" {NAME}\n" not in hosts:
-            self.machine.run("sh", "-c", f"echo '{ADDRESS} {NAME}' >> /etc/hosts")
         self.machine.run("mkdir", "-p", self.dir)
         self.machine.run("rm", "-f", f"{self.dir}/{READY}")
         self.machine.run("tee", f"{self.dir}/server.py", input=Path(__file__).read_text())

@@ -28,6 +28,8 @@ PRIVATE_ADDRESS = "10.77.0.2"
 PRIVATE_ADDRESS6 = "fd77::2"
 LINK_LOCAL_ADDRESS = "169.254.77.2"
 NAMES = ("allowed.test", "other.test", "wild.test", "www.wild.test")
+# The scripted model's name (tests/vm/model_server.py): the certificate covers it too.
+MODEL_NAME = "model.test"
 PRIVATE_NAME = "private.test"
 LOOPBACK_NAME = "sneaky.test"
 # Names of addresses egress refuses; no namespace has them, and no connection is ever tried.
@@ -123,11 +125,11 @@ ip -n {NAMESPACE} link set out0 up
 ip -n {NAMESPACE} link set lo up
 mkdir -p {DIR}
 openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=boxd-test-outside \\
-    -addext "subjectAltName={",".join(f"DNS:{n}" for n in NAMES)}" \\
+    -addext "subjectAltName={",".join(f"DNS:{n}" for n in (*NAMES, MODEL_NAME))}" \\
     -keyout {DIR}/key.pem -out {DIR}/cert.pem 2>/dev/null
 cp {DIR}/cert.pem /usr/local/share/ca-certificates/boxd-test-outside.crt
 update-ca-certificates >/dev/null
-echo "{ADDRESS} {" ".join(NAMES)}" >> /etc/hosts
+echo "{ADDRESS} {" ".join((*NAMES, MODEL_NAME))}" >> /etc/hosts
 echo "{PRIVATE_ADDRESS} {PRIVATE_NAME}" >> /etc/hosts
 echo "127.0.0.1 {LOOPBACK_NAME}" >> /etc/hosts
 {_PRIVATE_HOSTS_LINES}"""

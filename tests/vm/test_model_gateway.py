@@ -5,6 +5,7 @@ forwards to the scripted model server in the test machine's outside world
 workers that speak to $BOX_MODEL_URL with curl, as Droid would."""
 
 import json
+import math
 import secrets
 import shlex
 import time
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 
 from boxd.model_key import KEY_REFUSED, NO_KEY
-from boxd.pricing import Tokens, price_cents
+from boxd.pricing import Tokens, price_cents, reservation_cents
 from tests.vm.box_api import (
     BROKER_UNIT,
     boxctl,
@@ -45,6 +46,10 @@ DEAR = {"input_tokens": 3_000_000, "output_tokens": 10}
 
 @pytest.fixture(scope="module")
 def model(machine: Machine) -> Iterator[ModelServer]:
+    yield from scripted_model(machine)
+
+
+def scripted_model(machine: Machine) -> Iterator[ModelServer]:
     """The model server, the box pointed at it with a key in its vault, and brokers that
     answer `pending` after 1.5 s."""
     with unit_environment(machine, BROKER_UNIT, "BOX_APPROVAL_WAIT_MS", "1500"):
@@ -205,7 +210,7 @@ def test_usage_is_metered_exactly_into_the_tasks_cost(
     assert story.count("\n") == 3, story
 
 
-def test_a_broker_killed_mid_reply_has_logged_what_message_start_said(
+def test_a_broker_killed_mid_reply_has_logged_what_message_start_said_at_once(
     machine: Machine, token: str, model: ModelServer
 ) -> None:
     """The input and cache tokens, most of what a reply costs, are on record as soon as the
@@ -249,10 +254,13 @@ def test_past_the_budget_the_owner_approves_first(
     approval = wait_for_approval(machine, task_id)
     assert approval["model"] == MODEL
     assert approval["key"].startswith("model.")
+    worst = sum(reservation_cents(MODEL, -(-len(json.dumps(request("more"))) // 3), 1000, False))
     assert approval["question"] == (
-        f"Let task {task_id} ask its model ({MODEL}) once more? It has spent 900.015 cents, "
-        "which reaches its budget of 5 cents; what the answer costs is known only once it comes."
+        f"Let task {task_id} ask its model ({MODEL}) once more? It has spent 900.015 cents; "
+        f"this request may cost up to {math.ceil(worst * 100) / 100:g} cents, which would take "
+        "it past its budget of 5 cents."
     )
+    assert approval["costCents"] == pytest.approx(worst)
     assert len(model.requests()) == 1
     boxctl(machine, "approve", approval["id"])
     task = finish(machine, task_id)
@@ -336,7 +344,7 @@ def test_a_task_without_hosts_reaches_the_model_and_nothing_else(
     assert "All done." in reply and reply.endswith("status 200")
     assert proxied == "403"
     # No route out of the task's namespace: only the gateway reaches the model.
-    assert "Failed to connect to model.test port 9090" in direct
+    assert "Failed to connect to model.test port 9443" in direct
     assert arrived(machine) == before
     assert len(model.requests()) == 1
 
@@ -346,20 +354,13 @@ def test_the_model_is_reached_over_https_with_the_machines_certificates(
 ) -> None:
     """As Anthropic's API is: the broker checks the upstream's certificate against the box's
     CAs, from inside its sandbox."""
-    secure = ModelServer(machine, tls=True).start()
-    boxctl(machine, "settings", "set", "modelBaseUrl", secure.base_url)
-    try:
-        secure.set_script([{"blocks": [{"type": "text", "text": "Over TLS."}]}])
-        task = finish(
-            machine, start_fake(machine, token, ask_model(request()), model="sonnet")["id"]
-        )
-        assert task["state"] == "done", task
-        assert "Over TLS." in texts(task)[1] and texts(task)[1].endswith("status 200")
-        (sent,) = secure.requests()
-        assert sent["headers"]["x-api-key"] == KEY
-    finally:
-        boxctl(machine, "settings", "set", "modelBaseUrl", BASE_URL)
-        secure.stop()
+    assert model.base_url.startswith("https://")
+    model.set_script([{"blocks": [{"type": "text", "text": "Over TLS."}]}])
+    task = finish(machine, start_fake(machine, token, ask_model(request()), model="sonnet")["id"])
+    assert task["state"] == "done", task
+    assert "Over TLS." in texts(task)[1] and texts(task)[1].endswith("status 200")
+    (sent,) = model.requests()
+    assert sent["headers"]["x-api-key"] == KEY
 
 
 @pytest.fixture(scope="module")

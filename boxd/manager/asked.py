@@ -1,0 +1,31 @@
+"""A new approval: recorded, so its task waits for the owner, and told to whoever follows the box
+(the screen, `boxctl follow`) by the ApprovalAsked signal once it is on disk."""
+
+from dbus_fast import Message
+from dbus_fast.aio import MessageBus
+
+from boxd.approval_record import Approval
+from boxd.dbus import interface as api
+from boxd.event import EventKind
+from boxd.manager.store import Ledger
+from boxd.task import Task, TaskState
+
+
+def record_approval(ledger: Ledger, task: Task, approval: Approval) -> None:
+    """Records a new approval: the task waits for it."""
+    if task.state == TaskState.RUNNING:
+        task = task.model_copy(update={"state": TaskState.WAITING})
+    ledger.save_task(task, EventKind.APPROVAL, approval.public(), approvals=(approval,))
+
+
+def tell_asked(bus: MessageBus, approval: Approval) -> None:
+    """Tells whoever follows the box (the screen, `boxctl follow`) that the owner is asked."""
+    bus.send(
+        Message.new_signal(
+            api.ROOT_PATH,
+            api.MANAGER,
+            api.APPROVAL_ASKED,
+            "s",
+            [approval.model_dump_json(exclude_none=True)],
+        )
+    )
