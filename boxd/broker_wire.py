@@ -142,9 +142,10 @@ class ModelTokens(BaseModel):
 
 
 class ModelCost(BaseModel):
-    """What a forwarded request's reply said: at its `start` (message_start's counts, logged as
-    soon as they passed) or at its `end` (the rest, the reply's status, and whether it said its
-    final usage: if not, the rest of what was reserved for it is charged)."""
+    """What a forwarded request's reply said so far (cumulative counts): at its `start`
+    (message_start's, logged as soon as they passed) or at its `end` (all of them, the reply's
+    status, whether the request was sent whole (status 0: no answer came), and whether the reply
+    said its final usage: if not, it is charged the most it could have cost)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -152,4 +153,5 @@ class ModelCost(BaseModel):
     part: Literal["start", "end"]
     tokens: ModelTokens = ModelTokens()
     status: Annotated[StrictInt, Field(ge=0, le=999)] = 0
+    sent: StrictBool = False
     complete: StrictBool = False

@@ -75,6 +75,12 @@ def _model_base_url(value: object) -> str:
         )
     if url.query or url.fragment or "?" in value or "#" in value:
         raise plain("modelBaseUrl must not have a query or fragment: the gateway adds /v1/messages")
+    if _address(url.hostname) is None and _NUMERIC_HOST.fullmatch(url.hostname):
+        raise plain(
+            f"modelBaseUrl's host {url.hostname} is neither a name nor an address as written "
+            "in a URL (a number the system would read as some address): write the address "
+            "in full, like 192.0.2.10"
+        )
     literal = _address(url.hostname)
     if literal is not None and not literal.is_loopback and never_reached(literal) is not None:
         raise plain(
@@ -84,9 +90,15 @@ def _model_base_url(value: object) -> str:
     return value.rstrip("/")
 
 
+# What the system's resolver reads as an IPv4 address though ipaddress does not: 2130706433,
+# 0x7f.1, 0177.0.0.1, 127.1.
+_NUMERIC_HOST = re.compile(r"(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]+))*\.?", re.IGNORECASE)
+
+
 def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The host as an address, a trailing dot taken off (169.254.169.254. is that address)."""
     try:
-        return ipaddress.ip_address(host)
+        return ipaddress.ip_address(host.removesuffix("."))
     except ValueError:
         return None
 

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -452,7 +453,7 @@ async def test_a_reply_cut_off_before_its_final_usage_is_charged_its_reservation
     await rig.gateway.settled()
     start, rest = await rig.manager.costs()
     assert start == expected_cost({**USAGE, "output_tokens": 1})
-    assert (rest["cents"], rest["reserved"]) == (pytest.approx(8192 * 15 / 10_000), True)
+    assert (rest["cents"], rest["reserved"]) == (pytest.approx(8191 * 15 / 10_000), True)
 
 
 async def test_a_worker_that_hangs_up_mid_stream_pays_for_the_whole_reply(rig: Rig) -> None:
@@ -667,7 +668,7 @@ async def test_a_broker_told_to_stop_cuts_what_it_still_reads_and_has_it_charged
         reply.close()
     start, rest = await rig.manager.costs()
     assert start == expected_cost({**USAGE, "output_tokens": 1})
-    assert (rest["cents"], rest["reserved"]) == (pytest.approx(8192 * 15 / 10_000), True)
+    assert (rest["cents"], rest["reserved"]) == (pytest.approx(8191 * 15 / 10_000), True)
     assert await rig.manager.open_requests() == 0
 
 
@@ -991,3 +992,66 @@ def test_what_the_counts_grew_by_never_gives_back_a_count_seen_lower() -> None:
     usage.feed(sse("message_delta", delta))
     assert usage.at_start == {"input": 10, "output": 1}
     assert usage.since(usage.at_start) == {"output": 49}
+
+
+async def test_bodies_are_held_only_in_the_places_requests_have(rig: Rig) -> None:
+    """The attacker's many connections, each saying a 32 MiB body is coming and sending one
+    byte of it: before, each had its 32 MiB made ready as its head arrived, and twenty took the
+    broker past its MemoryMax. Now a body is read only in one of MAX_IN_FLIGHT places: the
+    connections past them are told so at once, their bodies never read."""
+    head = (
+        "POST /v1/messages HTTP/1.1\r\nHost: box\r\ncontent-type: application/json\r\n"
+        f"content-length: {MAX_REQUEST}\r\n\r\n{{"
+    ).encode()
+    # Served as the broker serves it: behind the connection guard, which reads a body whole
+    # before the handler runs.
+    listening = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listening.bind(("127.0.0.1", 0))
+    listening.listen(64)
+    port = listening.getsockname()[1]
+    await rig.gateway.serve(listening)
+    rig.url = f"http://127.0.0.1:{port}"
+    held = []
+    for _ in range(MAX_IN_FLIGHT):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(head)
+        held.append((reader, writer))
+    await asyncio.sleep(0.2)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(head)
+    answer = await asyncio.wait_for(reader.read(4096), 5)
+    assert answer.startswith(b"HTTP/1.1 429"), answer[:100]
+    assert f"this task has {MAX_IN_FLIGHT} model requests in flight".encode() in answer
+    writer.close()
+    for _, held_writer in held:
+        held_writer.close()
+    await rig.manager.until(lambda: rig.gateway._requests == 0)
+    assert (await post(rig, droid_request("room again")))[0] == 200
+
+
+async def test_a_request_sent_that_gets_no_answer_is_charged_and_spends_its_yes(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attacker's request whose whole reply takes longer than the gateway waits for its
+    head: before, no status meant an error, so nothing was charged and the owner's yes could
+    send it again and again. Now a request that went upstream and got no answer is charged the
+    most it could cost, and its yes is spent."""
+    monkeypatch.setattr(
+        model_gateway, "UPSTREAM_TIMEOUT", aiohttp.ClientTimeout(total=None, sock_read=0.3)
+    )
+    await rig.manager.set_task(costCents=1000.0)
+    assert (await post(rig, droid_request(stream=False)))[0] == 529
+    (asked,) = await rig.manager.asked()
+    await rig.manager.answer(asked, True)
+    hold = asyncio.Event()
+    rig.upstream.turns = [Turn(stream=False, hold=hold)]
+    status, body, _ = await post(rig, droid_request(stream=False))
+    assert status == 503, body
+    await rig.gateway.settled()
+    (charged,) = await rig.manager.costs()
+    reserve = worst_case(droid_request(stream=False))
+    assert (charged["cents"], charged["reserved"]) == (pytest.approx(reserve), True)
+    # The same bytes again: that yes went with the first.
+    assert (await post(rig, droid_request(stream=False)))[0] == 529
+    assert len(rig.upstream.requests) == 1
+    hold.set()

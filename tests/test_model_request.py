@@ -301,3 +301,34 @@ def test_the_largest_bodies_are_read_in_memory_bounded_by_their_size() -> None:
     wide = head + b'[{"role":"user","content":[' + blocks + b"]}]}"
     ended, peak = peak_of(wide)
     assert ended == "read" and peak < 100 * MIB
+
+
+def test_an_unclosed_string_of_escaped_quotes_is_counted_in_one_pass() -> None:
+    """The attacker's body past 4 MiB with many marks, ending in a string that never closes,
+    made of escaped quotes: before, the search for strings began again at each of them, a time
+    that grew with their square (hours for 4 MiB), holding the broker's only thread."""
+    marks = b"[" + b"0," * (MAX_VALUES + 10) + b"0]"
+    body = b'{"max_tokens":1,"pad":' + marks + b',"b":"' + b'\\"' * (2 * MIB)
+    assert values_outside_strings(body) > MAX_VALUES
+    with pytest.raises(TooDense):
+        read_request(body, MODEL)
+
+
+def test_a_key_named_twice_among_many_is_found_in_one_pass() -> None:
+    """131,072 keys in one object and the last one twice: before, each key was counted among
+    all of them to find it (minutes, on the broker's event loop)."""
+    names = [f"k{n}" for n in range(131_072)]
+    schema = "{" + ",".join(f'"{name}":0' for name in [*names, names[0]]) + "}"
+    body = ('{"max_tokens":1,"tools":[{"name":"t","input_schema":' + schema + "}]}").encode()
+    with pytest.raises(Refused, match="'k0' twice in one object"):
+        read_request(body, MODEL)
+
+
+def test_a_pdf_is_reserved_as_the_whole_context() -> None:
+    """A hundred pages fit in a few kilobytes of PDF and are billed by the page: estimated by its
+    bytes, eight such requests passed a dollar's budget together without a yes."""
+    pdf = {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x" * 1000}
+    body = request_with(
+        messages=[{"role": "user", "content": [{"type": "document", "source": pdf}]}]
+    )
+    assert read_request(body, MODEL).input_tokens == CONTEXT_TOKENS

@@ -141,12 +141,13 @@ async def test_a_request_within_budget_reserves_its_worst_case_until_its_reply_e
 
     started = Tokens(input=1200, output=1, cacheWrite=2000, cacheRead=48000)
     await box.models.log_cost(BROKER, [TASK, part("1" * 16, "start", started)])
-    ((_, _, record),) = await box.open()
     # Its input is charged as it really was: only its output stays reserved.
-    assert (record["inputCents"], record["outputCents"]) == (0, 48.0)
+    call = await box.calls.begin_call(BROKER, [TASK, pay("Ada", 5, "k2")])
+    assert call["reservedCents"] == {f"model request {'1' * 16}": pytest.approx(48.0 - 0.0015)}
     rest = Tokens(input=0, output=344)
+    # The end says all the reply said; the manager charges what grew.
     await box.models.log_cost(
-        BROKER, [TASK, part("1" * 16, "end", rest, status=200, complete=True)]
+        BROKER, [TASK, part("1" * 16, "end", USAGE, status=200, complete=True)]
     )
     assert await box.open() == []
     costs = await box.costs()
@@ -168,7 +169,8 @@ async def test_a_reply_that_never_says_its_final_usage_is_charged_its_reservatio
     await box.models.log_cost(BROKER, [TASK, part("1" * 16, "end", Tokens(0, 0), status=200)])
     first, second = await box.costs()
     assert first["cents"] == pytest.approx(price_cents(MODEL, started))
-    assert (second["cents"], second["reserved"]) == (48.0, True)
+    # The most its output could have been (32,000 tokens), less the one token charged.
+    assert (second["cents"], second["reserved"]) == (pytest.approx(48.0 - 0.0015), True)
     # A whole reply that said nothing (no usage at all) is charged all of its reservation.
     await box.set_task(budgetCents=1000)
     await box.models.begin(BROKER, [TASK, start("2" * 16, OTHER)])
@@ -314,7 +316,7 @@ async def test_a_request_whose_broker_is_gone_is_charged_what_it_reserved(box: B
     left = [r for r in await box.open() if r[0] == "1" * 16]
     assert left == []
     *_, charged = await box.costs()
-    assert (charged["cents"], charged["reserved"]) == (48.0, True)
+    assert (charged["cents"], charged["reserved"]) == (pytest.approx(48.0 - 0.0015), True)
     # Its yes is spent: the same bytes ask again.
     assert "approval" in await box.models.begin(LATER_BROKER, [TASK, start("3" * 16)])
 
@@ -373,3 +375,34 @@ async def test_a_malformed_cost_is_refused(box: Box, bad: dict[str, Any]) -> Non
     with pytest.raises(BoxError):
         await box.models.log_cost(BROKER, [TASK, json.dumps(given)])
     assert len(await box.open()) == 1
+
+
+async def test_a_start_that_never_reached_the_manager_is_made_up_by_the_end(box: Box) -> None:
+    """The attacker fills the disk as message_start passes, so its start part is refused: the
+    end says all the reply said, and all of it is charged."""
+    await box.models.begin(BROKER, [TASK, start("1" * 16)])
+    end = part("1" * 16, "end", USAGE, status=200, complete=True)
+    await box.models.log_cost(BROKER, [TASK, end])
+    assert (await box.task())["costCents"] == pytest.approx(price_cents(MODEL, USAGE))
+
+
+async def test_a_request_sent_that_got_no_answer_is_charged_what_it_could_cost(box: Box) -> None:
+    """The attacker's request whose reply takes longer than the gateway waits for its head (or
+    that its broker cuts off as it stops) went upstream all the same: before, status 0 was an
+    error, free, and its yes could be used again."""
+    await box.set_task(costCents=99.0)
+    asked = (await box.models.begin(BROKER, [TASK, start("1" * 16)]))["approval"]
+    await box.answers.answer_approval(OWNER, [asked["id"], True])
+    await box.models.begin(BROKER, [TASK, start("2" * 16)])
+    lost = json.dumps({"request": "2" * 16, "part": "end", "status": 0, "sent": True})
+    await box.models.log_cost(BROKER, [TASK, lost])
+    (charged,) = await box.costs()
+    assert (charged["cents"], charged["reserved"]) == (pytest.approx(worst()), True)
+    # Its yes is spent.
+    assert "approval" in await box.models.begin(BROKER, [TASK, start("3" * 16)])
+    # One that never went (unreachable, refused) is free.
+    await box.set_task(costCents=0.0)
+    await box.models.begin(BROKER, [TASK, start("4" * 16, OTHER)])
+    unsent = json.dumps({"request": "4" * 16, "part": "end", "status": 0, "sent": False})
+    await box.models.log_cost(BROKER, [TASK, unsent])
+    assert len(await box.costs()) == 1

@@ -139,6 +139,14 @@ def test_the_model_base_url(given: str, kept: str) -> None:
         ("https://[fe80::1]:443", "a link-local address: the model key never goes there"),
         ("https://100.100.100.200", "metadata service"),
         ("https://224.0.0.1", "a multicast address"),
+        ("https://169.254.169.254.", "a link-local address: the model key never goes there"),
+        # Numbers the system's resolver reads as addresses (127.0.0.1, 10.0.0.1) that are no
+        # address as ipaddress reads one, so would pass every check made on an address.
+        ("https://2130706433", "is neither a name nor an address as written in a URL"),
+        ("https://167772161:443", "is neither a name nor an address as written in a URL"),
+        ("https://0251.0376.0251.0376", "is neither a name nor an address as written in a URL"),
+        ("https://0x7f.1", "is neither a name nor an address as written in a URL"),
+        ("https://127.1:8080", "is neither a name nor an address as written in a URL"),
         ("https://a b.test", "without spaces or control characters"),
         ("https://model.test\n", "without spaces or control characters"),
         ("https://" + "a" * 2000 + ".test", "modelBaseUrl is over 2,000 characters"),

@@ -119,10 +119,13 @@ def check_betas(header: str | None) -> None:
 @dataclass
 class Shape:
     """What the checks saw that the reservation needs: the images (billed by their pixels, not
-    their bytes) and whether anything is written to the 1-hour cache."""
+    their bytes), the PDFs (by their pages), and whether anything is written to the 1-hour
+    cache."""
 
     images: int = 0
     image_bytes: int = 0
+    # Documents sent as base64 (PDFs), billed by their pages.
+    pdfs: int = 0
     hour_cache: bool = False
 
 
@@ -220,6 +223,8 @@ def _check_source(source: dict[str, Any], kind: str, where: str, shape: Shape) -
         data = source.get("data")
         shape.images += 1
         shape.image_bytes += len(data) if isinstance(data, str) else 0
+    if kind == "document" and origin == "base64":
+        shape.pdfs += 1
     if origin == "content" and isinstance(source.get("content"), list):
         _check_blocks(source["content"], where, shape)
 

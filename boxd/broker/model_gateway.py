@@ -98,8 +98,10 @@ FINISH_SECONDS = 30.0
 # slice, not a copy of the body.
 SEND_SLICE = 256 * 1024
 # Bodies larger than this are checked in a thread, one at a time (checking takes memory in
-# proportion to the body), and sent upstream in slices.
+# proportion to the body).
 LARGE_BODY = 1024 * 1024
+# How long a reply's cost report is tried again on a full disk (doubling waits from 0.5 s).
+REPORT_PATIENCE_SECONDS = 60
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -161,6 +163,8 @@ class TooLarge(Exception):
 
 
 BODY = web.RequestKey("boxd.model_gateway.body", bytearray)
+# The request's exchange with the upstream, once handed to one: it holds the request's place.
+EXCHANGE = web.RequestKey("boxd.model_gateway.exchange", asyncio.Task)
 
 
 async def read_body(request: web.Request) -> bytearray:
@@ -200,10 +204,12 @@ async def keep_body(request: web.Request) -> None:
         await read_body(request)
 
 
-async def _slices(parts: tuple[memoryview, ...]) -> AsyncIterator[memoryview]:
+async def _slices(parts: tuple[memoryview, ...], seen: "_Reply") -> AsyncIterator[memoryview]:
+    """The body in slices; `seen.sent` once the last is handed to the connection."""
     for part in parts:
         for start in range(0, len(part), SEND_SLICE):
             yield part[start : start + SEND_SLICE]
+    seen.sent = True
 
 
 @dataclass
@@ -212,6 +218,9 @@ class _Reply:
 
     request: str
     status: int = 0
+    # Whether the whole request went upstream: one that got no answer then may have been
+    # worked on, and is charged the most it could cost.
+    sent: bool = False
     usage: StreamUsage | JsonUsage | None = None
     started: dict[str, int] | None = None
     start_logged: "asyncio.Task[None] | None" = None
@@ -247,7 +256,12 @@ class ModelGateway:
         self._reports: set[asyncio.Task[None]] = set()
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[_api_errors], client_max_size=MAX_REQUEST)
+        # The slot is taken before the body is read (the connection guard reads it whole, after
+        # these), so what the gateway holds is MAX_IN_FLIGHT bodies at most, however many
+        # connections say they have one coming.
+        app = web.Application(
+            middlewares=[_api_errors, self._in_flight_slot], client_max_size=MAX_REQUEST
+        )
         app.router.add_post(MESSAGES, self.messages)
         return app
 
@@ -287,31 +301,39 @@ class ModelGateway:
         while self._exchanges or self._reports:
             await asyncio.gather(*self._exchanges, *self._reports, return_exceptions=True)
 
-    async def messages(self, request: web.Request) -> web.StreamResponse:
+    @web.middleware
+    async def _in_flight_slot(
+        self,
+        request: web.Request,
+        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    ) -> web.StreamResponse:
+        """One of MAX_IN_FLIGHT places, held from before the body is read until the request's
+        exchange with the upstream is over, which may outlast this handler."""
         if self._requests >= MAX_IN_FLIGHT:
             return api_error(
                 429,
                 f"this task has {MAX_IN_FLIGHT} model requests in flight, the most the model "
                 "gateway takes at once: send this one again when one has finished",
             )
-        # Counted until its exchange with the upstream is over, which may outlast this handler.
         self._requests += 1
-        handed_on = False
         try:
-            outcome = await self._message(request)
-            if isinstance(outcome, asyncio.Task):
-                handed_on = True
-                outcome.add_done_callback(self._exchange_over)
-                # Shielded: a handler cancelled as its worker goes leaves the exchange running.
-                return await asyncio.shield(outcome)
-            return outcome
+            return await handler(request)
         finally:
-            if not handed_on:
+            if request.get(EXCHANGE) is None:
                 self._requests -= 1
 
     def _exchange_over(self, exchange: "asyncio.Task[web.StreamResponse]") -> None:
         self._requests -= 1
         self._exchanges.discard(exchange)
+
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        outcome = await self._message(request)
+        if isinstance(outcome, asyncio.Task):
+            request[EXCHANGE] = outcome
+            outcome.add_done_callback(self._exchange_over)
+            # Shielded: a handler cancelled as its worker goes leaves the exchange running.
+            return await asyncio.shield(outcome)
+        return outcome
 
     async def _message(
         self, request: web.Request
@@ -469,8 +491,7 @@ class ModelGateway:
             **key.headers(),
         }
         session, resolver = await self._upstream()
-        small = checked.length <= LARGE_BODY
-        data = b"".join(checked.parts) if small else _slices(checked.parts)
+        data = _slices(checked.parts, seen)
         try:
             await resolver.check_url_host(urlsplit(upstream).hostname or "")
             # Never followed: a redirect would carry the key (x-api-key) to wherever it points.
@@ -545,7 +566,7 @@ class ModelGateway:
         usage = seen.usage
         if seen.started is None and isinstance(usage, StreamUsage) and usage.at_start:
             seen.started = usage.at_start
-            part = {"request": seen.request, "part": "start", "tokens": seen.started}
+            part = {"request": seen.request, "part": "start", "tokens": usage.at_start}
             seen.start_logged = self._log_soon(self._log_part(part))
 
     def _log_soon(self, job: Awaitable[None]) -> "asyncio.Task[None]":
@@ -566,17 +587,28 @@ class ModelGateway:
             "request": seen.request,
             "part": "end",
             "status": seen.status,
-            "tokens": usage.since(seen.started or {}) if usage is not None else {},
-            # The reply said its final usage: else the rest of its reservation is charged.
+            "sent": seen.sent,
+            # All the reply said: the manager charges what it did not charge yet.
+            "tokens": usage.counts() if usage is not None else {},
+            # The reply said its final usage: else it is charged the most it could cost.
             "complete": usage is not None and usage.final,
         }
         await self._log_part(part)
 
     async def _log_part(self, part: dict[str, Any]) -> None:
-        try:
-            await self._manager.call("LogModelCost", json.dumps(part))
-        except BoxError as error:
-            log.warning("could not log a model reply's cost: %s", error.message)
+        """Tells the manager, trying again for a while on a full disk (the manager link waits
+        for a manager that restarts): until it is told, the request holds its worst case."""
+        delay = 0.5
+        while True:
+            try:
+                await self._manager.call("LogModelCost", json.dumps(part))
+                return
+            except BoxError as error:
+                if error.problem != Problem.FULL or delay > REPORT_PATIENCE_SECONDS:
+                    log.warning("could not log a model reply's cost: %s", error.message)
+                    return
+            await asyncio.sleep(delay)
+            delay *= 2
 
 
 async def _prepared(response: web.StreamResponse, request: web.Request) -> bool:

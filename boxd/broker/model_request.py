@@ -17,7 +17,8 @@ objects took some 25 times its size: a list of small numbers is an 8-byte pointe
 
 The worst case of its input: a token is at least a byte of text, and ordinary text is three to
 four bytes a token, so the estimate is a token for every BYTES_PER_TOKEN bytes outside its
-images (an image is billed by its pixels: IMAGE_TOKENS at most), capped at the model's context.
+images (an image is billed by its pixels: IMAGE_TOKENS at most), capped at the model's context;
+a request with a PDF in it (billed by its pages) is estimated at the whole context.
 A request whose input is denser than that is charged what it really cost as soon as the reply's
 `message_start` says so (boxd.broker.model_gateway).
 """
@@ -47,7 +48,9 @@ COUNT_VALUES_ABOVE = 4 * 1024 * 1024
 MAX_VALUES = 300_000
 _UTF8_CHUNK = 1024 * 1024
 # The JSON strings of a body (their escapes included), to set them aside when counting values.
-_STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+# A string left open runs to the end: without that, each escaped quote in an unclosed string
+# would start the search again, a time that grows with the square of their number.
+_STRINGS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\Z)')
 _SPACE = re.compile(r"[ \t\n\r]*")
 BYTES_PER_TOKEN = 3
 # Every model the box prices takes 200,000 tokens of input at most (the 1M-token context is a
@@ -68,9 +71,11 @@ def _no_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     upstream must not read another request than the one checked here."""
     found = dict(pairs)
     if len(found) != len(pairs):
-        names = [name for name, _ in pairs]
-        twice = next(name for name in found if names.count(name) > 1)
-        raise Refused(f"the request names {shown(twice)} twice in one object")
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise Refused(f"the request names {shown(name)} twice in one object")
+            seen.add(name)
     return found
 
 
@@ -193,6 +198,11 @@ def read_request(body: bytes | bytearray, model: str, beta: str | None = None) -
         parts = (view[: start + 1], memoryview(b'"model":' + ours + b","), view[start + 1 :])
     text_bytes = max(len(body) - shape.image_bytes, 0)
     tokens = math.ceil(text_bytes / BYTES_PER_TOKEN) + shape.images * IMAGE_TOKENS
+    if shape.pdfs:
+        # A PDF is billed by its pages, each as an image and its text (some 1,500 to 3,000
+        # tokens a page), and a few kilobytes can hold a hundred pages: its worst case is the
+        # whole context.
+        tokens = CONTEXT_TOKENS
     return ModelRequest(
         parts=parts,
         length=sum(len(part) for part in parts),

@@ -36,7 +36,7 @@ class UpstreamRefused(OSError):
 
 def _literal(host: str) -> IPAddress | None:
     try:
-        return ipaddress.ip_address(host.strip("[]"))
+        return ipaddress.ip_address(host.strip("[]").removesuffix("."))
     except ValueError:
         return None
 

@@ -26,7 +26,7 @@
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from dbus_fast.aio import MessageBus
@@ -62,20 +62,41 @@ def approval_key(request_hash: str, number: int) -> str:
 
 @dataclass(frozen=True)
 class OpenRequest:
-    """A model request forwarded and not yet closed, with what it still reserves."""
+    """A model request forwarded and not yet closed: what its worst case was made of, and the
+    token counts its reply said so far, already charged."""
 
     id: str
     holder: str
     model: str
     request_hash: str
+    # Its input's estimate and its max_tokens of output, priced at their dearest.
     input_cents: float
     output_cents: float
+    max_tokens: int
     approval_key: str | None
-    started: bool
+    # What the reply said so far (cumulative), and charged.
+    charged: Tokens
+
+    @property
+    def input_known(self) -> bool:
+        """Whether the reply has said what its input was (message_start did)."""
+        c = self.charged
+        return bool(c.input or c.cacheWrite or c.cacheRead)
 
     @property
     def reserved(self) -> float:
-        return self.input_cents + self.output_cents
+        """What it may still cost beyond what was charged: its output's worst case, and its
+        input's until the reply has said it."""
+        output_charged = price_cents(self.model, Tokens(input=0, output=self.charged.output))
+        input_left = 0.0 if self.input_known else self.input_cents
+        return input_left + max(self.output_cents - output_charged, 0.0)
+
+    def worst(self, said: Tokens) -> float:
+        """The most the reply can have cost, given what it said: its input as said (or the
+        estimate, if it said none), and at least its max_tokens of output."""
+        most = replace(said, output=max(said.output, self.max_tokens))
+        estimate = 0.0 if said.input or said.cacheWrite or said.cacheRead else self.input_cents
+        return price_cents(self.model, most) + estimate
 
     def record(self) -> dict[str, Any]:
         return {
@@ -83,8 +104,9 @@ class OpenRequest:
             "requestHash": self.request_hash,
             "inputCents": self.input_cents,
             "outputCents": self.output_cents,
+            "maxTokens": self.max_tokens,
             "approvalKey": self.approval_key,
-            "started": self.started,
+            "charged": self.charged.json(),
         }
 
     @classmethod
@@ -96,9 +118,34 @@ class OpenRequest:
             request_hash=str(record["requestHash"]),
             input_cents=float(record["inputCents"]),
             output_cents=float(record["outputCents"]),
+            max_tokens=int(record["maxTokens"]),
             approval_key=record.get("approvalKey"),
-            started=bool(record.get("started")),
+            charged=Tokens(**record["charged"]),
         )
+
+
+def _grown(said: Tokens, charged: Tokens) -> Tokens:
+    """Each count as it stands now: a count said lower later is not given back."""
+    return Tokens(
+        input=max(said.input, charged.input),
+        output=max(said.output, charged.output),
+        cacheWrite=max(said.cacheWrite, charged.cacheWrite),
+        cacheRead=max(said.cacheRead, charged.cacheRead),
+        cacheWrite1h=min(
+            max(said.cacheWrite1h, charged.cacheWrite1h),
+            max(said.cacheWrite, charged.cacheWrite),
+        ),
+    )
+
+
+def _difference(now: Tokens, before: Tokens) -> Tokens:
+    return Tokens(
+        input=now.input - before.input,
+        output=now.output - before.output,
+        cacheWrite=now.cacheWrite - before.cacheWrite,
+        cacheRead=now.cacheRead - before.cacheRead,
+        cacheWrite1h=max(now.cacheWrite1h - before.cacheWrite1h, 0),
+    )
 
 
 def open_requests(ledger: Ledger, task_id: str) -> list[OpenRequest]:
@@ -266,8 +313,9 @@ class ModelRequests:
                 request_hash=start.requestHash,
                 input_cents=input_cents,
                 output_cents=output_cents,
+                max_tokens=start.maxTokens,
                 approval_key=under,
-                started=False,
+                charged=Tokens(input=0, output=0),
             )
             ledger.put_model_request(task.id, request.id, holder, request.record())
             return admitted, None, others
@@ -317,31 +365,40 @@ class ModelRequests:
             request = next(
                 (r for r in open_requests(ledger, task.id) if r.id == cost.request), None
             )
-            if request is None or (cost.part == "start" and request.started):
+            if request is None:
                 # Sent again after an answer that never came back, or charged already as left
                 # by a broker that was gone.
                 return {"logged": False}
-            tokens = Tokens(**cost.tokens.model_dump())
-            metered = price_cents(request.model, tokens)
+            # Counts are the reply's so far, not since the last part: a part that never came
+            # (the manager away, a full disk) is made up by the next.
+            said = _grown(Tokens(**cost.tokens.model_dump()), request.charged)
+            grown = _difference(said, request.charged)
             if cost.part == "start":
-                _charge(ledger, task, request.model, metered, tokens)
-                # Its input is charged as it really was: only its output is still reserved.
-                started = OpenRequest(**{**request.__dict__, "input_cents": 0.0, "started": True})
+                if grown != Tokens(input=0, output=0):
+                    _charge(ledger, task, request.model, price_cents(request.model, grown), grown)
+                started = replace(request, charged=said)
                 ledger.put_model_request(task.id, request.id, request.holder, started.record())
                 return {"logged": True}
             ledger.drop_model_request(task.id, request.id)
-            if cost.status != 200:
-                # An error is not billed; an approval it went under may be used again.
+            # A request the upstream never got is not billed (unreachable, refused before it
+            # was sent); nor is an error's answer. One that went and got no answer at all (no
+            # head in time, cut off as its broker stopped) may have been worked on: charged as
+            # a reply that never said its usage.
+            answered = cost.status == 200 or (cost.status == 0 and cost.sent)
+            if not answered:
+                # An approval it went under may be used again (Droid's retries).
                 return {"logged": True}
-            cents, reserved = metered, False
-            if not cost.complete and request.reserved > metered:
-                cents, reserved = request.reserved, True
+            cents, reserved = price_cents(request.model, grown), False
+            if not cost.complete:
+                worst = request.worst(said) - price_cents(request.model, request.charged)
+                if worst > cents:
+                    cents, reserved = worst, True
             _charge(
                 ledger,
                 task,
                 request.model,
                 cents,
-                tokens,
+                grown,
                 reserved=reserved,
                 spend=request.approval_key,
             )
