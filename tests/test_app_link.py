@@ -16,9 +16,11 @@ import aiohttp
 import pytest
 
 from boxd.apps.app_server import AppServer
+from boxd.apps.wire import too_large
 from boxd.broker import app_link
 from boxd.broker.app import make_broker
 from boxd.broker.app_link import Apps, cut_off, not_installed
+from boxd.caps import MAX_DATA
 from tests.app_serving import runners, sockets
 from tests.broker_serving import serving
 from tests.test_broker_and_fake_worker import MemoryLog, MemoryWaiter, until
@@ -208,6 +210,29 @@ async def test_a_runner_that_answers_garbage_is_read_no_more(
     finally:
         server.close()
     assert log.calls == {}
+
+
+async def test_an_output_too_large_is_recorded_as_the_calls_failure(
+    broker: tuple[str, MemoryLog, Path],
+) -> None:
+    """A runner's own check of the output's size is in the app's process, which the app's code
+    could undo: the broker checks again."""
+    path, log, where = broker
+
+    def answer(request: dict[str, Any]) -> bytes:
+        said: dict[str, Any] = {"id": request["id"]}
+        if request["do"] == "check":
+            said |= {"input": {}, "costCents": 0, "needsOk": False}
+        elif request["do"] == "run":
+            said |= {"ok": True, "output": "x" * MAX_DATA}
+        return json.dumps(said).encode() + b"\n"
+
+    server = await fake_runner(where, answer)
+    try:
+        assert await post(path, CALL) == (200, {"ok": False, "error": too_large("gate.pass")})
+    finally:
+        server.close()
+    assert [(r["key"], r["ok"]) for r in log.results] == [("k1", False)]
 
 
 async def test_answers_on_one_connection_come_as_they_are_ready(tmp_path: Path) -> None:

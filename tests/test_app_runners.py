@@ -4,6 +4,7 @@ an app gone is stopped; a runner whose app's secret changed is stopped, to start
 
 import os
 import stat
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any, cast
 
@@ -28,8 +29,7 @@ class FakeSystemd:
         self.said.append(f"stop {name}")
 
     async def loaded_units(self, pattern: str) -> list[str]:
-        assert pattern == "box-app@*.socket"
-        return self.loaded
+        return [unit for unit in self.loaded if fnmatch(unit, pattern)]
 
 
 @pytest.fixture
@@ -85,6 +85,26 @@ async def test_a_state_directory_there_already_is_left_to_systemd(
     await AppRunners(cast(Systemd, FakeSystemd([])), vault, tmp_path).open()
     assert (kept / "ledger.db").read_text() == "the old broker's"
     assert stat.S_IMODE(kept.stat().st_mode) == 0o755
+
+
+async def test_brokers_of_before_the_upgrade_are_stopped_before_their_state_moves(
+    tmp_path: Path, made: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "apps").mkdir()
+    vault = Vault(tmp_path)
+    vault.open()
+    systemd = FakeSystemd(["box-broker@t000000001.service", "box-broker@t000000001.socket"])
+    runners = AppRunners(cast(Systemd, systemd), vault, tmp_path)
+    # BOX_HOME/apps as the brokers left it: theirs, not the manager's.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "geteuid", lambda: os.getuid() + 1)
+        assert runners._brokers_kept_state()
+    monkeypatch.setattr(runners, "_brokers_kept_state", lambda: True)
+    monkeypatch.setattr(runners, "_make_state_directory", lambda: systemd.said.append("chown"))
+    await runners.open()
+    assert systemd.said[:2] == ["stop box-broker@t000000001.service", "chown"]
+    # Once the manager's, nothing is stopped.
+    assert not AppRunners(cast(Systemd, systemd), vault, tmp_path)._brokers_kept_state()
 
 
 async def test_a_runner_is_stopped_when_its_apps_secret_changes(

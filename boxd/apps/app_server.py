@@ -1,8 +1,9 @@
 """`boxd app <name>`: one app's runner, serving the brokers on the socket box-app@<name>.socket
 passes (boxd/apps/wire.py), as the app's own user (box-app@.service).
 
-It answers every request on a connection at once, each in a job of its own, so one slow tool
-holds up no other. Told to stop (the box shutting down, or the manager restarting it because a
+It answers every run on a connection at once, each in a job of its own, so one slow tool holds
+up no other; what waits for nothing (a check of a call's input, the tools) it answers as it
+reads it. Told to stop (the box shutting down, or the manager restarting it because a
 secret of the app changed), it reads no more requests, lets the runs it started finish and
 answer, for up to FINISH_SECONDS, and exits: a request it did not read is left unanswered, and
 the broker asks the next runner, which the socket starts. With no connection open and nothing
@@ -81,6 +82,11 @@ class AppServer:
                 except (ValueError, TypeError, KeyError):
                     log.warning("a request that is not one of the wire's came; connection closed")
                     break
+                if isinstance(request, dict) and request.get("do") != "run":
+                    # What waits for nothing (a hello, the tools, a check) is answered here: a
+                    # job of its own was a good part of what a call cost its runner.
+                    await self._serve(writer, number, request)
+                    continue
                 run = asyncio.create_task(self._serve(writer, number, request))
                 for holder in (jobs, self._running):
                     holder.add(run)

@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from boxd.caps import MAX_DATA, MAX_DATA_WORDS
+from boxd.apps.wire import too_large
+from boxd.caps import MAX_DATA
 from boxd.full_disk import is_full
 from boxd.secret_names import belongs_to
 from boxd.strict_json import size
@@ -158,10 +159,7 @@ class Runner:
         try:
             output = await tool.run(value, context)
             if size(output) > MAX_DATA:
-                raise ToolError(
-                    f"{name} answered with more than {MAX_DATA_WORDS} of JSON, more than the box "
-                    "keeps of a tool's output"
-                )
+                raise ToolError(too_large(name))
         except ToolError as error:
             return {"ok": False, "error": str(error)}
         except Exception as error:

@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from boxd.caps import MAX_DATA
+from boxd.caps import MAX_DATA, MAX_DATA_WORDS
 
 SOCKETS = Path("/run/boxd-apps")
 # A run's input (MAX_DATA) with the task, or a tool's output (MAX_DATA), as JSON with room to
@@ -39,3 +39,11 @@ def line(message: dict[str, Any]) -> bytes:
     """One message: JSON escapes every line break inside it (and, ASCII only, any text a
     task sent, lone surrogates included)."""
     return json.dumps(message, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+
+
+def too_large(tool: str) -> str:
+    """What a tool whose output passes MAX_DATA answers, said by its runner or its broker."""
+    return (
+        f"{tool} answered with more than {MAX_DATA_WORDS} of JSON, more than the box keeps of a "
+        "tool's output"
+    )

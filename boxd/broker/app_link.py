@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from boxd.apps.wire import MAX_LINE, SOCKETS, line, socket_path
-from boxd.caps import MAX_ERROR
+from boxd.apps.wire import MAX_LINE, SOCKETS, line, socket_path, too_large
+from boxd.caps import MAX_DATA, MAX_ERROR
 from boxd.errors import Problem, die
 from boxd.secret_names import is_app_name
+from boxd.strict_json import size
 
 
 class AppAway(Exception):
@@ -162,7 +163,9 @@ class Apps:
         app = tool.partition(".")[0]
         if not is_app_name(app):
             raise _NotInstalled
-        link = self._links.setdefault(app, AppLink(socket_path(self._directory, app)))
+        link = self._links.get(app)
+        if link is None:
+            link = self._links[app] = AppLink(socket_path(self._directory, app))
         for attempt in (1, 2):
             try:
                 return await link.ask(request)
@@ -253,7 +256,11 @@ class Apps:
         if isinstance(answer.get("full"), str):
             die(Problem.FULL, answer["full"][:MAX_ERROR])
         if answer.get("ok") is True:
-            return {"ok": True, "output": answer.get("output")}
+            output = answer.get("output")
+            # The runner says so itself; an app's code, in the same process, could keep it from.
+            if size(output) > MAX_DATA:
+                return {"ok": False, "error": too_large(tool)}
+            return {"ok": True, "output": output}
         error = answer.get("error")
         if answer.get("ok") is not False or not isinstance(error, str):
             die(Problem.INVALID, f"{tool}'s runner answered what is not a tool's answer")

@@ -46,6 +46,8 @@ class AppRunners:
 
     async def open(self) -> None:
         found = sorted(await asyncio.to_thread(installed))
+        if await asyncio.to_thread(self._brokers_kept_state):
+            await self._stop_old_brokers()
         await asyncio.to_thread(self._make_state_directory)
         ready = []
         for app in found:
@@ -69,6 +71,23 @@ class AppRunners:
         for app in ready:
             await self._systemd.start_unit(runner_socket(app))
         log.info("apps installed: %s", ", ".join(ready) or "none")
+
+    def _brokers_kept_state(self) -> bool:
+        """Whether BOX_HOME/apps is still the brokers' (a box upgraded from then)."""
+        try:
+            return self._state.stat().st_uid != os.geteuid()
+        except FileNotFoundError:
+            return False
+
+    async def _stop_old_brokers(self) -> None:
+        """Brokers started before the upgrade run apps' code with BOX_HOME/apps bound in: they
+        are stopped first (each lets its running tools finish and record their results), so no
+        tool of theirs meets its state given to its app's user halfway. Their sockets start
+        each again, as the new unit says, on its worker's next request."""
+        brokers = await self._systemd.loaded_units("box-broker@*.service")
+        if brokers:
+            log.info("stopping %d broker(s) of before the apps' runners", len(brokers))
+        await asyncio.gather(*(self._systemd.stop_unit(unit) for unit in brokers))
 
     def _make_state_directory(self) -> None:
         """BOX_HOME/apps holds each app's state directory, which systemd makes and gives to the

@@ -293,5 +293,14 @@ def test_a_broker_hears_no_other_tasks_answers(machine: Machine, token: str) -> 
         assert "heard all" in said, said
         answers = [line for line in said.splitlines() if approval["id"] in line]
         assert answers == [], answers
+        # Nor may a broker's user ask for another task's answer (busctl, as boxd-broker): the
+        # manager answers WaitApproval to that task's own broker only.
+        asked = machine.run(
+            "busctl", "call", "org.boxd.Box1", "/org/boxd/Box1", "org.boxd.Box1.Broker",
+            "WaitApproval", "sss", task["id"], approval["id"], "0",
+            user="boxd-broker", check=False,
+        )  # fmt: skip
+        assert asked.returncode != 0, asked
+        assert f"only the broker of task {task['id']} may do this" in asked.stderr, asked
     finally:
         ear.stop()
