@@ -64,10 +64,12 @@ KINDS = ("step", "call")
 # machine's load (a shared machine) falls on both alike.
 ROUNDS = 3
 # The parts of boxd whose CPU time a request costs, by their units' cgroups (cgroup v2
-# cpu.stat): the manager, the brokers (their slice), the bus and the journal.
+# cpu.stat): the manager, the brokers (their slice), the apps' runners (theirs: echo.say runs
+# in box-app@echo.service), the bus and the journal.
 PARTS = {
     "manager": "boxd.service",
     "brokers": "box-broker@",
+    "apps": "box-app@",
     "dbus-daemon": "dbus.service",
     "journald": "systemd-journald.service",
 }
@@ -187,11 +189,15 @@ def unit_property(unit: str, name: str) -> str:
 
 def part_cgroups(broker_unit: str) -> dict[str, Path]:
     """Each part's cgroup; the brokers' is the slice that holds every task's broker (made when
-    the first broker starts, as the socket's first connection starts it)."""
+    the first broker starts, as the socket's first connection starts it), the apps' the slice
+    of every app's runner."""
     found = {}
     for part, unit in PARTS.items():
-        if unit == "box-broker@":
-            slice_ = unit_property(broker_unit, "Slice")
+        if unit.endswith("@"):
+            instance = (
+                broker_unit if unit == "box-broker@" else f"{unit}{TOOL.split('.')[0]}.service"
+            )
+            slice_ = unit_property(instance, "Slice")
             group = unit_property(slice_, "ControlGroup") or f"/system.slice/{slice_}"
         else:
             group = unit_property(unit, "ControlGroup")

@@ -28,7 +28,8 @@ from typing import Any
 
 from aiohttp import web
 
-from boxd.apps.registry import find_tool
+from boxd.apps import echo, wallet
+from boxd.apps.runner import Runner
 
 PYTHON = [sys.executable, "-I"]
 SDK_SERVER = str(Path(__file__).with_name("mcp_sdk_server.py"))
@@ -61,17 +62,15 @@ PROCESS_SECONDS = 60.0
 
 
 async def tools(request: web.Request) -> web.Response:
-    listed = []
-    for name in TOOLS:
-        found = find_tool(name)
-        assert found is not None, f"{name} is not installed"
-        listed.append(
-            {
-                "name": name,
-                "description": found[1].description,
-                "input": found[1].input.model_json_schema(),
-            }
-        )
+    # As a broker shows them (GET /tools), from what the apps' runners say.
+    offered = {
+        tool["name"]: tool
+        for app in (wallet.app, echo.app)
+        for tool in Runner(app.name, app, "", Path(), lambda _: {}).tools()
+    }
+    listed = [
+        {key: offered[name][key] for key in ("name", "description", "input")} for name in TOOLS
+    ]
     return web.json_response(listed)
 
 

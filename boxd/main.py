@@ -13,6 +13,8 @@ def main() -> None:
     commands.add_parser("web", help="the HTTP gateway (boxd-web.service)")
     broker = commands.add_parser("broker", help="one task's broker (box-broker@.service)")
     broker.add_argument("task", help="the task id")
+    app = commands.add_parser("app", help="one app's runner (box-app@.service)")
+    app.add_argument("name", help="the app's name")
     commands.add_parser(
         "droid-install", help="install the pinned Droid binary (boxd-droid-install.service)"
     )
@@ -30,6 +32,10 @@ def main() -> None:
             from boxd.droid_installer import main as droid_install
 
             droid_install()
+        elif arguments.command == "app":
+            from boxd.apps.app_server import main as app_main
+
+            app_main(arguments.name)
         else:
             from boxd.broker.main import main as broker_main
 

@@ -3,9 +3,12 @@
 An app is a Python package with an entry point in group `boxd.apps`, named as the app, that
 names an `App`. Each tool is `<app>.<verb>` with a pydantic input model (its JSON Schema is what
 `GET /tools` shows), a description, `cost(input) -> cents`, whether it always needs the owner's
-OK, and the vault secrets it needs. Tools run in the task's broker, never in the task: the task
+OK, and the vault secrets it needs: only its own app's, `<app>.<name>` (a tool that declares
+another's is refused). Tools run in the app's own runner (box-app@<app>.service), as the app's
+own user, with the app's own state and secrets, never in the task nor in its broker: the task
 sees only the output. A tool receives `ctx.key`, the idempotency key of the call, and must pass
-it on to whatever it changes, so a call cut off and run again never does the thing twice.
+it on to whatever it changes, so a call cut off and run again never does the thing twice. What
+else an app may expect: the README's "The App SDK".
 """
 
 from collections.abc import Awaitable, Callable, Mapping
@@ -29,9 +32,9 @@ class Context:
     task: Mapping[str, Any]
     """The task, as `GET /task` shows it."""
     secrets: Mapping[str, str]
-    """Only the vault secrets this tool declared."""
+    """Only the vault secrets this tool declared, which are its app's."""
     state_dir: Path
-    """A directory where the app keeps its own state (`BOX_HOME/apps/<app>`)."""
+    """The app's own state directory (`BOX_HOME/apps/<app>`), made for it, its user's alone."""
 
 
 def free(_: BaseModel) -> float:

@@ -1,5 +1,6 @@
-"""Finding an app by its entry point (boxd/apps/registry.py): one app loaded at a time, by the
-entry point named as it; an entry point whose app has another name finds nothing."""
+"""Finding the apps by their entry points (boxd/apps/registry.py): which are installed, read
+without importing any (the manager, as root, does this), and one app loaded by its own runner,
+by the entry point named as it; an entry point whose app has another name loads nothing."""
 
 from collections.abc import Iterator
 
@@ -44,48 +45,45 @@ def points(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(
         entry_points, "entry_points", lambda group: POINTS if group == registry.GROUP else []
     )
-    registry._points.cache_clear()
-    registry._app.cache_clear()
     LOADED.clear()
     yield
-    registry._points.cache_clear()
-    registry._app.cache_clear()
 
 
-def test_a_tool_is_found_in_its_app_loaded_alone() -> None:
-    found = registry.find_tool("echo.say")
-    assert found is not None and found[0] is echo_app
-    assert LOADED == ["ECHO"]
-    # Loaded once, however often it is looked up.
-    assert registry.find_tool("echo.say") is not None
-    assert LOADED == ["ECHO"]
-
-
-def test_a_name_two_entry_points_declare_is_found_in_neither(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    assert registry.find_tool("twice.say") is None
+def test_the_installed_apps_are_found_without_their_code() -> None:
+    found = registry.installed()
+    assert sorted(found) == ["broken", "echo", "junk", "wrongname"]
+    # Only the manager reads this, as root: no app's code was imported.
     assert LOADED == []
+
+
+def test_an_app_is_loaded_alone_by_its_name() -> None:
+    assert registry.load("echo") is echo_app
+    assert LOADED == ["ECHO"]
+
+
+def test_a_name_two_entry_points_declare_is_neithers(caplog: pytest.LogCaptureFixture) -> None:
+    assert "twice" not in registry.installed()
     assert "app twice is declared by more than one installed package" in caplog.text
-    # The other apps are found as ever.
-    assert registry.find_tool("echo.say") is not None
+    with pytest.raises(registry.NotLoaded, match="no installed package declares app twice"):
+        registry.load("twice")
+    assert LOADED == []
 
 
-def test_an_app_that_cannot_be_loaded_keeps_no_other_apps_tool_from_being_found() -> None:
-    # Before, every app was loaded at the first look-up: one broken app broke every tool.
+def test_a_name_no_runner_could_run_under_is_not_an_app(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    odd = [_point(name, "ECHO") for name in ("Shouty", "box", "a.b", "x" * 24, "ok-app")]
+    monkeypatch.setattr(entry_points, "entry_points", lambda group: odd)
+    assert list(registry.installed()) == ["ok-app"]
+    assert "app 'Shouty' (tests.test_app_registry:ECHO) is not run: an app's name is" in caplog.text
+
+
+def test_what_cannot_be_loaded_says_why() -> None:
     with pytest.raises(ModuleNotFoundError):
-        registry.find_tool("broken.say")
-    assert registry.find_tool("echo.say") is not None
-
-
-def test_an_app_named_otherwise_than_its_entry_point_is_not_found() -> None:
-    assert registry.find_tool("wrongname.say") is None
-    assert registry.find_tool("renamed.say") is None
-
-
-def test_what_is_not_an_app_or_not_a_tool_is_not_found() -> None:
-    assert registry.find_tool("junk.say") is None
-    assert registry.find_tool("echo.nothing") is None
-    assert registry.find_tool("echo") is None
-    assert registry.find_tool(".say") is None
-    assert registry.find_tool("nowhere.say") is None
+        registry.load("broken")
+    with pytest.raises(registry.NotLoaded, match="names app 'renamed'; an app's entry point"):
+        registry.load("wrongname")
+    with pytest.raises(registry.NotLoaded, match=r"names no boxd.sdk.App"):
+        registry.load("junk")
+    with pytest.raises(registry.NotLoaded):
+        registry.load("nowhere")

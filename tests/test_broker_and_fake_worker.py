@@ -16,10 +16,12 @@ import pytest
 from aiohttp import web
 
 from boxd.broker.app import make_broker
+from boxd.broker.app_link import Apps
 from boxd.errors import BoxError, Problem
 from boxd.key_use import CallUse, QuestionUse, Use, first_refusal, input_hash, logged_call_use
 from boxd.workers import fake
 from boxd.workers.broker_client import BrokerClient, BrokerRefused
+from tests.app_serving import runners, sockets
 from tests.broker_serving import serving as serving_broker
 
 
@@ -174,10 +176,11 @@ async def broker(tmp_path: Path) -> AsyncIterator[tuple[str, MemoryLog]]:
 @asynccontextmanager
 async def serving(log: MemoryLog, tmp_path: Path) -> AsyncIterator[str]:
     """The broker's app over `log`, on a Unix socket in tmp_path, whose path it gives."""
-    broker = make_broker(log, MemoryWaiter(log), log.task, tmp_path, wait_seconds=0.3)
-    path = str(tmp_path / "broker.sock")
-    async with serving_broker(broker, path):
-        yield path
+    async with runners(tmp_path) as apps:
+        broker = make_broker(log, MemoryWaiter(log), log.task, apps, wait_seconds=0.3)
+        path = str(tmp_path / "broker.sock")
+        async with serving_broker(broker, path):
+            yield path
 
 
 async def test_runs_every_command(
@@ -556,7 +559,7 @@ async def test_calls_waiting_for_an_ok_keep_their_cost_reserved(
         assert (await client.post("/call", pay("Cy", 10, "c")))["pending"] is True
         assert "to 310 cents (300 of them" in log.approvals["t000000001.c"]["question"]
     # A new broker (after a restart) knows the reservations from the record alone.
-    again = make_broker(log, MemoryWaiter(log), log.task, tmp_path, wait_seconds=0.3)
+    again = make_broker(log, MemoryWaiter(log), log.task, Apps(sockets(tmp_path)), 0.3)
     async with (
         serving_broker(again, tmp_path / "again.sock"),
         BrokerClient(str(tmp_path / "again.sock")) as client,

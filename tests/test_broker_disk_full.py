@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from boxd.apps import wallet
-from boxd.broker.calls import tool_full
+from boxd.apps.runner import tool_full
 from boxd.errors import BoxError, Problem
 from boxd.manager.store import RECORD_FULL
 from boxd.manager.task_flush import STEP_NOT_FLUSHED

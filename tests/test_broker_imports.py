@@ -1,12 +1,35 @@
 """A broker starts with every task and on the first request after it exited idle, so what it
 imports is on that path: not the manager's models, the App SDK, the tools' models, nor pydantic
 at all. It reads its requests with boxd.json_reader, so a task that logs steps, asks, and says
-its costs never loads pydantic; a tool's input model (the App SDK's, pydantic) comes with the
-first tool a `POST /call` looks up."""
+its costs never loads pydantic; and a tool runs in its app's runner (box-app@.service), so a
+broker that calls tools loads no app, no App SDK and no pydantic either."""
 
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# The echo app's runner, in a process of its own as box-app@echo.service runs it.
+_RUNNER = """
+import asyncio, socket, sys
+from pathlib import Path
+from boxd.apps.app_server import AppServer
+from boxd.apps.echo import app
+from boxd.apps.runner import Runner
+
+async def main():
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listening.bind(sys.argv[1])
+    listening.listen()
+    server = AppServer(Runner("echo", app, "", Path(sys.argv[2]), lambda _: {}).answer, None)
+    await server.start([listening])
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
 
 # A broker of a task with one tool, served on a Unix socket by its own server, asked over raw
 # HTTP (an HTTP client would import what is looked for), its manager answered in memory.
@@ -14,10 +37,12 @@ _LOOK = """
 import boxd.broker.main  # first, as the broker's console script imports it
 import sys
 imported = sorted(sys.modules)
-import asyncio, json, tempfile
+import asyncio, json, subprocess, tempfile
 from pathlib import Path
 from boxd.broker.app import make_broker
+from boxd.broker.app_link import Apps
 from tests.broker_serving import serving
+
 
 TASK = {"id": "t000000001", "tools": ["echo.say"], "budgetCents": 100, "costCents": 0}
 
@@ -75,28 +100,42 @@ REQUESTS = [
 
 async def main():
     with tempfile.TemporaryDirectory() as home:
-        manager = Manager()
-        broker = make_broker(manager, Waiter(), TASK,
-                             Path(home), 0.01)
-        path = str(Path(home) / "broker.sock")
-        async with serving(broker, path):
-            answers = [[*request[:2], *await ask(path, *request)] for request in REQUESTS]
-            served = sorted(sys.modules)
-            tool = await ask(path, "POST", "/call", TOOL_CALL)
-            print(json.dumps({
-                "imported": imported,
-                "served": served,
-                "answers": answers,
-                "tool": [*tool, "pydantic" in sys.modules],
-                "after_tool": sorted(sys.modules),
-            }))
+        runner = subprocess.Popen(
+            [sys.executable, "-c", sys.argv[1], f"{home}/echo.sock", home], stdout=subprocess.PIPE
+        )
+        try:
+            assert runner.stdout.readline().strip() == b"ready"
+            manager = Manager()
+            broker = make_broker(manager, Waiter(), TASK, Apps(Path(home)), 0.01)
+            path = str(Path(home) / "broker.sock")
+            async with serving(broker, path):
+                answers = [[*request[:2], *await ask(path, *request)] for request in REQUESTS]
+                served = sorted(sys.modules)
+                tool = await ask(path, "POST", "/call", TOOL_CALL)
+                print(json.dumps({
+                    "imported": imported,
+                    "served": served,
+                    "answers": answers,
+                    "tool": [*tool, "pydantic" in sys.modules],
+                    "after_tool": sorted(sys.modules),
+                }))
+            await broker.apps.close()
+        finally:
+            runner.kill()
+            runner.wait()
 
 asyncio.run(main())
 """
 
 
 def _look() -> dict[str, object]:
-    done = subprocess.run([sys.executable, "-c", _LOOK], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", _LOOK, _RUNNER],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
     found: dict[str, object] = json.loads(done.stdout)
     return found
 
@@ -120,7 +159,7 @@ def test_the_broker_imports_no_model_of_the_manager_nor_the_apps_nor_pydantic() 
         "pydantic",
         "pydantic_core",
         "annotated_types",
-        # The installed packages' entry points are read on the first tool look-up.
+        # The installed packages' entry points are read by the manager and the apps' runners.
         "importlib.metadata",
         "boxd.apps.entry_points",
         # The broker keeps no database: boxd.full_disk's check does not load SQLite.
@@ -134,7 +173,7 @@ def test_the_broker_imports_no_model_of_the_manager_nor_the_apps_nor_pydantic() 
         assert name not in modules, f"the broker imports {name} as it starts"
 
 
-def test_steps_asks_costs_and_usage_load_no_pydantic_and_a_tool_does() -> None:
+def test_steps_asks_costs_usage_and_tools_load_no_pydantic() -> None:
     found = _look()
     served = found["served"]
     assert isinstance(served, list)
@@ -172,19 +211,19 @@ def test_steps_asks_costs_and_usage_load_no_pydantic_and_a_tool_does() -> None:
     assert bodies[8] == {"error": "tokens.input: input should be a valid integer"}
     assert bodies[9]["error"].startswith("this task may not call wallet.pay")
     assert bodies[10] == {"error": "key must be a string"}
-    # A tool's input model is pydantic's (the App SDK): its first look-up loads it.
-    assert found["tool"] == [200, {"ok": True, "output": {"text": "hi"}}, True]
+    # The tool's input model is pydantic's (the App SDK's): its app's runner loads it.
+    assert found["tool"] == [200, {"ok": True, "output": {"text": "hi"}}, False]
 
 
-def test_a_tool_loads_its_own_app_alone() -> None:
-    # What a broker imports it holds for good: the other apps (mail's smtplib and ssl use,
-    # wallet's SQLite, and their models) were some 1 MiB of each broker that ran a tool, and
-    # importlib.metadata (with email, zipfile and csv), which found the app and pydantic's
-    # plugins, 1.9 MiB.
+def test_a_broker_that_ran_a_tool_loads_no_app() -> None:
+    # What a broker imports it holds for good: an app, its models, the App SDK and pydantic
+    # once came with a task's first tool, into every broker that ran one.
     modules = _look()["after_tool"]
     assert isinstance(modules, list)
-    assert "boxd.apps.echo" in modules
     for name in (
+        "boxd.apps.echo",
+        "boxd.sdk",
+        "pydantic",
         "boxd.apps.mail",
         "boxd.apps.wallet",
         "smtplib",

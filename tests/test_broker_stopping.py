@@ -11,10 +11,10 @@ import aiohttp
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from boxd.broker import calls
 from boxd.broker.app import Broker, make_broker
 from boxd.broker.calls import STOPPING
 from boxd.sdk import App, Context, Tool
+from tests.app_serving import runners
 from tests.broker_serving import serving
 from tests.test_broker_and_fake_worker import MemoryLog, MemoryWaiter, until
 
@@ -42,19 +42,15 @@ class Gate:
 
 
 @pytest.fixture
-async def broker(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[tuple[str, MemoryLog, Gate, Broker]]:
+async def broker(tmp_path: Path) -> AsyncIterator[tuple[str, MemoryLog, Gate, Broker]]:
     gate = Gate()
-    monkeypatch.setattr(
-        calls, "find_tool", lambda name: (gate.app, gate.app.tools[0]) if name == TOOL else None
-    )
     log = MemoryLog("", tools=(TOOL,))
-    broker = make_broker(log, MemoryWaiter(log), log.task, tmp_path, wait_seconds=0.3)
     path = str(tmp_path / "broker.sock")
-    async with serving(broker, path):
-        yield path, log, gate, broker
-        gate.open.set()
+    async with runners(tmp_path, {"gate": gate.app}) as apps:
+        broker = make_broker(log, MemoryWaiter(log), log.task, apps, wait_seconds=0.3)
+        async with serving(broker, path):
+            yield path, log, gate, broker
+            gate.open.set()
 
 
 async def post(path: str, key: str) -> tuple[int, Any]:

@@ -5,7 +5,7 @@ import pytest
 from pydantic import ValidationError
 
 from boxd.apps.echo import MAX_TEXT, Say, app, say
-from boxd.apps.registry import find_tool
+from boxd.apps.registry import installed, load
 from boxd.sdk import Context
 
 
@@ -24,10 +24,9 @@ def test_app_declares_a_free_say() -> None:
     assert tool.description
 
 
-def test_echo_say_is_installed() -> None:
-    found = find_tool("echo.say")
-    assert found is not None
-    assert found[0] is app
+def test_echo_is_installed() -> None:
+    assert "echo" in installed()
+    assert load("echo") is app
 
 
 @pytest.mark.parametrize("text", ["hi", "", "two\nlines, ünïcode", "x" * MAX_TEXT])

@@ -20,6 +20,8 @@ from pydantic import BaseModel
 from yarl import URL
 
 from boxd.broker.app import make_broker
+from boxd.broker.app_link import Apps
+from tests.app_serving import runners
 from tests.broker_serving import serving
 from tests.fuzz_bodies import FUZZ, Body, broken_bodies, segments, send
 from tests.old_request_models import AskRequest, CallRequest, CostRequest, Step, UsageRequest
@@ -42,10 +44,10 @@ Broker = tuple[aiohttp.ClientSession, MemoryLog]
 @pytest.fixture
 async def broker(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> AsyncIterator[Broker]:
     log = MemoryLog("", tools=("wallet.pay", "wallet.balance", "echo.say"), budget=100)
-    broker = make_broker(log, MemoryWaiter(log), log.task, tmp_path, wait_seconds=0.01)
     path = str(tmp_path / "broker.sock")
     async with (
-        serving(broker, path),
+        runners(tmp_path) as apps,
+        serving(make_broker(log, MemoryWaiter(log), log.task, apps, wait_seconds=0.01), path),
         aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=path)) as session,
     ):
         yield session, log
@@ -66,7 +68,7 @@ async def _still_answering(broker: Broker) -> None:
 
 def test_every_route_is_fuzzed(tmp_path: Path) -> None:
     log = MemoryLog("")
-    broker = make_broker(log, MemoryWaiter(log), log.task, tmp_path, wait_seconds=0.01)
+    broker = make_broker(log, MemoryWaiter(log), log.task, Apps(tmp_path), wait_seconds=0.01)
     served = {
         f"{method} {path}"
         for path, methods in broker.routes().handlers.items()

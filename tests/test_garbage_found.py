@@ -20,6 +20,7 @@ from aiohttp.test_utils import TestServer
 from yarl import URL
 
 from boxd.broker.app import make_broker
+from boxd.broker.app_link import Apps
 from boxd.dbus.client import GatewayClient
 from boxd.json_errors import json_errors
 from boxd.web.app import make_app as make_gateway
@@ -77,7 +78,7 @@ async def test_a_request_line_too_long_is_refused_in_the_api_s_shape(
         {"error": LONG_LINE},
     )
     log = MemoryLog("")
-    served = make_broker(log, MemoryWaiter(log), log.task, tmp_path, 0.01)
+    served = make_broker(log, MemoryWaiter(log), log.task, Apps(tmp_path), 0.01)
     async with serving_broker(served, tmp_path / "broker.sock"):
         connector = aiohttp.UnixConnector(path=str(tmp_path / "broker.sock"))
         async with aiohttp.ClientSession(connector=connector) as broker:

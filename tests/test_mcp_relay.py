@@ -22,6 +22,7 @@ from boxd.canonical_json import input_hash
 from boxd.workers.mcp import lines
 from boxd.workers.mcp_tools import KEY_TOOL_CHARS, ask_key, call_key
 from boxd.workers.unix_http import MAX_ANSWER
+from tests.app_serving import runners
 from tests.broker_serving import serving as serving_broker
 from tests.mcp_relay_fixtures import (
     ECHO_SAY,
@@ -390,10 +391,11 @@ async def test_a_full_disk_is_waited_out_with_the_same_key(
 @pytest.fixture
 async def real_broker(tmp_path: Path) -> AsyncIterator[tuple[Path, MemoryLog]]:
     log = MemoryLog("", tools=("wallet.pay", "wallet.balance"), budget=100)
-    broker = make_broker(log, MemoryWaiter(log), log.task, tmp_path, wait_seconds=0.3)
     path = tmp_path / "broker.sock"
-    async with serving_broker(broker, path):
-        yield path, log
+    async with runners(tmp_path) as apps:
+        broker = make_broker(log, MemoryWaiter(log), log.task, apps, wait_seconds=0.3)
+        async with serving_broker(broker, path):
+            yield path, log
 
 
 async def test_pays_twice_when_meant_and_once_after_a_restart(

@@ -14,21 +14,19 @@ ROOT = Path(__file__).resolve().parent.parent
 UNITS = ROOT / "units"
 ENVIRONMENT_FILE = "/opt/boxd/python.env"
 
-# What a task sees of every installed app's tools (GET /tools), and the web's OpenAPI document,
-# from a process that also imported each of boxd's three services.
+# What a task sees of every installed app's tools (GET /tools, as their runners show them), and
+# the web's OpenAPI document, from a process that also imported each of boxd's services.
 SHOWN = """
 import json, sys
-import boxd.broker.main, boxd.manager.main, boxd.web.main
-from boxd.apps.entry_points import entry_points
+import boxd.apps.app_server, boxd.broker.main, boxd.manager.main, boxd.web.main
+from boxd.apps.app_server import make_runner
+from boxd.apps.registry import installed
 from boxd.web.openapi import document
 
 tools = {}
-for point in entry_points(group="boxd.apps"):
-    for tool in point.load().tools:
-        tools[f"{point.name}.{tool.verb}"] = {
-            "description": tool.description,
-            "input": tool.input.model_json_schema(),
-        }
+for name in installed():
+    for tool in make_runner(name).tools():
+        tools[tool["name"]] = {"description": tool["description"], "input": tool["input"]}
 json.dump({"optimize": sys.flags.optimize, "tools": tools, "openapi": document()}, sys.stdout)
 """
 
@@ -76,6 +74,7 @@ def test_every_unit_that_runs_boxd_s_python_reads_the_environment_file() -> None
         "boxd.service",
         "boxd-web.service",
         "box-broker@.service",
+        "box-app@.service",
         "boxd-droid-install.service",
     }
     for name, text in running.items():

@@ -34,10 +34,9 @@ Anything(x=1)
 """
 
 TOOL_CALL = """
-from boxd.apps.registry import find_tool
+from boxd.apps.registry import load
 
-_, tool = find_tool("echo.say")
-tool.input.model_validate({"text": "hi"})
+load("echo").tools[0].input.model_validate({"text": "hi"})
 """
 
 

@@ -1,7 +1,8 @@
 """Signals are believed only from the unique name that owns org.boxd.Box1 (or systemd's name)
-at that moment: the broker's approvals, `boxctl follow` and the manager's unit watching. A
-stranger's signal sent straight to them (as `dbus-send --dest=<unique name>` does) is ignored,
-and so is boxd's old unique name once it restarted."""
+at that moment: `boxctl follow` and the manager's unit watching. A stranger's signal sent
+straight to them (as `dbus-send --dest=<unique name>` does) is ignored, and so is boxd's old
+unique name once it restarted. (A broker hears the owner's answers as the reply to its own
+WaitApproval, no signal: tests/test_approval_waits.py.)"""
 
 import asyncio
 import json
@@ -10,7 +11,6 @@ from typing import Any
 
 from dbus_fast import Message, Variant
 
-from boxd.broker.approvals import ApprovalWaiter
 from boxd.cli.follow import follow
 from boxd.dbus.client import BoxClient
 from boxd.dbus.interface import BUS_NAME, MANAGER, TASK, task_path
@@ -27,7 +27,6 @@ NEW_BOXD = ":1.99"
 STRANGER = ":1.66"
 SYSTEMD = ":1.1"
 SYSTEMD_NAME = "org.freedesktop.systemd1"
-PENDING = {"id": f"{TASK_ID}.k", "state": "pending"}
 
 
 def event(
@@ -94,38 +93,6 @@ async def test_a_change_while_asking_is_not_overwritten_by_an_older_answer() -> 
     await owner.start()
     assert owner.owner == NEW_BOXD
     assert fake.name_owner_asked == 2
-
-
-async def waiter() -> tuple[FakeBus, ApprovalWaiter]:
-    fake = FakeBus({BUS_NAME: BOXD})
-    waiting = ApprovalWaiter(fake.bus, TASK_ID)
-    await waiting.start()
-    return fake, waiting
-
-
-async def test_a_forged_answer_approves_nothing() -> None:
-    fake, waiting = await waiter()
-    fake.deliver(answer(STRANGER))
-    assert await waiting.wait(PENDING, 0.05) == "pending"
-    # Sent to the broker's unique name, as dbus-send --dest does: the same.
-    fake.deliver(answer(STRANGER, destination=":1.20"))
-    assert await waiting.wait(PENDING, 0.05) == "pending"
-    fake.deliver(answer(BOXD, "denied"))
-    assert await waiting.wait(PENDING, 0.05) == "denied"
-
-
-async def test_a_waiting_broker_hears_boxd_after_it_restarted() -> None:
-    fake, waiting = await waiter()
-    waited = asyncio.create_task(waiting.wait(PENDING, 5))
-    await asyncio.sleep(0)
-    fake.deliver(owner_changed(BUS_NAME, BOXD, ""))
-    fake.deliver(owner_changed(BUS_NAME, "", NEW_BOXD))
-    # The old unique name may now belong to no one, or be forged: never believed again.
-    fake.deliver(answer(BOXD))
-    await asyncio.sleep(0)
-    assert not waited.done()
-    fake.deliver(answer(NEW_BOXD, "denied"))
-    assert await waited == "denied"
 
 
 async def test_follow_shows_only_boxd_events() -> None:
@@ -298,12 +265,3 @@ async def test_the_manager_reads_a_unit_only_for_changes_that_may_be_its_end() -
     for message in ends:
         fake.deliver(message)
     assert changed == ["x"] * len(ends)
-
-
-async def test_a_broker_asks_the_bus_for_its_task_s_approval_events_only() -> None:
-    fake, _ = await waiter()
-    events = [rule for rule in fake.rules if "member='Event'" in rule]
-    # Not every step's, call's and cost's Event signal: each would wake the broker for nothing.
-    assert events and all(
-        f"path='{task_path(TASK_ID)}'" in rule and "arg1='approval'" in rule for rule in events
-    )

@@ -29,6 +29,7 @@ from boxd.manager.worker_unit import (
     task_slice,
     worker_unit,
 )
+from boxd.secret_names import BOX
 from boxd.settings import Settings
 from boxd.task import Task, TaskState
 from tests.test_store import a_task
@@ -241,13 +242,13 @@ async def test_a_secret_removed_while_the_task_starts_never_reaches_the_spares_b
     tmp_path: Path, said: list[str]
 ) -> None:
     box = _box(tmp_path, said)
-    (box.vault.directory / "mail.password.cred").write_bytes(b"sealed")
+    (box.vault.place(BOX) / "ANTHROPIC_API_KEY.cred").write_bytes(b"sealed")
     await box._make_spare(SPARE)
     said.clear()
 
     async def settings() -> Settings:
         # The store thread's trip, while the owner's removal runs to its end and is answered.
-        await box.vault.remove_secret(OWNER, ["mail.password"])
+        await box.vault.remove_secret(OWNER, ["ANTHROPIC_API_KEY"])
         said.append("owner told: removed")
         return Settings()
 
@@ -266,7 +267,7 @@ async def test_a_secret_removed_as_the_worker_starts_waits_for_the_start(
     # The removal is answered only once the worker is started: the task started before it, and
     # kept the broker whose vault held the secret then, as every task started before does.
     box = _box(tmp_path, said)
-    (box.vault.directory / "mail.password.cred").write_bytes(b"sealed")
+    (box.vault.place(BOX) / "ANTHROPIC_API_KEY.cred").write_bytes(b"sealed")
     await box._make_spare(SPARE)
     said.clear()
     systemd = cast(FakeSystemd, box.systemd)
@@ -274,7 +275,7 @@ async def test_a_secret_removed_as_the_worker_starts_waits_for_the_start(
     removal: list[asyncio.Task[None]] = []
 
     async def remove() -> None:
-        await box.vault.remove_secret(OWNER, ["mail.password"])
+        await box.vault.remove_secret(OWNER, ["ANTHROPIC_API_KEY"])
         said.append("owner told: removed")
 
     async def signal_main(name: str, number: int) -> None:

@@ -1,5 +1,6 @@
-"""The vault's own rules, with a stand-in for systemd-creds (the real one is in tests/vm), and
-how a broker hands a tool the secrets it declared, and no others."""
+"""The vault's own rules, with a stand-in for systemd-creds (the real one is in tests/vm): whose
+each secret is and where it is kept for that, and how a runner hands a tool the secrets it
+declared, and no others."""
 
 import base64
 import logging
@@ -53,28 +54,123 @@ def vault(tmp_path: Path) -> Vault:
     return opened
 
 
+def files(directory: Path) -> list[str]:
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
+
+
 async def test_set_list_and_remove(vault: Vault, tmp_path: Path) -> None:
     assert await vault.set_secret(OWNER, ["mail.password", VALUE]) == {"name": "mail.password"}
-    assert await vault.set_secret(OWNER, ["a-token_2", "x"]) == {"name": "a-token_2"}
-    assert await vault.list_secrets(OWNER, []) == ["a-token_2", "mail.password"]
-    sealed = vault.directory / "mail.password.cred"
+    assert await vault.set_secret(OWNER, ["a-app.token_2", "x"]) == {"name": "a-app.token_2"}
+    assert await vault.set_secret(OWNER, ["ANTHROPIC_API_KEY", "k"]) == {
+        "name": "ANTHROPIC_API_KEY"
+    }
+    assert await vault.list_secrets(OWNER, []) == [
+        {"name": "ANTHROPIC_API_KEY", "belongsTo": "box"},
+        {"name": "a-app.token_2", "belongsTo": "a-app"},
+        {"name": "mail.password", "belongsTo": "mail"},
+    ]
+    # Each owner's in a directory of its own, which one unit loads.
+    assert files(vault.directory) == [
+        "apps/a-app/a-app.token_2.cred",
+        "apps/mail/mail.password.cred",
+        "box/ANTHROPIC_API_KEY.cred",
+    ]
+    sealed = vault.directory / "apps/mail/mail.password.cred"
     assert base64.b64decode(sealed.read_bytes()).decode() == f"vault_mail.password.cred\n{VALUE}"
     assert stat.S_IMODE(sealed.stat().st_mode) == 0o600
-    assert stat.S_IMODE(vault.directory.stat().st_mode) == 0o700
+    for directory in (vault.directory, sealed.parent, sealed.parent.parent):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     argv = (tmp_path / "bin" / "argv").read_text()
     assert VALUE not in argv
     assert "--name=vault_mail.password.cred - -" in argv
-    assert await vault.remove_secret(OWNER, ["a-token_2"]) == {"name": "a-token_2"}
-    assert await vault.list_secrets(OWNER, []) == ["mail.password"]
-    assert sorted(p.name for p in vault.directory.iterdir()) == ["mail.password.cred"]
+    assert await vault.remove_secret(OWNER, ["a-app.token_2"]) == {"name": "a-app.token_2"}
+    assert await vault.remove_secret(OWNER, ["ANTHROPIC_API_KEY"]) == {"name": "ANTHROPIC_API_KEY"}
+    assert await vault.list_secrets(OWNER, []) == [{"name": "mail.password", "belongsTo": "mail"}]
+    assert files(vault.directory) == ["apps/mail/mail.password.cred"]
+
+
+@pytest.mark.parametrize(
+    "name", ["GITHUB_TOKEN", "Mail.password", "box.key", "x.", "a" * 24 + ".b"]
+)
+async def test_a_secret_that_belongs_to_no_one_is_refused(vault: Vault, name: str) -> None:
+    with pytest.raises(BoxError) as caught:
+        await vault.set_secret(OWNER, [name, VALUE])
+    assert caught.value.problem == Problem.INVALID
+    assert caught.value.message == (
+        f"{name} belongs to no app: a secret is an app's, named <app>.<name> like mail.password "
+        "(only that app's tools get it), or one of the box's model keys (ANTHROPIC_API_KEY, "
+        "FACTORY_API_KEY)"
+    )
+    assert await vault.list_secrets(OWNER, []) == []
+
+
+async def test_the_runner_of_the_app_whose_secret_changed_is_told(vault: Vault) -> None:
+    told: list[str] = []
+
+    async def changed(owner: str) -> None:
+        told.append(owner)
+
+    vault.changed = changed
+    await vault.set_secret(OWNER, ["mail.user", "box"])
+    await vault.set_secret(OWNER, ["FACTORY_API_KEY", "k"])
+    await vault.remove_secret(OWNER, ["mail.user"])
+    assert told == ["mail", "box", "mail"]
+
+
+def test_open_moves_the_old_layout_to_each_owner(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before, every secret sat in vault/, and every broker loaded them all.
+    old = tmp_path / "home" / "vault"
+    old.mkdir(parents=True)
+    for name in ("mail.password", "ANTHROPIC_API_KEY", "GITHUB_TOKEN", "wallet.key"):
+        (old / f"{name}.cred").write_text(f"sealed {name}")
+    vault = Vault(tmp_path / "home")
+    vault.open()
+    assert files(old) == [
+        "GITHUB_TOKEN.cred",
+        "apps/mail/mail.password.cred",
+        "apps/wallet/wallet.key.cred",
+        "box/ANTHROPIC_API_KEY.cred",
+    ]
+    # Renamed, not decrypted: the embedded name is the same in either place.
+    assert (old / "apps/mail/mail.password.cred").read_text() == "sealed mail.password"
+    assert vault.listing() == [
+        {"name": "ANTHROPIC_API_KEY", "belongsTo": "box"},
+        {"name": "GITHUB_TOKEN", "belongsTo": None},
+        {"name": "mail.password", "belongsTo": "mail"},
+        {"name": "wallet.key", "belongsTo": "wallet"},
+    ]
+    assert "GITHUB_TOKEN belongs to no app and reaches no tool" in caplog.text
+    vault.open()
+    assert len(files(old)) == 4
+
+
+async def test_one_that_belongs_to_no_one_can_be_removed(tmp_path: Path) -> None:
+    old = tmp_path / "home" / "vault"
+    old.mkdir(parents=True)
+    (old / "GITHUB_TOKEN.cred").write_text("sealed")
+    vault = Vault(tmp_path / "home")
+    vault.open()
+    await vault.remove_secret(OWNER, ["GITHUB_TOKEN"])
+    assert vault.listing() == []
+
+
+def test_a_file_put_in_another_owners_place_reaches_no_one(tmp_path: Path) -> None:
+    vault = Vault(tmp_path / "home")
+    vault.open()
+    evil = vault.app_directory("evil")
+    (evil / "mail.password.cred").write_text("sealed")
+    (evil / "evil.token.cred").write_text("sealed")
+    assert vault.names() == ["evil.token"]
 
 
 async def test_setting_again_replaces(vault: Vault) -> None:
     await vault.set_secret(OWNER, ["mail.user", "old"])
     await vault.set_secret(OWNER, ["mail.user", "new"])
-    sealed = (vault.directory / "mail.user.cred").read_bytes()
+    sealed = (vault.directory / "apps/mail/mail.user.cred").read_bytes()
     assert base64.b64decode(sealed).decode().endswith("\nnew")
-    assert sorted(p.name for p in vault.directory.iterdir()) == ["mail.user.cred"]
+    assert files(vault.directory) == ["apps/mail/mail.user.cred"]
 
 
 async def test_removing_what_is_not_there(vault: Vault) -> None:
@@ -101,32 +197,37 @@ def test_good_names() -> None:
 
 async def test_values_are_checked_without_being_repeated(vault: Vault) -> None:
     cases = [
-        ("", Problem.INVALID, "the value of k is empty; boxctl vault rm k removes it"),
-        ("a\0b", Problem.INVALID, "the value of k holds a NUL character; secrets are text"),
+        ("", Problem.INVALID, "the value of a.k is empty; boxctl vault rm a.k removes it"),
+        ("a\0b", Problem.INVALID, "the value of a.k holds a NUL character; secrets are text"),
         (
             "v" * (MAX_VALUE + 1),
             Problem.TOO_LARGE,
-            f"the value of k is {MAX_VALUE + 1} bytes; a secret holds at most {MAX_VALUE} bytes",
+            f"the value of a.k is {MAX_VALUE + 1} bytes; a secret holds at most {MAX_VALUE} bytes",
         ),
     ]
     for value, problem, message in cases:
         with pytest.raises(BoxError) as caught:
-            await vault.set_secret(OWNER, ["k", value])
+            await vault.set_secret(OWNER, ["a.k", value])
         assert (caught.value.problem, caught.value.message) == (problem, message)
     assert await vault.list_secrets(OWNER, []) == []
 
 
-async def test_the_vault_stays_within_what_systemd_loads(vault: Vault) -> None:
+async def test_each_owners_secrets_stay_within_what_systemd_loads(vault: Vault) -> None:
     # systemd 252 starts no unit whose credentials pass 1 MiB, names included: 15 secrets of
-    # 64 KiB load, 16 do not (seen with LoadCredentialEncrypted= on Debian 12).
+    # 64 KiB load, 16 do not (seen with LoadCredentialEncrypted= on Debian 12). A unit loads
+    # one owner's secrets.
     for number in range(15):
-        await vault.set_secret(OWNER, [f"s{number}", "v" * MAX_VALUE])
+        await vault.set_secret(OWNER, [f"a.s{number}", "v" * MAX_VALUE])
     with pytest.raises(BoxError) as caught:
-        await vault.set_secret(OWNER, ["s15", "v" * MAX_VALUE])
+        await vault.set_secret(OWNER, ["a.s15", "v" * MAX_VALUE])
     assert caught.value.problem == Problem.TOO_LARGE
-    assert "would pass 1024 KiB in all with s15" in caught.value.message
-    await vault.set_secret(OWNER, ["s0", "v" * MAX_VALUE])  # replacing one still fits
-    await vault.set_secret(OWNER, ["s15", "small"])
+    assert caught.value.message == (
+        "app a's secrets would pass 1024 KiB in all with a.s15, more than systemd loads into "
+        "one process; remove secrets you no longer need first"
+    )
+    await vault.set_secret(OWNER, ["a.s0", "v" * MAX_VALUE])  # replacing one still fits
+    await vault.set_secret(OWNER, ["a.s15", "small"])
+    await vault.set_secret(OWNER, ["b.s15", "v" * MAX_VALUE])  # another app's own
 
 
 @pytest.mark.parametrize(
@@ -152,8 +253,8 @@ async def test_a_failure_says_why_without_the_value(tmp_path: Path, script: str,
 async def test_a_missing_systemd_creds(tmp_path: Path) -> None:
     vault = Vault(tmp_path / "home", encrypt=(str(tmp_path / "no-such-program"),))
     vault.open()
-    with pytest.raises(BoxError, match=r"cannot keep k: .*no-such-program is not installed"):
-        await vault.set_secret(OWNER, ["k", VALUE])
+    with pytest.raises(BoxError, match=r"cannot keep a.k: .*no-such-program is not installed"):
+        await vault.set_secret(OWNER, ["a.k", VALUE])
 
 
 async def test_the_journal_names_secrets_and_never_their_values(
@@ -168,19 +269,24 @@ async def test_the_journal_names_secrets_and_never_their_values(
     ]
 
 
-def test_open_makes_the_directory_and_drops_cut_off_writes(tmp_path: Path) -> None:
+def test_open_makes_the_directories_and_drops_cut_off_writes(tmp_path: Path) -> None:
     vault = Vault(tmp_path / "home")
     vault.open()
-    (vault.directory / ".k.cred.1a2b3c4d.tmp").write_text("half")
-    (vault.directory / "k.cred").write_text("sealed")
+    place = vault.app_directory("a")
+    (place / ".a.k.cred.1a2b3c4d.tmp").write_text("half")
+    (place / "a.k.cred").write_text("sealed")
+    (vault.directory / ".x.cred.1a2b3c4d.tmp").write_text("half")
     vault.open()
-    assert sorted(p.name for p in vault.directory.iterdir()) == ["k.cred"]
-    assert vault.names() == ["k"]
+    assert files(vault.directory) == ["apps/a/a.k.cred"]
+    assert sorted(p.name for p in vault.directory.iterdir()) == ["apps", "box"]
+    assert vault.names() == ["a.k"]
 
 
-def test_the_broker_unit_loads_the_vault_by_the_same_name() -> None:
-    unit = (REPO / "units" / "box-broker@.service").read_text()
-    assert f"LoadCredentialEncrypted={CREDENTIAL_ID}:/var/lib/box/vault\n" in unit
+def test_the_units_load_their_owners_secrets_by_the_same_name() -> None:
+    broker = (REPO / "units" / "box-broker@.service").read_text()
+    assert f"LoadCredentialEncrypted={CREDENTIAL_ID}:/var/lib/box/vault/box\n" in broker
+    runner = (REPO / "units" / "box-app@.service").read_text()
+    assert f"LoadCredentialEncrypted={CREDENTIAL_ID}:/var/lib/box/vault/apps/%i\n" in runner
     assert credential_name("mail.password") == "vault_mail.password.cred"
 
 
@@ -210,6 +316,8 @@ async def test_each_change_is_counted_once_made_and_a_refused_one_is_not(vault: 
     assert vault.changes == 1
     with pytest.raises(BoxError):
         await vault.set_secret(OWNER, ["mail.password", ""])
+    with pytest.raises(BoxError):
+        await vault.set_secret(OWNER, ["GITHUB_TOKEN", VALUE])
     with pytest.raises(BoxError):
         await vault.remove_secret(OWNER, ["no.such"])
     assert vault.changes == 1

@@ -52,6 +52,7 @@ ln -sf "$prefix/venv/bin/boxctl" /usr/local/bin/boxctl
 install -m 0644 "$source_tree/README.md" "$prefix/README.md" 2>/dev/null || true
 install -m 0644 "$here"/boxd.service "$here"/boxd-web.socket "$here"/boxd-web.service \
     "$here"/box-broker@.socket "$here"/box-broker@.service \
+    "$here"/box-app@.socket "$here"/box-app@.service \
     "$here"/box-egress-http@.socket "$here"/box-egress-socks@.socket "$here"/box-model@.socket \
     "$here"/boxd-droid-install.service /etc/systemd/system/
 install -D -m 0644 "$here/sysusers.d/boxd.conf" /usr/lib/sysusers.d/boxd.conf
@@ -61,8 +62,8 @@ install -D -m 0644 "$source_tree/polkit/org.boxd.Box1.policy" \
 install -D -m 0644 "$source_tree/polkit/50-boxd.rules" /etc/polkit-1/rules.d/50-boxd.rules
 
 systemd-sysusers /usr/lib/sysusers.d/boxd.conf
-# Brokers load the vault from here and do not start without it; boxd makes it too.
-install -d -m 0700 /var/lib/box/vault
+# Brokers load the box's secrets from vault/box and do not start without it; boxd makes it too.
+install -d -m 0700 /var/lib/box/vault /var/lib/box/vault/box
 # boxd-droid-install.service writes Droid here and nowhere else (boxd makes it too).
 install -d -m 0755 /opt/boxd/droid
 systemctl reload dbus.service

@@ -2,11 +2,10 @@
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from boxd.approval import ApprovalState, AskRequest
-from boxd.apps.registry import find_tool
+from boxd.broker.app_link import Apps
 from boxd.broker.calls import Calls
 from boxd.broker.http_request import Request
 from boxd.broker.http_server import Answer, Routes, json_answer
@@ -69,6 +68,7 @@ class Broker:
     waiter: Waiter
     task: dict[str, Any]
     wait_seconds: float
+    apps: Apps
     calls: Calls
 
     async def get_task(self, request: Request) -> Answer:
@@ -77,19 +77,7 @@ class Broker:
         return Answer(200, pieces=pieces(first, task, "steps", lambda page: {"task": page["task"]}))
 
     async def get_tools(self, request: Request) -> Answer:
-        tools = []
-        for name in self.task["tools"]:
-            found = find_tool(name)
-            if found is not None:
-                tool = found[1]
-                tools.append(
-                    {
-                        "name": name,
-                        "description": tool.description,
-                        "input": tool.input.model_json_schema(),
-                    }
-                )
-        return json_answer(tools)
+        return json_answer(await self.apps.tools(list(self.task["tools"])))
 
     async def post_step(self, request: Request) -> Answer:
         step = Step.read(request.body)
@@ -154,8 +142,8 @@ def make_broker(
     manager: Manager,
     waiter: Waiter,
     task: dict[str, Any],
-    home: Path,
+    apps: Apps,
     wait_seconds: float,
 ) -> Broker:
-    calls = Calls(manager, waiter, task, home, wait_seconds)
-    return Broker(manager, waiter, task, wait_seconds, calls)
+    calls = Calls(manager, waiter, task, apps, wait_seconds)
+    return Broker(manager, waiter, task, wait_seconds, apps, calls)

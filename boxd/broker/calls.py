@@ -18,25 +18,16 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from boxd.approval import ApprovalState, key
-from boxd.apps.registry import find_tool
+from boxd.broker.app_link import Apps
 from boxd.broker.budget import why_ask
-from boxd.broker.credentials import read_secrets
 from boxd.broker.manager_link import Manager, Waiter
 from boxd.canonical_json import input_hash
-from boxd.caps import MAX_DATA, MAX_DATA_WORDS, MAX_LABEL, data, text
+from boxd.caps import MAX_LABEL, data, text
 from boxd.errors import Problem, die
-from boxd.full_disk import is_full
 from boxd.json_reader import body as json_body
-from boxd.strict_json import size
-
-if TYPE_CHECKING:
-    from pydantic import BaseModel
-
-    from boxd.sdk import Tool
 
 log = logging.getLogger(__name__)
 
@@ -57,18 +48,10 @@ STOPPING = (
 )
 
 
-def tool_full(name: str) -> str:
-    return (
-        f"The box's disk is full: {name} could not write what it needed and did not finish. "
-        "Call it again with the same key once the box has room (the owner can free space by "
-        "undoing tasks or removing workspaces)."
-    )
-
-
 @dataclass(frozen=True)
 class CallRequest:
-    """The body of `POST /call`. Read without pydantic, which comes with the tool's input model
-    once the tool is looked up (the App SDK's)."""
+    """The body of `POST /call`. Read without pydantic: the tool's input model is its app's,
+    and only the app's runner loads it."""
 
     tool: str
     input: Any
@@ -90,15 +73,17 @@ class CallRequest:
 class _Call:
     key: str
     name: str
-    tool: "Tool[Any]"
-    input: "BaseModel"
-    app_name: str
+    # As the task sent it, for the runner to validate again as it runs the tool.
+    given: Any
+    # As the tool validated it: what the log, the hash and the owner's question show.
+    input: Any
     cost: float
+    needs_ok: bool
 
     @property
     def same(self) -> tuple[str, str]:
         """What makes two calls the same call, whatever their keys."""
-        return (self.name, input_hash(self.input.model_dump(mode="json")))
+        return (self.name, input_hash(self.input))
 
 
 class Calls:
@@ -107,13 +92,13 @@ class Calls:
         manager: Manager,
         waiter: Waiter,
         task: dict[str, Any],
-        home: Path,
+        apps: Apps,
         wait_seconds: float,
     ) -> None:
         self._manager = manager
         self._waiter = waiter
         self._task = task
-        self._home = home
+        self._apps = apps
         self._wait_seconds = wait_seconds
         self._spent = float(task.get("costCents", 0))
         # key -> cost of the calls this broker is running or waiting on; the record keeps those
@@ -145,30 +130,19 @@ class Calls:
         """key -> cost of the calls this broker is running or waiting on now."""
         return dict(self._reserved)
 
-    def _check(self, request: CallRequest) -> _Call:
+    async def _check(self, request: CallRequest) -> _Call:
         if request.tool not in self._task["tools"]:
             allowed = ", ".join(self._task["tools"]) or "none"
             die(Problem.INVALID, f"this task may not call {request.tool} (its tools: {allowed})")
-        found = find_tool(request.tool)
-        if found is None:
-            die(Problem.INVALID, f"no tool {request.tool}: it is not installed on this box")
-        app, tool = found
-        # Loaded with the tool's app, whose input models are pydantic's.
-        from pydantic import ValidationError
-
-        from boxd.plain_errors import describe
-
-        try:
-            value = tool.input.model_validate(request.input if request.input is not None else {})
-        except ValidationError as error:
-            detail = error.errors()[0]
-            detail["loc"] = ("input", *detail["loc"])
-            die(Problem.INVALID, describe(detail))
-        return _Call(request.key, request.tool, tool, value, app.name, float(tool.cost(value)))
+        given = request.input if request.input is not None else {}
+        checked = await self._apps.check(request.tool, given)
+        return _Call(
+            request.key, request.tool, given, checked.input, checked.cost, checked.needs_ok
+        )
 
     async def call(self, body: bytes) -> dict[str, Any]:
         request = CallRequest.read(body)
-        call = self._check(request)
+        call = await self._check(request)
         same = call.same
         # Taken on arrival, so a call that comes while the first one runs shares it.
         first = self._first.setdefault(same, call.key)
@@ -204,7 +178,7 @@ class Calls:
                 {
                     "key": call.key,
                     "tool": call.name,
-                    "input": call.input.model_dump(mode="json"),
+                    "input": call.input,
                     "costCents": call.cost,
                     **({} if shares is None else {"sharesWith": shares}),
                 }
@@ -255,11 +229,11 @@ class Calls:
             question = why_ask(
                 self._task,
                 call.name,
-                call.tool.needs_ok,
+                call.needs_ok,
                 call.cost,
                 self._spent,
                 in_flight=in_flight,
-                given=call.input.model_dump(mode="json"),
+                given=call.input,
             )
             # A call that asked once waits for that answer, even if it would fit now.
             approval = begun["approval"]
@@ -297,36 +271,12 @@ class Calls:
             self._tools.discard(run)
 
     async def _execute_now(self, call: _Call, cost: float) -> dict[str, Any]:
-        # Imported with the apps (boxd.apps.registry), on the first call that found its tool.
-        from boxd.sdk import Context, ToolError
-
-        context = Context(
-            key=call.key,
-            task=self._task,
-            secrets=await asyncio.to_thread(read_secrets, call.tool.secrets),
-            state_dir=self._home / "apps" / call.app_name,
-        )
-        try:
-            output = await call.tool.run(call.input, context)
-            if size(output) > MAX_DATA:
-                raise ToolError(
-                    f"{call.name} answered with more than {MAX_DATA_WORDS} of JSON, more than "
-                    "the box keeps of a tool's output"
-                )
-        except ToolError as error:
-            return await self._finish(call, False, None, str(error), 0)
-        except Exception as error:
-            if is_full(error):
-                # Not the call's answer: logged, it would be this key's result for good, and the
-                # call could never happen once there is room. Left unanswered, the same key runs
-                # again later with the same ctx.key, which keeps it to one booking.
-                log.warning("%s could not write: the box's disk is full (%s)", call.name, error)
-                die(Problem.FULL, tool_full(call.name))
-            log.exception("%s failed", call.name)
-            return await self._finish(
-                call, False, None, f"{call.name} failed: {type(error).__name__}: {error}", 0
-            )
-        return await self._finish(call, True, output, None, cost)
+        # In the app's runner: a 503 if it went away mid-run (the key runs again), a 507 if the
+        # disk was full; neither is the call's answer, so neither is recorded.
+        ran = await self._apps.run(call.name, call.given, call.key, self._task)
+        if ran["ok"]:
+            return await self._finish(call, True, ran["output"], None, cost)
+        return await self._finish(call, False, None, ran["error"], 0)
 
     async def _finish(
         self, call: _Call, ok: bool, output: Any, error: str | None, cost: float

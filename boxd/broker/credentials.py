@@ -1,7 +1,8 @@
-"""The vault's secrets as systemd hands them to a broker: each decrypted into
-$CREDENTIALS_DIRECTORY as `vault_<name>.cred` (`LoadCredentialEncrypted=` in
-box-broker@.service), readable by the broker alone. A tool sees only the secrets it declared; the
-model gateway reads the model key. Blocking: call it off the event loop."""
+"""The vault's secrets as systemd hands them to a process: each decrypted into
+$CREDENTIALS_DIRECTORY as `vault_<name>.cred` (`LoadCredentialEncrypted=`), readable by that
+process's user alone: an app's runner holds its app's (box-app@.service) and hands a tool those
+it declared; the model gateway reads the box's model key. Blocking: call it off the event
+loop."""
 
 import os
 from pathlib import Path

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from boxd.broker.app import make_broker
+from boxd.broker.app_link import Apps
 from boxd.broker.approvals import ApprovalWaiter
 from boxd.broker.http_server import HttpServer
 from boxd.broker.idle import IdleWatch, idle_seconds
@@ -28,7 +29,6 @@ from boxd.connection_limits import BROKER_CONNECTIONS, Bounds
 from boxd.dbus.client import connect_system_bus
 from boxd.errors import BoxError, Problem
 from boxd.ids import check_task_id
-from boxd.paths import box_home
 from boxd.socket_activation import Door, passed_sockets
 from boxd.stopping import until_stopped
 
@@ -194,14 +194,12 @@ async def run(task_id: str) -> None:
     idle = idle_seconds()
     bus = await connect_system_bus()
     manager = ManagerLink(bus, task_id)
-    waiter = ApprovalWaiter(bus, task_id)
-    await waiter.start()
+    waiter = ApprovalWaiter(manager)
     passed = passed_sockets(f"box-broker@{task_id}.socket")
     doors = [door for group in passed.values() for door in group]
     task = await fetch_task(manager, doors)
-    home = box_home()
     wait_ms = float(os.environ.get("BOX_APPROVAL_WAIT_MS", DEFAULT_APPROVAL_WAIT_MS))
-    broker = make_broker(manager, waiter, task, home, wait_ms / 1000)
+    broker = make_broker(manager, waiter, task, Apps(), wait_ms / 1000)
     refusals = RefusalLog(manager)
     late = LateDoors(task, manager, waiter, wait_ms / 1000, broker.calls.reserved, refusals)
     for door in passed.pop(EGRESS_HTTP, []):
@@ -226,6 +224,7 @@ async def run(task_id: str) -> None:
     finally:
         await server.close()
         await late.close()
+        await broker.apps.close()
         await refusals.close()
         bus.disconnect()
 

@@ -158,7 +158,7 @@ def _parser() -> argparse.ArgumentParser:
     put.add_argument("name", help="like mail.password")
     remove = vault_commands.add_parser("rm", help="remove a secret")
     remove.add_argument("name")
-    names = vault_commands.add_parser("ls", help="list the secrets' names")
+    names = vault_commands.add_parser("ls", help="list the secrets' names and whose each is")
     names.add_argument("--json", action="store_true")
     return parser
 
@@ -319,13 +319,8 @@ async def run(arguments: argparse.Namespace) -> int:
         elif arguments.vault_command == "rm":
             await client.call("RemoveSecret", arguments.name)
         else:
-            names = await client.call("ListSecrets")
-            if as_json:
-                print(show.as_json(names))
-            else:
-                print(
-                    "\n".join(names) or "The vault is empty. boxctl vault set NAME < FILE adds one."
-                )
+            secrets = await client.call("ListSecrets")
+            print(show.as_json(secrets) if as_json else show.secret_table(secrets))
     return 0
 
 

@@ -150,6 +150,27 @@ def token_table(tokens: list[dict[str, Any]]) -> str:
     return "\n".join([header, *(line for t in tokens for line in _token_lines(t))])
 
 
+def whose(belongs_to: str | None) -> str:
+    """Whose a vault secret is, as `boxctl vault ls` and the screen say it."""
+    if belongs_to is None:
+        return "no one: no tool or model gets it"
+    if belongs_to == "box":
+        return "the box: a model key, for the model gateway only"
+    return f"app {belongs_to}: its tools only"
+
+
+def secret_table(secrets: list[dict[str, Any]]) -> str:
+    if not secrets:
+        return "The vault is empty. boxctl vault set NAME < FILE adds one."
+    width = max(len("NAME"), *(len(str(s["name"])) for s in secrets))
+    return "\n".join(
+        [
+            f"{'NAME':<{width}}  BELONGS TO",
+            *(f"{s['name']:<{width}}  {whose(s.get('belongsTo'))}" for s in secrets),
+        ]
+    )
+
+
 def pairing_text(pairing: dict[str, Any], qr: bool = False) -> str:
     """The code, and under it (`qr`, for a terminal) the code as a QR code for the device's
     camera; a pipe gets the text alone, which a script reads more easily."""

@@ -197,6 +197,9 @@ LOG_STEP = Method("LogStep", ("id", "step"), "event", _BROKER)
 BEGIN_CALL = Method("BeginCall", ("id", "call"), "begun", _BROKER)
 FINISH_CALL = Method("FinishCall", ("id", "result"), "finished", _BROKER)
 ASK = Method("Ask", ("id", "ask"), "approval", _BROKER)
+# Answered once the task's approval is answered, or after waitMs (milliseconds, as text) with
+# its state still pending: the answer goes to the caller alone.
+WAIT_APPROVAL = Method("WaitApproval", ("id", "approval", "waitMs"), "state", _BROKER)
 LOG_COST = Method("LogCost", ("id", "cost"), "event", _BROKER)
 LOG_REFUSAL = Method("LogRefusal", ("id", "refusal"), "event", _BROKER)
 # The model gateway (boxd.manager.model_requests): before a request, its worst case reserved or
@@ -241,6 +244,7 @@ METHODS: tuple[Method, ...] = (
     BEGIN_CALL,
     FINISH_CALL,
     ASK,
+    WAIT_APPROVAL,
     LOG_COST,
     LOG_REFUSAL,
     BEGIN_MODEL_REQUEST,

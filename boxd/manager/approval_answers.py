@@ -1,6 +1,8 @@
 """The owner's answers to what tasks ask: list what waits, approve or deny. A task that waited
-runs again once nothing of it is pending."""
+runs again once nothing of it is pending. A task's broker waits for an answer with WaitApproval,
+which is answered to that broker alone."""
 
+import asyncio
 import time
 from typing import Any
 
@@ -9,14 +11,26 @@ from boxd.approval_record import Approval
 from boxd.caller import Caller
 from boxd.errors import Problem, die
 from boxd.event import EventKind
+from boxd.ids import check_task_id
 from boxd.manager.pages import one_page, with_next
 from boxd.manager.records import Records
 from boxd.task import Task, TaskState
+
+# The longest one WaitApproval waits: a broker that waits longer asks again.
+MAX_WAIT_MS = 600_000
+
+
+def wait_ms(text: str) -> int:
+    if not text.isdigit() or int(text) > MAX_WAIT_MS:
+        die(Problem.INVALID, f"waitMs is a whole number of milliseconds up to {MAX_WAIT_MS}")
+    return int(text)
 
 
 class ApprovalAnswers:
     def __init__(self, records: Records) -> None:
         self.records = records
+        # By approval id, the WaitApproval calls waiting for its answer.
+        self._waiting: dict[str, set[asyncio.Future[str]]] = {}
 
     async def list_approvals(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         """One page of what waits for an answer, in the order asked (boxd.manager.pages)."""
@@ -50,6 +64,35 @@ class ApprovalAnswers:
         assert answered is not None
         return answered.public()
 
+    async def wait_approval(self, caller: Caller, args: list[str]) -> dict[str, str]:
+        """The state of the task's approval once it is answered, or `pending` once waitMs have
+        passed. Answered to the caller only, a method's reply: a signal would reach others."""
+        task_id, approval_id, waiting_ms = check_task_id(args[0]), args[1], wait_ms(args[2])
+        answered: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        # Listening before looking: an answer recorded after the look is told to this call.
+        self._waiting.setdefault(approval_id, set()).add(answered)
+        try:
+            approval = await self.records.store.approval(approval_id)
+            if approval is None or approval.task != task_id:
+                die(Problem.NOT_FOUND, f"no approval {approval_id} of task {task_id}")
+            if approval.state != ApprovalState.PENDING:
+                return {"state": approval.state.value}
+            try:
+                return {"state": await asyncio.wait_for(answered, waiting_ms / 1000)}
+            except TimeoutError:
+                return {"state": ApprovalState.PENDING.value}
+        finally:
+            listening = self._waiting.get(approval_id)
+            if listening is not None:
+                listening.discard(answered)
+                if not listening:
+                    del self._waiting[approval_id]
+
+    def _tell(self, approval_id: str, state: ApprovalState) -> None:
+        for answered in self._waiting.pop(approval_id, set()):
+            if not answered.done():
+                answered.set_result(state.value)
+
     async def answer(
         self, task: Task, approvals: tuple[Approval, ...], state: ApprovalState, by: str
     ) -> Task:
@@ -73,4 +116,5 @@ class ApprovalAnswers:
             await self.records.record(
                 task, EventKind.APPROVAL, data, approvals=(approval,), show=last
             )
+            self._tell(approval.id, state)
         return task

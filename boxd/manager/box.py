@@ -18,7 +18,6 @@ from dbus_fast import Variant
 from dbus_fast.aio import MessageBus
 
 from boxd.approval import TASK_ENDED, ApprovalState
-from boxd.apps.registry import find_tool
 from boxd.caller import OWNER_ONLY, Caller, Role
 from boxd.claude_models import DEFAULT_MODEL, resolve_model
 from boxd.dbus import interface as api
@@ -28,6 +27,7 @@ from boxd.full_disk import NO_ROOM_TO_START, is_full
 from boxd.ids import new_task_id, task_user
 from boxd.manager import at_rest, disk_quota, netns, task_home
 from boxd.manager.admission import next_to_start
+from boxd.manager.app_runners import AppRunners
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.at_once import at_once
 from boxd.manager.broker_methods import BrokerMethods
@@ -187,6 +187,8 @@ class Box:
         self.bus = bus
         self.systemd = systemd
         self.vault = Vault(home)
+        self.apps = AppRunners(systemd, self.vault, home)
+        self.vault.changed = self.apps.secrets_changed
         self.workspaces = Workspaces(home)
         self.layers = Layers(home)
         # One lock per workspace: its mirror, its stack and the mounts made from it change
@@ -242,6 +244,7 @@ class Box:
         self.layers.open()
         self.vault.open()
         await self.systemd.subscribe()
+        await self.apps.open()
         await self._limit_all_tasks(await self.store.settings())
         self.store.on_full = self._free_disk_soon
         for task in await self.store.tasks():
@@ -495,6 +498,7 @@ class Box:
             api.BEGIN_CALL: self.broker.begin_call,
             api.FINISH_CALL: self.broker.finish_call,
             api.ASK: self.broker.ask,
+            api.WAIT_APPROVAL: self.approvals.wait_approval,
             api.LOG_COST: self.broker.log_cost,
             api.LOG_REFUSAL: self.broker.log_refusal,
             api.BEGIN_MODEL_REQUEST: self.model_requests.begin,
@@ -544,7 +548,10 @@ class Box:
         ):
             die(Problem.INVALID, f"no workspace {request.workspace}")
         for tool in request.tools:
-            if find_tool(tool) is None:
+            # By its app: which tools an app has only its runner knows, and root runs no app's
+            # code. A tool its app lacks is refused when the task calls it.
+            app, dot, verb = tool.partition(".")
+            if not (dot and verb and app in self.apps.installed):
                 die(Problem.INVALID, f"no tool {tool}: it is not installed on this box")
         droid = request.worker == Worker.DROID
         workspace = request.workspace

@@ -319,6 +319,13 @@ class Systemd:
         """Sends `number` to the unit's main process only (systemctl kill --kill-whom=main)."""
         await self._call(_MANAGER_PATH, _MANAGER, "KillUnit", "ssi", [name, "main", number])
 
+    async def loaded_units(self, pattern: str) -> list[str]:
+        """The names of the units loaded now whose names match the glob `pattern`."""
+        reply = await self._call(
+            _MANAGER_PATH, _MANAGER, "ListUnitsByPatterns", "asas", [[], [pattern]]
+        )
+        return [str(unit[0]) for unit in reply.body[0]]
+
     async def unit_of_pid(self, pid: int) -> str | None:
         try:
             reply = await self._call(_MANAGER_PATH, _MANAGER, "GetUnitByPID", "u", [pid])

@@ -127,6 +127,30 @@ async def ensure_user(name: str, home: Path, uid: int) -> None:
         die(Problem.FAILED, f"useradd made {name}, but the system cannot find it")
 
 
+async def ensure_system_user(name: str, comment: str) -> None:
+    """Makes a system user of that name, with a group of its own, unless it is there: one that
+    runs a service and owns nothing outside it (an app's runner)."""
+    async with _lock:
+        if await asyncio.to_thread(user_ids, name) is not None:
+            return
+        failed = await _run(
+            "useradd",
+            "--system",
+            "--user-group",
+            "--no-log-init",
+            "--no-create-home",
+            "--home-dir",
+            "/",
+            "--shell",
+            "/usr/sbin/nologin",
+            "--comment",
+            comment,
+            name,
+        )
+        if failed:
+            die(Problem.FAILED, f"could not create user {name}: {failed}")
+
+
 async def remove_user(name: str) -> str | None:
     """Removes the task's user and its group, if they are there; returns why it could not."""
     async with _lock:

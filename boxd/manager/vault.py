@@ -1,17 +1,26 @@
-"""The vault: the owner's secrets, one file each, `BOX_HOME/vault/<name>.cred`, encrypted by
-`systemd-creds` with the host's key.
+"""The vault: the owner's secrets, one file each, encrypted by `systemd-creds` with the host's
+key, kept apart by whose they are (boxd.secret_names), so that systemd hands each process the
+secrets of one owner and nothing else:
 
-systemd hands them to every broker: `LoadCredentialEncrypted=vault:/var/lib/box/vault` in
-`box-broker@.service` decrypts each `<name>.cred` into the broker's credentials directory as
-`vault_<name>.cred`, and the broker gives a tool only those it declared. What systemd 252 needs
-for that, found on Debian 12 (see units/box-broker@.service):
+- `BOX_HOME/vault/box/<name>.cred`: the box's (the model keys), for the model gateway;
+- `BOX_HOME/vault/apps/<app>/<name>.cred`: app <app>'s, for its runner alone
+  (`LoadCredentialEncrypted=vault:/var/lib/box/vault/apps/%i` in box-app@.service);
+- `BOX_HOME/vault/<name>.cred`: a secret of a name that is neither's, set before secrets had
+  owners. It reaches no one; the owner sees it listed as no one's and removes it.
+
+`open` moves a vault of the old layout (every file in `vault/`) into this one: a file is renamed,
+never decrypted, since its embedded name is the same in either place.
+
+systemd decrypts each `<name>.cred` of a directory into the credentials directory as
+`vault_<name>.cred`. What systemd 252 needs for that, found on Debian 12:
 
 - the name embedded in an encrypted file must be its credential's name, `vault_<name>.cred`,
-  or the broker does not start;
+  or the unit does not start;
 - the directory must exist (empty is fine); hidden files in it are skipped, so a half-written
-  `.<name>.cred.*` never reaches a broker;
-- names and values of a unit's credentials may not pass 1 MiB in all, or the broker does not
-  start.
+  `.<name>.cred.*` never reaches a unit; a directory inside it is read too, its files under
+  other names, which is why no unit loads `vault/` itself;
+- names and values of a unit's credentials may not pass 1 MiB in all, or the unit does not
+  start: counted for each directory.
 
 A value travels to systemd-creds on its stdin, never on a command line, and appears in no log
 line and no error: those name the secret only.
@@ -24,12 +33,14 @@ import contextlib
 import logging
 import os
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from boxd.caller import Caller
 from boxd.errors import Problem, die
-from boxd.secret_names import SECRET_NAME, SUFFIX, credential_name
+from boxd.model_key import KEY_NAMES
+from boxd.secret_names import BOX, SECRET_NAME, SUFFIX, belongs_to, credential_name, is_app_name
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +49,10 @@ MAX_VALUE = 64 * 1024
 MAX_TOTAL = 1024 * 1024
 # The host's key (/var/lib/systemd/credential.secret, made on first use), not a TPM: a secret
 # sealed to TPM PCRs becomes unreadable after a firmware or Secure Boot update, and one file
-# that cannot be decrypted stops every broker from starting.
+# that cannot be decrypted stops every unit that loads it from starting.
 ENCRYPT = ("systemd-creds", "encrypt", "--with-key=host")
+BOX_PART = "box"
+APPS_PART = "apps"
 
 
 def vault_dir(home: Path) -> Path:
@@ -56,6 +69,23 @@ def check_name(name: str) -> str:
     return name
 
 
+def owner_of(name: str) -> str:
+    """Whose the secret is; a 400 for a name that is no one's."""
+    owner = belongs_to(name)
+    if owner is None:
+        die(
+            Problem.INVALID,
+            f"{name} belongs to no app: a secret is an app's, named <app>.<name> like "
+            f"mail.password (only that app's tools get it), or one of the box's model keys "
+            f"({', '.join(KEY_NAMES)})",
+        )
+    return owner
+
+
+async def _nothing(_: str) -> None:
+    return None
+
+
 class Vault:
     def __init__(self, home: Path, encrypt: Sequence[str] = ENCRYPT) -> None:
         self.directory = vault_dir(home)
@@ -64,6 +94,9 @@ class Vault:
         # How many times the vault's files have changed in this run, counted once the change is
         # made: a broker started ahead (a spare's) that saw an older count may hold old secrets.
         self.changes = 0
+        # Told, once a secret is set or removed, whose it was (boxd.secret_names.belongs_to):
+        # the app's runner holds its secrets as they were when it started.
+        self.changed: Callable[[str], Awaitable[None]] = _nothing
 
     @contextlib.asynccontextmanager
     async def unchanged(self) -> AsyncIterator[int]:
@@ -72,29 +105,90 @@ class Vault:
         async with self._lock:
             yield self.changes
 
+    def place(self, owner: str) -> Path:
+        """The directory of `owner`'s secrets (an app's name, or BOX)."""
+        if owner == BOX:
+            return self.directory / BOX_PART
+        return self.directory / APPS_PART / owner
+
     def open(self) -> None:
-        """Makes the directory (brokers do not start without it) and drops what a set cut off
-        mid-way left behind."""
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(self.directory, 0o700)
-        for leftover in self.directory.glob(".*.tmp"):
-            leftover.unlink(missing_ok=True)
+        """Makes the directories (a unit that loads one does not start without it), moves what
+        the old layout kept in `vault/` to its owner's, and drops what a set cut off mid-way
+        left behind."""
+        for directory in (self.directory, self.place(BOX), self.directory / APPS_PART):
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(directory, 0o700)
+        for directory in (self.directory, *self._owned_directories()):
+            for leftover in directory.glob(".*.tmp"):
+                leftover.unlink(missing_ok=True)
+        moved = 0
+        for name in self._files_in(self.directory):
+            owner = belongs_to(name)
+            if owner is None:
+                log.warning(
+                    "the vault's secret %s belongs to no app and reaches no tool; "
+                    "`boxctl vault rm %s` removes it",
+                    name,
+                    name,
+                )
+                continue
+            place = self.place(owner)
+            place.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # Renamed: one rename at a time, so a cut-off move leaves each file in one place.
+            os.replace(self.directory / f"{name}{SUFFIX}", place / f"{name}{SUFFIX}")
+            moved += 1
+        if moved:
+            for directory in (self.directory, *self._owned_directories()):
+                _sync_directory(directory)
+            log.info("moved %d secret(s) of the vault to their owners' directories", moved)
 
-    def _path(self, name: str) -> Path:
-        return self.directory / f"{name}{SUFFIX}"
+    def app_directory(self, app: str) -> Path:
+        """App `app`'s directory, made if it is not there: its runner's unit loads it."""
+        place = self.place(app)
+        place.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return place
 
-    def names(self) -> list[str]:
+    def _owned_directories(self) -> Iterator[Path]:
+        yield self.place(BOX)
+        apps = self.directory / APPS_PART
+        if apps.is_dir():
+            for app in sorted(apps.iterdir()):
+                if is_app_name(app.name) and app.is_dir() and not app.is_symlink():
+                    yield app
+
+    @staticmethod
+    def _files_in(directory: Path) -> list[str]:
         found = []
-        for path in self.directory.glob(f"*{SUFFIX}"):
+        for path in directory.glob(f"*{SUFFIX}"):
             name = path.name.removesuffix(SUFFIX)
-            if SECRET_NAME.fullmatch(name) and path.is_file():
+            if SECRET_NAME.fullmatch(name) and path.is_file() and not path.is_symlink():
                 found.append(name)
         return sorted(found)
+
+    def _path(self, name: str) -> Path:
+        """Where the secret is kept: its owner's directory, or `vault/` for no one's."""
+        owner = belongs_to(name)
+        return (self.directory if owner is None else self.place(owner)) / f"{name}{SUFFIX}"
+
+    def listing(self) -> list[dict[str, Any]]:
+        """Each secret's name and whose it is, by name."""
+        found = [
+            {"name": name, "belongsTo": belongs_to(name)}
+            for directory in (self.directory, *self._owned_directories())
+            for name in self._files_in(directory)
+            # In the place its name gives it: a file put elsewhere by hand reaches no one.
+            if self._path(name).parent == directory
+        ]
+        return sorted(found, key=lambda secret: str(secret["name"]))
+
+    def names(self) -> list[str]:
+        return [str(secret["name"]) for secret in self.listing()]
 
     # The owner's methods over D-Bus.
 
     async def set_secret(self, caller: Caller, args: list[str]) -> dict[str, str]:
         name, value = check_name(args[0]), args[1]
+        owner = owner_of(name)
         size = len(value.encode())
         if not value:
             die(Problem.INVALID, f"the value of {name} is empty; boxctl vault rm {name} removes it")
@@ -106,16 +200,20 @@ class Vault:
                 f"the value of {name} is {size} bytes; a secret holds at most {MAX_VALUE} bytes",
             )
         async with self._lock:
-            others = sum(self._loaded_size(n) for n in self.names() if n != name)
+            # One unit loads one owner's secrets: systemd's limit holds for each owner.
+            together = [n for n in self.names() if n != name and belongs_to(n) == owner]
+            others = sum(self._loaded_size(n) for n in together)
             if others + len(credential_name(name)) + size > MAX_TOTAL:
+                whose = "the box's secrets" if owner == BOX else f"app {owner}'s secrets"
                 die(
                     Problem.TOO_LARGE,
-                    f"the vault would pass {MAX_TOTAL // 1024} KiB in all with {name}, more than "
-                    "systemd loads into a broker; remove secrets you no longer need first",
+                    f"{whose} would pass {MAX_TOTAL // 1024} KiB in all with {name}, more than "
+                    "systemd loads into one process; remove secrets you no longer need first",
                 )
             sealed = await self._sealed(name, value)
             await asyncio.to_thread(self._write, name, sealed)
         log.info("secret %s set by %s", name, caller.name)
+        await self.changed(owner)
         return {"name": name}
 
     async def remove_secret(self, caller: Caller, args: list[str]) -> dict[str, str]:
@@ -126,10 +224,13 @@ class Vault:
             except FileNotFoundError:
                 die(Problem.NOT_FOUND, f"no secret {name} in the vault")
         log.info("secret %s removed by %s", name, caller.name)
+        owner = belongs_to(name)
+        if owner is not None:
+            await self.changed(owner)
         return {"name": name}
 
-    async def list_secrets(self, caller: Caller, args: list[str]) -> list[str]:
-        return self.names()
+    async def list_secrets(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self.listing)
 
     # Files.
 
@@ -161,33 +262,28 @@ class Vault:
         return sealed
 
     def _write(self, name: str, sealed: bytes) -> None:
-        """Replaces the file at once: a broker starting meanwhile loads the old or the new."""
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        temporary = self.directory / f".{name}{SUFFIX}.{secrets.token_hex(4)}.tmp"
+        """Replaces the file at once: a unit starting meanwhile loads the old or the new."""
+        path = self._path(name)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        temporary = path.parent / f".{name}{SUFFIX}.{secrets.token_hex(4)}.tmp"
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             with os.fdopen(descriptor, "wb") as out:
                 out.write(sealed)
                 out.flush()
                 os.fsync(out.fileno())
-            os.replace(temporary, self._path(name))
+            os.replace(temporary, path)
         except BaseException:
             temporary.unlink(missing_ok=True)
             raise
         self.changes += 1  # in one thread at a time: under self._lock
-        self._sync_directory()
+        _sync_directory(path.parent)
 
     def _remove(self, name: str) -> None:
-        self._path(name).unlink()
+        path = self._path(name)
+        path.unlink()
         self.changes += 1
-        self._sync_directory()
-
-    def _sync_directory(self) -> None:
-        descriptor = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
+        _sync_directory(path.parent)
 
     def _loaded_size(self, name: str) -> int:
         """At least what the secret counts against systemd's limit: the decoded file holds its
@@ -200,6 +296,14 @@ class Vault:
             return len(base64.b64decode(data))
         except (binascii.Error, ValueError):
             return len(data)
+
+
+def _sync_directory(directory: Path) -> None:
+    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _last_words(stderr: str, value: str) -> str:

@@ -340,9 +340,21 @@ ROUTES: tuple[Route, ...] = (
     Route(
         "GET",
         "/api/vault",
-        "The names of the vault's secrets (never a value)",
+        "The vault's secrets (never a value): each one's name and whose it is, an app's "
+        "(`<app>.<name>`: only that app's tools get it), the box's (`box`: a model key, for the "
+        "model gateway only), or no one's (null: a name from before secrets had owners)",
         200,
-        {"type": "array", "items": {"type": "string"}},
+        {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "belongsTo": {"type": ["string", "null"]},
+                },
+                "required": ["name", "belongsTo"],
+            },
+        },
         who=_IN_PERSON,
     ),
     Route(

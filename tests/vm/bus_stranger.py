@@ -9,11 +9,14 @@ boxd's venv python, as `nobody` (`python -c <this file> forge|listen ...`).
         order, so its answer to a later call means the signal is already on its way.
     listen
         Asks for every signal there is, broadcast or eavesdropped, and prints each one, after a
-        first line `listening` once the bus has answered its match rules.
+        first line `listening` once the bus has answered its match rules. Told to stop
+        (SIGTERM), it asks the bus one more thing and prints `heard all` once answered: every
+        signal the bus routed to it before is printed by then.
 """
 
 import asyncio
 import json
+import signal
 import sys
 from typing import Any
 
@@ -97,7 +100,12 @@ async def listen() -> None:
         if reply is None or reply.message_type == MessageType.ERROR:
             print(f"AddMatch {rule} refused", file=sys.stderr, flush=True)
     print("listening", flush=True)
-    await asyncio.Event().wait()
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await bus_call(bus, "GetId")
+    print("heard all", flush=True)
+    bus.disconnect()
 
 
 if __name__ == "__main__":

@@ -89,17 +89,20 @@ def gate_app(machine: Machine) -> Iterator[None]:
     machine.run("tee", f"{info}/METADATA", input=METADATA)
     machine.run("systemctl", "restart", "boxd.service")
     yield
-    machine.run("rm", "-rf", module, info, GATE)
+    machine.run("rm", "-rf", module, info)
+    # Its runner and socket stop as boxd starts without it.
     machine.run("systemctl", "restart", "boxd.service")
+    machine.run("rm", "-rf", GATE)
 
 
 def hold_gate(machine: Machine) -> subprocess.Popen[str]:
     """A FIFO the tool will wait at, held open to write by a process that says `held` once the
     tool has opened it (the open returns on both sides together) and keeps it until killed."""
-    machine.run("rm", "-rf", GATE)
+    # Emptied, not made anew: a runner still up from a test before sees the directory it had.
     machine.run("mkdir", "-p", GATE)
+    machine.run("rm", "-f", HOLD, RAN)
     machine.run("mkfifo", "-m", "0600", HOLD)
-    machine.run("chown", "-R", "boxd-broker:boxd-broker", GATE)
+    machine.run("chown", "-R", "boxd-app-gate:boxd-app-gate", GATE)
     return machine.spawn("sh", "-c", f'exec 3>"{HOLD}"; echo held; exec sleep infinity')
 
 

@@ -271,17 +271,18 @@ def test_a_task_taking_a_spare_gets_the_vault_as_it_is_not_as_it_was(
     machine: Machine, token: str
 ) -> None:
     old = spares(machine)
-    machine.run(BOXCTL, "vault", "set", "test.removed", input="old")
-    # New spares, whose brokers start with test.removed and without test.new.
+    machine.run(BOXCTL, "vault", "set", "FACTORY_API_KEY", input="old")
+    # New spares, whose brokers start with the box's FACTORY_API_KEY and without its
+    # ANTHROPIC_API_KEY (a broker holds the box's secrets, and no app's).
     machine.run("systemctl", "restart", "boxd.service")
     deadline = time.monotonic() + 60
     while (before := brokers_ready(machine)) & old:
         assert time.monotonic() < deadline, "the spares were not made again"
         time.sleep(0.1)
     for spare in before:
-        assert "vault_test.removed.cred" in credentials(machine, spare.removeprefix("box-"))
-    boxctl(machine, "vault", "rm", "test.removed")
-    machine.run(BOXCTL, "vault", "set", "test.new", input="new")
+        assert "vault_FACTORY_API_KEY.cred" in credentials(machine, spare.removeprefix("box-"))
+    boxctl(machine, "vault", "rm", "FACTORY_API_KEY")
+    machine.run(BOXCTL, "vault", "set", "ANTHROPIC_API_KEY", input="new")
     task = start_fake(machine, token, "sleep 60")
     try:
         assert task["user"] in before, "the task took no spare made before the change"
@@ -291,11 +292,11 @@ def test_a_task_taking_a_spare_gets_the_vault_as_it_is_not_as_it_was(
             assert time.monotonic() < deadline, "the task's broker never started"
             time.sleep(0.1)
         loaded = credentials(machine, task["id"])
-        assert "vault_test.new.cred" in loaded
-        assert "vault_test.removed.cred" not in loaded
+        assert "vault_ANTHROPIC_API_KEY.cred" in loaded
+        assert "vault_FACTORY_API_KEY.cred" not in loaded
     finally:
         boxctl(machine, "stop", task["id"], check=False)
-        boxctl(machine, "vault", "rm", "test.new", check=False)
+        boxctl(machine, "vault", "rm", "ANTHROPIC_API_KEY", check=False)
 
 
 def test_a_task_taking_a_spare_gets_the_broker_unit_as_it_is_after_a_reload(

@@ -6,13 +6,14 @@ import re
 
 import pytest
 
-from tests.vm.box_api import http, start_fake, wait_for_step
+from tests.vm.box_api import finish, http, start_fake, wait_for_step
 from tests.vm.machine import Machine
 
 # The figures in README.md, "boxd's own units".
 CEILINGS = {
     "boxd.service": 4.4,
     "box-broker@": 1.1,
+    "box-app@": 1.1,
     "boxd-web.service": 0.2,
     "boxd-droid-install.service": 1.4,
 }
@@ -79,25 +80,35 @@ def test_the_managers_sandbox_is_what_it_claims(machine: Machine) -> None:
     assert namespaces[2] != namespaces[3]
 
 
-def test_the_broker_sees_of_box_home_only_its_apps(machine: Machine, token: str) -> None:
-    """Not even its own task's files: the manager flushes them before it logs a step."""
+def seen_of_box_home(machine: Machine, unit: str) -> list[str]:
+    pid = shown(machine, unit, "MainPID")["MainPID"]
+    found = machine.run("nsenter", "-t", pid, "-m", "find", "/var/lib/box", "-maxdepth", "3")
+    return sorted(found.stdout.split())
+
+
+def test_the_broker_sees_nothing_of_box_home(machine: Machine, token: str) -> None:
+    """Not even its own task's files (the manager flushes them before it logs a step), nor any
+    app's state: the apps' runners keep theirs."""
     task = start_fake(machine, token, "step up\nsleep 120")
     wait_for_step(machine, task["id"])
     try:
-        pid = shown(machine, f"box-broker@{task['id']}.service", "MainPID")["MainPID"]
-        seen = machine.run(
-            "nsenter",
-            "-t",
-            pid,
-            "-m",
-            "find",
-            "/var/lib/box",
-            "-maxdepth",
-            "2",
-            "-not",
-            "-path",
-            "/var/lib/box/apps/*",
-        ).stdout.split()
-        assert sorted(seen) == ["/var/lib/box", "/var/lib/box/apps"]
+        assert seen_of_box_home(machine, f"box-broker@{task['id']}.service") == ["/var/lib/box"]
     finally:
         http(machine, "POST", f"/api/tasks/{task['id']}/stop", token)
+
+
+def test_an_apps_runner_stays_at_its_figure_and_sees_its_own_state(
+    machine: Machine, token: str
+) -> None:
+    task = start_fake(machine, token, 'call echo.say {"text": "hi"}', tools=["echo.say"])
+    assert finish(machine, task["id"])["state"] == "done"
+    assert exposure(machine, "box-app@echo.service") <= CEILINGS["box-app@"]
+    assert seen_of_box_home(machine, "box-app@echo.service") == [
+        "/var/lib/box",
+        "/var/lib/box/apps",
+        "/var/lib/box/apps/echo",
+    ]
+    assert shown(machine, "box-app@echo.service", "User", "PrivateUsers") == {
+        "User": "boxd-app-echo",
+        "PrivateUsers": "yes",
+    }

@@ -1,5 +1,6 @@
 """The vault with the real systemd-creds, polkit and LoadCredentialEncrypted=: the owner's
-secrets reach the tools that declare them, through a real SMTP server, and nowhere else."""
+secrets reach the tools of their own app that declare them, through a real SMTP server, and
+nowhere else."""
 
 import base64
 import binascii
@@ -43,9 +44,9 @@ def vault_set(
 
 
 def vault_names(machine: Machine) -> list[str]:
-    names = json.loads(boxctl(machine, "vault", "ls", "--json").stdout)
-    assert isinstance(names, list)
-    return names
+    secrets = json.loads(boxctl(machine, "vault", "ls", "--json").stdout)
+    assert isinstance(secrets, list)
+    return [secret["name"] for secret in secrets]
 
 
 def contains(text: str, value: str) -> bool:
@@ -106,11 +107,16 @@ def test_set_list_and_remove_with_boxctl(machine: Machine, owner: str) -> None:
     vault_set(machine, "test.api-key", value + "\n", user=owner)
     vault_set(machine, "test.other", "something else", user=owner)
     listed = boxctl(machine, "vault", "ls", user=owner).stdout.splitlines()
-    assert {"test.api-key", "test.other"} <= set(listed)
-    assert listed == sorted(listed)
+    assert listed[0].split() == ["NAME", "BELONGS", "TO"]
+    ours = [line.split(None, 1) for line in listed if line.startswith("test.")]
+    assert ours == [
+        ["test.api-key", "app test: its tools only"],
+        ["test.other", "app test: its tools only"],
+    ]
     assert {"test.api-key", "test.other"} <= set(vault_names(machine))
-    sealed = f"{VAULT}/test.api-key.cred"
-    assert machine.run("stat", "-c", "%U %a", VAULT).stdout.split() == ["root", "700"]
+    sealed = f"{VAULT}/apps/test/test.api-key.cred"
+    for directory in (VAULT, f"{VAULT}/apps", f"{VAULT}/apps/test"):
+        assert machine.run("stat", "-c", "%U %a", directory).stdout.split() == ["root", "700"]
     assert machine.run("stat", "-c", "%U %a", sealed).stdout.split() == ["root", "600"]
     assert not contains(machine.run("cat", sealed).stdout, value)
     # Encrypted with the host's key under the name systemd gives it in a broker; boxctl took
@@ -125,8 +131,8 @@ def test_set_list_and_remove_with_boxctl(machine: Machine, owner: str) -> None:
     again = boxctl(machine, "vault", "rm", "test.api-key", check=False)
     assert again.returncode == 1
     assert again.stderr.strip() == "boxctl: no secret test.api-key in the vault"
-    leftovers = machine.run("ls", "-A", VAULT).stdout.split()
-    assert not [name for name in leftovers if name.startswith("test.")]
+    leftovers = machine.run("find", VAULT, "-type", "f").stdout.split()
+    assert not [name for name in leftovers if "/test." in name]
 
 
 def test_bad_names_and_values_are_refused_in_plain_words(machine: Machine) -> None:
@@ -182,7 +188,7 @@ def test_no_door_reads_a_secret_and_no_token_writes_one(machine: Machine, token:
 def test_a_broker_starts_with_an_empty_vault(machine: Machine, token: str) -> None:
     for name in vault_names(machine):
         boxctl(machine, "vault", "rm", name)
-    assert machine.run("ls", "-A", VAULT).stdout == ""
+    assert machine.run("find", VAULT, "-type", "f").stdout == ""
     task = start_fake(machine, token, "step nothing secret here")
     ended = finish(machine, task["id"])
     assert ended["state"] == "done", ended
@@ -248,24 +254,33 @@ def _mail_goes_out(machine: Machine, token: str, owner: str, smtp: Smtp) -> None
     assert len(smtp.messages(machine)) == 1
 
 
-def test_only_the_broker_holds_the_secrets(machine: Machine, token: str, owner: str) -> None:
+def test_only_the_apps_runner_holds_its_secrets(machine: Machine, token: str, owner: str) -> None:
     value = secrets.token_urlsafe(24)
-    vault_set(machine, "test.held", value, user=owner)
+    vault_set(machine, "mail.user", value, user=owner)
+    vault_set(machine, "test.held", "another app's", user=owner)
     try:
-        task = start_fake(machine, token, "step up\nsleep 60", tools=["mail.send"])
+        task = start_fake(machine, token, f"{SEND}\nsleep 60", tools=["mail.send"])
         wait_for_step(machine, task["id"])
         broker = f"box-broker@{task['id']}.service"
-        held = f"/run/credentials/{broker}"
+        runner = "box-app@mail.service"
+        held = f"/run/credentials/{runner}"
         listing = machine.run("ls", "-l", held).stdout
-        assert "vault_test.held.cred" in listing and "boxd-broker" in listing
-        assert machine.run("cat", f"{held}/vault_test.held.cred").stdout == value
+        # The mail app's own secret, and nothing of another app's or of the box's.
+        assert machine.run("ls", held).stdout.split() == ["vault_mail.user.cred"]
+        assert "boxd-app-mail" in listing
+        assert machine.run("cat", f"{held}/vault_mail.user.cred").stdout == value
+        brokers = machine.run("ls", "-A", f"/run/credentials/{broker}", check=False).stdout
+        assert "vault_mail.user.cred" not in brokers and "vault_test.held.cred" not in brokers
         peek = machine.run("ls", held, user=task["user"], check=False)
         assert peek.returncode != 0
-        for unit in (f"box-task-{task['id']}.service", broker):
+        worker = f"box-task-{task['id']}.service"
+        for unit in (worker, broker, runner):
             pid = machine.run("systemctl", "show", "-p", "MainPID", "--value", unit).stdout
             environ = machine.run("cat", f"/proc/{pid.strip()}/environ").stdout
             assert value not in environ
-            assert ("CREDENTIALS_DIRECTORY" in environ) == (unit == broker)
+            if unit != broker:
+                assert ("CREDENTIALS_DIRECTORY" in environ) == (unit == runner)
         boxctl(machine, "stop", task["id"])
     finally:
+        boxctl(machine, "vault", "rm", "mail.user")
         boxctl(machine, "vault", "rm", "test.held")

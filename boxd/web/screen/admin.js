@@ -89,16 +89,23 @@ function settingsPanel() {
   return box;
 }
 
+// As `boxctl vault ls` says it (boxd/cli/show.py whose).
+function whose(belongsTo) {
+  if (belongsTo === null) return "no one: no tool or model gets it";
+  if (belongsTo === "box") return "the box: a model key, for the model gateway only";
+  return `app ${belongsTo}: its tools only`;
+}
+
 function vaultPanel() {
   const list = h("div", {});
   const name = h("input", { name: "secret-name", required: true, autocomplete: "off", placeholder: "ANTHROPIC_API_KEY" });
   const value = h("input", { name: "secret-value", type: "password", required: true, autocomplete: "new-password" });
   const set = h("button", { type: "submit", class: "primary" }, "Set");
   async function load() {
-    const names = await get("/api/vault");
-    replace(list, table(["Name", ""], names.map((secret) => {
-      const label = typeof secret === "string" ? secret : secret.name;
-      return h("tr", { "data-secret": label }, h("td", { class: "mono" }, label), h("td", {},
+    const secrets = await get("/api/vault");
+    replace(list, table(["Name", "Belongs to", ""], secrets.map((secret) => {
+      const label = secret.name;
+      return h("tr", { "data-secret": label }, h("td", { class: "mono" }, label), h("td", {}, whose(secret.belongsTo)), h("td", {},
         h("button", { type: "button", class: "danger", onclick: async (event) => {
           if (!confirm(`Remove ${label} from the vault?`)) return;
           if (await act(event.currentTarget, () => api("DELETE", `/api/vault/${encodeURIComponent(label)}`), "Removed.")) load();
@@ -107,7 +114,7 @@ function vaultPanel() {
   }
   load().catch((error) => replace(list, h("p", { class: "error" }, error.message)));
   return h("section", { class: "panel" }, h("h2", {}, "Vault"),
-    h("p", { class: "muted" }, "Tools and the model gateway use these; no task and no screen ever sees a value."),
+    h("p", { class: "muted" }, "An app's secrets are named app.name (mail.password) and reach that app's tools only; the model keys are the box's. No task and no screen ever sees a value."),
     list,
     h("form", { class: "stack", "aria-label": "Set a secret", onsubmit: async (event) => {
       event.preventDefault();
