@@ -548,11 +548,7 @@ class Box:
         ):
             die(Problem.INVALID, f"no workspace {request.workspace}")
         for tool in request.tools:
-            # By its app: which tools an app has only its runner knows, and root runs no app's
-            # code. A tool its app lacks is refused when the task calls it.
-            app, dot, verb = tool.partition(".")
-            if not (dot and verb and app in self.apps.installed):
-                die(Problem.INVALID, f"no tool {tool}: it is not installed on this box")
+            self._installed(tool)
         droid = request.worker == Worker.DROID
         workspace = request.workspace
         folders: list[str] | None = None
@@ -979,8 +975,7 @@ class Box:
                 )
             return None
         for tool in limits.tools:
-            if find_tool(tool) is None:
-                die(Problem.INVALID, f"no tool {tool}: it is not installed on this box")
+            self._installed(tool)
         for workspace in limits.workspaces:
             if workspace.startswith((SHARED, PERSONAL)):
                 die(
@@ -991,6 +986,14 @@ class Box:
             if not self.workspaces.exists(workspace):
                 die(Problem.INVALID, f"no workspace {workspace}")
         return limits
+
+    def _installed(self, tool: str) -> None:
+        """A 400 unless the tool's app is installed. By its app: which tools an app has only its
+        runner knows, and root runs no app's code; a tool its app lacks is refused when a task
+        calls it."""
+        app, dot, verb = tool.partition(".")
+        if not (dot and verb and app in self.apps.installed):
+            die(Problem.INVALID, f"no tool {tool}: it is not installed on this box")
 
     async def list_tokens(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
         return [token.public() for token in await self.store.tokens()]
