@@ -114,10 +114,15 @@ RequestId = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{16}$")]
 TokenCount = Annotated[StrictInt, Field(ge=0, le=MAX_TOKENS)]
 
 
+# Calls one broker has in flight at once: at most one a connection to broker.sock.
+MAX_CALLS_IN_FLIGHT = 1024
+
+
 class ModelStart(BaseModel):
     """A model request the gateway is about to forward: its id, the sha256 of its body, and
     what its worst case is made from: the estimate of its input tokens, its max_tokens and
-    whether it writes to the 1-hour cache; and what the broker's calls in flight reserve."""
+    whether it writes to the 1-hour cache; and what the broker's calls in flight reserve, by
+    their keys (a call waiting for the owner is also the record's: counted once)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -126,7 +131,7 @@ class ModelStart(BaseModel):
     inputTokens: TokenCount
     maxTokens: Annotated[StrictInt, Field(ge=1, le=MAX_TOKENS)]
     hourCache: StrictBool
-    inFlightCents: Cents = 0
+    inFlight: Annotated[dict[Key, Cents], Field(max_length=MAX_CALLS_IN_FLIGHT)] = {}
 
 
 class ModelTokens(BaseModel):

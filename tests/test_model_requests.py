@@ -112,7 +112,7 @@ def start(
             "inputTokens": input_tokens,
             "maxTokens": max_tokens,
             "hourCache": hour_cache,
-            "inFlightCents": in_flight,
+            "inFlight": {"line-9": in_flight} if in_flight else {},
         }
     )
 
@@ -345,8 +345,10 @@ async def test_what_a_broker_left_open_is_settled_when_boxd_starts(box: Box) -> 
         {"inputTokens": 1.5},
         {"maxTokens": 0},
         {"maxTokens": True},
-        {"inFlightCents": float("inf")},
-        {"inFlightCents": -1},
+        {"inFlight": {"k": float("inf")}},
+        {"inFlight": {"k": -1}},
+        {"inFlight": {"": 1}},
+        {"inFlight": {str(n): 1 for n in range(1025)}},
         {"requestHash": "A" * 64},
         {"extra": 1},
     ],
@@ -406,3 +408,14 @@ async def test_a_request_sent_that_got_no_answer_is_charged_what_it_could_cost(b
     unsent = json.dumps({"request": "4" * 16, "part": "end", "status": 0, "sent": False})
     await box.models.log_cost(BROKER, [TASK, unsent])
     assert len(await box.costs()) == 1
+
+
+async def test_a_call_waiting_for_the_owner_is_counted_once(box: Box) -> None:
+    """The broker's call waiting for the owner is also the record's pending approval: counted
+    twice, it made every model request of a Droid task at its budget's edge ask."""
+    await box.calls.begin_call(BROKER, [TASK, pay("Ada", 30, "pay-1")])
+    okay = {"key": "pay-1", "question": "Pay?", "costCents": 30, "tool": "wallet.pay"}
+    await box.calls.ask(BROKER, [TASK, json.dumps(okay)])
+    await box.set_task(budgetCents=int(worst() + 31))
+    given = {**json.loads(start()), "inFlight": {"pay-1": 30}}
+    assert (await box.models.begin(BROKER, [TASK, json.dumps(given)]))["admitted"]

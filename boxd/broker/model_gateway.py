@@ -416,7 +416,7 @@ class ModelGateway:
                 "inputTokens": checked.input_tokens,
                 "maxTokens": checked.max_tokens,
                 "hourCache": checked.hour_cache,
-                "inFlightCents": sum(self._in_flight().values()),
+                "inFlight": self._in_flight(),
             }
         )
         begun: dict[str, Any] = await self._manager.call("BeginModelRequest", start)

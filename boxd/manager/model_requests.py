@@ -294,11 +294,11 @@ class ModelRequests:
                     return {"taken": True, "budgetCents": limit}, None, others
                 under = approval.key
             else:
-                reserved = (
-                    sum(r.reserved for r in requests)
-                    + sum(a.costCents or 0.0 for a in ledger.reserving_approvals(task.id))
-                    + start.inFlightCents
-                )
+                # By key: a call the broker runs or waits on may also be an approval the
+                # record holds, and is one call.
+                calls = {a.key: a.costCents or 0.0 for a in ledger.reserving_approvals(task.id)}
+                calls.update(start.inFlight)
+                reserved = sum(r.reserved for r in requests) + sum(calls.values())
                 worst = input_cents + output_cents
                 if task.costCents + reserved + worst > limit:
                     asked = self._approval(

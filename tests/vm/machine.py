@@ -615,8 +615,10 @@ def build_wheel(out_dir: Path) -> Path:
     return built[0]
 
 
-def install_boxd(m: Machine, *, active_timeout: float = 20) -> None:
-    """Install this checkout of boxd into the machine with units/install.sh and wait for it."""
+def stage_boxd(m: Machine) -> str:
+    """This checkout's wheel, units and polkit files in the machine's /tmp/boxd-src, as a
+    person would have them to install: the wheel's name. Again after the machine booted again
+    (its /tmp is a tmpfs)."""
     for needed in ("units/install.sh", "pyproject.toml"):
         if not (REPO_ROOT / needed).exists():
             raise MachineError(f"cannot install boxd: {REPO_ROOT / needed} does not exist")
@@ -633,8 +635,14 @@ def install_boxd(m: Machine, *, active_timeout: float = 20) -> None:
                 shutil.copytree(
                     REPO_ROOT / part, target / part, ignore=shutil.ignore_patterns("__pycache__")
                 )
+        return wheel.name
+
+
+def install_boxd(m: Machine, *, active_timeout: float = 20) -> None:
+    """Install this checkout of boxd into the machine with units/install.sh and wait for it."""
+    wheel = stage_boxd(m)
     started = time.monotonic()
-    m.run("bash", "/tmp/boxd-src/units/install.sh", f"/tmp/boxd-src/{wheel.name}", timeout=300)
+    m.run("bash", "/tmp/boxd-src/units/install.sh", f"/tmp/boxd-src/{wheel}", timeout=300)
     deadline = time.monotonic() + active_timeout
     state = ""
     while time.monotonic() < deadline:

@@ -328,7 +328,7 @@ def test_the_owner_is_asked_before_a_model_request_past_the_budget(
     first = tool("Create", {"file_path": "notes.md", "content": "thought\n"})
     model.set_script([turn(first, usage=dear), turn(text("Done."))])
     # The first reply takes the task past its budget, so Droid's second request waits.
-    task = start_droid(machine, token, "Think, then finish.", budgetCents=5)
+    task = start_droid(machine, token, "Think, then finish.", budgetCents=100)
     asked = pending(machine, task["id"], timeout=60)
     assert asked["key"].startswith("model.")
     assert len(model.requests()) == 1

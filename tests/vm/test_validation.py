@@ -173,6 +173,7 @@ def test_settings_apply_to_new_tasks(machine: Machine, token: str, settings: Non
         "taskCPUPercent": 200,
         "taskDiskQuotaBytes": None,
         "modelBaseUrl": "https://api.anthropic.com",
+        "modelMaxTokens": 32_000,
     }
     boxctl(machine, "settings", "set", "defaultBudgetCents", "42")
     boxctl(machine, "settings", "set", "defaultHosts", '["example.com"]')
