@@ -244,7 +244,9 @@ def test_pending_comes_back_as_text_and_asking_again_pays_once(
             turn(text("Paid at last.")),
         ]
     )
-    task = start_droid(machine, token, "Pay Ada 30 cents.", tools=["wallet.pay"])
+    # A budget with room for each model request's worst case (32,000 output tokens, some 57
+    # cents) beside the 30 cents paid: at the default 100, the request after the payment asks.
+    task = start_droid(machine, token, "Pay Ada 30 cents.", tools=["wallet.pay"], budgetCents=200)
     asked = pending(machine, task["id"], timeout=60)
     # The first call's pending answer reaches the model as plain text, not an error...
     deadline = time.monotonic() + 60
