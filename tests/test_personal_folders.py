@@ -1,8 +1,10 @@
 """The rules for personal folders, their mirror, and keeping a task's layer, on plain files."""
 
+import asyncio
 import os
 import pwd
 import shutil
+import signal
 import stat
 import tempfile
 import threading
@@ -30,6 +32,7 @@ from boxd.manager.folders import (
 )
 from boxd.manager.keep import KeepError, Places, keep, layer_changes, take_manifest
 from boxd.manager.mirror import MirrorError, sync_mirror, sync_tree
+from boxd.manager.owner_process import OwnerProcess, as_owner_work
 from boxd.manager.pause import VARIABLE
 from boxd.task import Task, TaskState
 
@@ -507,3 +510,37 @@ def test_the_asker_is_in_the_record_only() -> None:
     assert "askerUid" not in task.public()
     assert Task.model_validate_json(task.model_dump_json()).askerUid == 1000
     assert "askerUid" not in Task.model_json_schema(mode="serialization")["properties"]
+
+
+def test_a_process_as_the_account_that_moves_nothing_is_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attacker stops (SIGSTOP) the process boxd runs as their account: before, the thread
+    that waited on it waited for good. Now it is killed once nothing moved for STALL_SECONDS,
+    and the wait ends saying why."""
+    monkeypatch.setattr(owner_process, "STALL_SECONDS", 0.5)
+    with OwnerProcess(os.geteuid(), "look", str(tmp_path)) as child:
+        os.kill(child._process.pid, signal.SIGSTOP)
+        assert child.reader.record() is None
+        assert child.finish() == -signal.SIGKILL
+        assert child.complaint().startswith("it moved nothing for 0.5 s (stopped")
+
+
+async def test_stalled_work_as_an_account_leaves_boxds_own_threads_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attacker's processes, stopped as they start, one for each of boxd's threads: work
+    as an account waits on threads of its own, so the rest of boxd goes on meanwhile."""
+    monkeypatch.setattr(owner_process, "STALL_SECONDS", 2.0)
+
+    def stopped_look() -> None:
+        with OwnerProcess(os.geteuid(), "look", str(tmp_path)) as child:
+            os.kill(child._process.pid, signal.SIGSTOP)
+            child.reader.record()
+
+    stalled = [asyncio.ensure_future(as_owner_work(stopped_look)) for _ in range(8)]
+    await asyncio.sleep(0.5)
+    assert not any(job.done() for job in stalled)
+    # boxd's own work, on the loop's own threads, is not held up behind them.
+    assert await asyncio.wait_for(asyncio.to_thread(lambda: "free"), 1) == "free"
+    await asyncio.gather(*stalled)

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from boxd.apps.registry import installed
+from boxd.manager.app_state_of_before import split_state
 from boxd.manager.systemd import Systemd
 from boxd.manager.users import ensure_system_user, user_ids
 from boxd.manager.vault import Vault
@@ -48,6 +49,9 @@ class AppRunners:
         found = sorted(await asyncio.to_thread(installed))
         if await asyncio.to_thread(self._brokers_kept_state):
             await self._stop_old_brokers()
+            await asyncio.to_thread(
+                split_state, self._state, frozenset(found), self._state.parent / "apps-of-before"
+            )
         await asyncio.to_thread(self._make_state_directory)
         ready = []
         for app in found:

@@ -66,7 +66,7 @@ from boxd.manager.last_words import last_words
 from boxd.manager.layers import MAX_DONE, Layers, layer_name
 from boxd.manager.mirror import MirrorError, sync_mirror
 from boxd.manager.model_requests import ModelRequests
-from boxd.manager.owner_process import OwnerError
+from boxd.manager.owner_process import OwnerError, as_owner_work
 from boxd.manager.pages import one_page, with_next
 from boxd.manager.pairing import LIFETIME, Pairings, check_device_name
 from boxd.manager.records import Records
@@ -556,7 +556,7 @@ class Box:
         if personal is not None:
             account = await asyncio.to_thread(asking_account, caller)
             asker = account.uid
-            checked = await asyncio.to_thread(
+            checked = await as_owner_work(
                 check_folders,
                 personal,
                 account,
@@ -873,7 +873,7 @@ class Box:
         try:
             # Kept by root alone when the record has no asker: as each folder's owner, then.
             asker = task.askerUid if task.askerUid is not None else 0
-            outcome = await asyncio.to_thread(keep, changes, saw, layer, places, asker)
+            outcome = await as_owner_work(keep, changes, saw, layer, places, asker)
         except KeepError as refused:
             die(Problem.INVALID, str(refused))
         state = {"state": task.state.value}
@@ -1149,7 +1149,7 @@ class Box:
         gid = grp.getgrnam(WORK_GROUP).gr_gid
         folders = real_folders(task.folders)
         try:
-            await asyncio.to_thread(sync_mirror, folders, base, gid, task.askerUid)
+            await as_owner_work(sync_mirror, folders, base, gid, task.askerUid)
         except (MirrorError, OwnerError) as error:
             die(Problem.FAILED, str(error))
 

@@ -10,7 +10,7 @@ that runs as them), so the reader bounds every line and segment and checks every
 import errno
 import json
 import os
-from typing import IO, Any
+from typing import Any, Protocol
 
 _LINE = 1 << 24  # a record holds a manifest of a whole folder at most
 _CHUNK = 1 << 20
@@ -20,8 +20,20 @@ class StreamError(Exception):
     """The other side sent something that is not this protocol, or stopped half-way."""
 
 
+class Sink(Protocol):
+    def write(self, data: bytes, /) -> int: ...
+
+    def flush(self) -> None: ...
+
+
+class Source(Protocol):
+    def readline(self, limit: int = -1, /) -> bytes: ...
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
 class Writer:
-    def __init__(self, out: IO[bytes]) -> None:
+    def __init__(self, out: Sink) -> None:
         self._out = out
 
     def record(self, data: dict[str, Any]) -> None:
@@ -45,7 +57,7 @@ class Writer:
 
 
 class Reader:
-    def __init__(self, source: IO[bytes]) -> None:
+    def __init__(self, source: Source) -> None:
         self._in = source
 
     def record(self) -> dict[str, Any] | None:

@@ -7,15 +7,21 @@ treated as the owner's words, never trusted: names are checked, every write into
 tree goes through beneath.py too.
 """
 
+import asyncio
 import contextlib
+import functools
 import os
 import pwd
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import boxd
 from boxd.manager.folder_stream import Reader, Writer
@@ -32,8 +38,53 @@ _BOOT = (
 )
 
 
+# A process that runs as an account is that account's to stop (SIGSTOP), or to leave waiting
+# on a folder that never answers (FUSE): one that moves no byte either way for this long is
+# killed. A file of any size moves some every second.
+STALL_SECONDS = 60.0
+# The work done through such processes runs on threads of its own: stalled ones hold these,
+# never the threads the rest of boxd works on.
+OWNER_WORKERS = 4
+_work = ThreadPoolExecutor(max_workers=OWNER_WORKERS, thread_name_prefix="as-owner")
+
+T = TypeVar("T")
+
+
+async def as_owner_work(work: Callable[..., T], *args: Any) -> T:
+    """Runs `work` (which starts OwnerProcesses) off the event loop, on the threads kept for
+    such work."""
+    return await asyncio.get_running_loop().run_in_executor(_work, functools.partial(work, *args))
+
+
 class OwnerError(Exception):
     """The process as the owner could not be started, or ended without saying why."""
+
+
+class _Moving:
+    """A pipe's end that notes when bytes last went through it."""
+
+    def __init__(self, pipe: IO[bytes], moved: Callable[[], None]) -> None:
+        self._pipe = pipe
+        self._moved = moved
+
+    def readline(self, limit: int = -1, /) -> bytes:
+        line = self._pipe.readline(limit)
+        self._moved()
+        return line
+
+    def read(self, size: int = -1, /) -> bytes:
+        data = self._pipe.read(size)
+        self._moved()
+        return data
+
+    def write(self, data: bytes, /) -> int:
+        written = self._pipe.write(data)
+        self._moved()
+        return written
+
+    def flush(self) -> None:
+        self._pipe.flush()
+        self._moved()
 
 
 def account_of(uid: int) -> pwd.struct_passwd:
@@ -70,8 +121,25 @@ class OwnerProcess:
             **who,
         )
         assert self._process.stdin is not None and self._process.stdout is not None
-        self.writer = Writer(self._process.stdin)
-        self.reader = Reader(self._process.stdout)
+        self._moved_at = time.monotonic()
+        self.writer = Writer(_Moving(self._process.stdin, self._moved))
+        self.reader = Reader(_Moving(self._process.stdout, self._moved))
+        self.stalled = False
+        threading.Thread(target=self._watch, name="as-owner-watch", daemon=True).start()
+
+    def _moved(self) -> None:
+        self._moved_at = time.monotonic()
+
+    def _watch(self) -> None:
+        """Kills the process once no byte went either way for STALL_SECONDS: the thread that
+        waits on it then reads its end."""
+        while self._process.poll() is None:
+            if time.monotonic() - self._moved_at > STALL_SECONDS:
+                self.stalled = True
+                with contextlib.suppress(ProcessLookupError):
+                    self._process.kill()
+                return
+            time.sleep(min(1.0, STALL_SECONDS / 4))
 
     def close_input(self) -> None:
         stdin = self._process.stdin
@@ -86,6 +154,11 @@ class OwnerProcess:
 
     def complaint(self) -> str:
         """The last line it wrote to stderr (a traceback's), for an error nobody foresaw."""
+        if self.stalled:
+            return (
+                f"it moved nothing for {STALL_SECONDS:g} s (stopped, or waiting on a folder "
+                "that does not answer), so boxd ended it"
+            )
         self._errors.seek(0)
         lines = self._errors.read().decode(errors="replace").strip().splitlines()
         return lines[-1] if lines else f"it ended with status {self._process.returncode}"

@@ -35,6 +35,12 @@ def test_a_box_of_before_keeps_its_apps_state_and_secrets(machine: Machine, toke
     machine.run("rm", "-rf", f"{APPS}/wallet")
     machine.run("mkdir", "-p", f"{APPS}/wallet")
     machine.run(PYTHON, "-c", OLD_LEDGER)
+    # The attacker's app, when every app was boxd-broker: the wallet's ledger linked into its
+    # own folder, and a folder made ahead for an app not installed yet.
+    machine.run("rm", "-rf", f"{APPS}/echo", f"{APPS}/later", "/var/lib/box/apps-of-before")
+    machine.run("mkdir", "-p", f"{APPS}/echo", f"{APPS}/later")
+    machine.run("ln", f"{APPS}/wallet/ledger.db", f"{APPS}/echo/stolen")
+    machine.run("sh", "-c", f"echo planted > {APPS}/later/planted")
     machine.run("chown", "-R", "boxd-broker:boxd-broker", APPS)
     machine.run("chmod", "-R", "go-rwx", APPS)
     # A secret sealed and kept where the vault kept every secret before.
@@ -55,6 +61,18 @@ def test_a_box_of_before_keeps_its_apps_state_and_secrets(machine: Machine, toke
         f"boxd-app-wallet 700 {APPS}/wallet",
         f"boxd-app-wallet 600 {APPS}/wallet/ledger.db",
     ]
+    # Before this, systemd gave the ledger's inode to whichever app's runner started first of
+    # the two: now the link is a copy of its own, and the folder made ahead is nobody's state.
+    links = machine.run("stat", "-c", "%i %h", f"{APPS}/wallet/ledger.db", f"{APPS}/echo/stolen")
+    (ledger, ledger_names), (stolen, stolen_names) = (
+        line.split() for line in links.stdout.splitlines()
+    )
+    assert ledger != stolen and (ledger_names, stolen_names) == ("1", "1")
+    assert "later" not in machine.run("ls", APPS).stdout.split()
+    aside = machine.run("stat", "-c", "%U %a", "/var/lib/box/apps-of-before").stdout.strip()
+    assert aside == "root 700"
+    planted = machine.run("cat", "/var/lib/box/apps-of-before/later/planted").stdout
+    assert planted == "planted\n"
     secrets = json.loads(boxctl(machine, "vault", "ls", "--json").stdout)
     assert {"name": "mail.user", "belongsTo": "mail"} in secrets
     assert machine.run("ls", "/var/lib/box/vault/apps/mail").stdout.split() == ["mail.user.cred"]
