@@ -55,7 +55,7 @@ from boxd.broker.model_request import (
     TooDense,
     read_request,
 )
-from boxd.broker.model_upstream import ScreenedResolver
+from boxd.broker.model_upstream import ScreenedResolver, UpstreamRefused
 from boxd.broker.model_usage import JsonUsage, StreamUsage
 from boxd.connection_guard import Guard
 from boxd.connection_limits import MODEL_GATEWAY_CONNECTIONS, Bounds
@@ -98,7 +98,7 @@ FINISH_SECONDS = 30.0
 # slice, not a copy of the body.
 SEND_SLICE = 256 * 1024
 # Bodies larger than this are checked in a thread, one at a time (checking takes memory in
-# proportion to the body).
+# proportion to the body), and sent upstream in slices.
 LARGE_BODY = 1024 * 1024
 # How long a reply's cost report is tried again on a full disk (doubling waits from 0.5 s).
 REPORT_PATIENCE_SECONDS = 60
@@ -491,14 +491,25 @@ class ModelGateway:
             **key.headers(),
         }
         session, resolver = await self._upstream()
-        data = _slices(checked.parts, seen)
+        # A large body goes in slices, so a slow upstream makes the transport hold one slice,
+        # not a copy of the body; a small one whole, which costs a request less.
+        small = checked.length <= LARGE_BODY
+        data = b"".join(checked.parts) if small else _slices(checked.parts, seen)
         try:
             await resolver.check_url_host(urlsplit(upstream).hostname or "")
             # Never followed: a redirect would carry the key (x-api-key) to wherever it points.
             reply = await session.post(
                 f"{upstream}{MESSAGES}", data=data, headers=headers, allow_redirects=False
             )
+        except asyncio.CancelledError:
+            # Cut off as the broker stops, FINISH_SECONDS after: it went, as far as anyone knows.
+            seen.sent = seen.sent or small
+            raise
         except (aiohttp.ClientError, OSError, TimeoutError) as error:
+            # A connection never made sent nothing; past that, the request may have gone whole
+            # (a small body is written at once), and the upstream may be working on it.
+            if small and not isinstance(error, aiohttp.ClientConnectorError | UpstreamRefused):
+                seen.sent = True
             words = _reach_words(error)
             log.warning("the model at %s could not be reached: %s", upstream, words)
             return api_error(503, f"the model at {upstream} could not be reached: {words}")
