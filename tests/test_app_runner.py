@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict, StrictInt
 
+from boxd.apps import app_server
 from boxd.apps.runner import Runner, tool_full
 from boxd.caps import MAX_DATA
 from boxd.sdk import App, Context, Tool, ToolError
@@ -178,3 +179,10 @@ async def test_an_app_that_could_not_be_loaded_refuses_every_tool(tmp_path: Path
         "refused": "no tool shop.show: app shop could not be loaded (ModuleNotFoundError: No "
         "module named 'shop'); the box's owner finds why in `journalctl -u box-app@shop`"
     }
+
+
+def test_the_runners_idle_time_setting_names_the_runner() -> None:
+    assert app_server.idle_seconds({}) == 60.0
+    assert app_server.idle_seconds({app_server.IDLE_VARIABLE: "0"}) is None
+    with pytest.raises(ValueError, match=r"BOX_APP_IDLE_MS must be 0 or at least 500 ms.*runner"):
+        app_server.idle_seconds({app_server.IDLE_VARIABLE: "20"})

@@ -16,17 +16,17 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from boxd import idle_time
 from boxd.apps.runner import Runner
 from boxd.apps.wire import MAX_LINE, line
 
 log = logging.getLogger(__name__)
 
 IDLE_VARIABLE = "BOX_APP_IDLE_MS"
-DEFAULT_IDLE_MS = 60_000
 # As a broker lets its tools finish (boxd/broker/calls.py FINISH_SECONDS), well under the
 # unit's TimeoutStopSec.
 FINISH_SECONDS = 30.0
@@ -142,16 +142,9 @@ class AppServer:
             self._idle.cancel()
 
 
-def idle_seconds(environ: dict[str, str] | None = None) -> float | None:
-    given = (os.environ if environ is None else environ).get(IDLE_VARIABLE)
-    if given is None:
-        return DEFAULT_IDLE_MS / 1000
-    if not given.isdigit():
-        raise ValueError(
-            f"{IDLE_VARIABLE} must be a whole number of milliseconds (0: the runner never exits "
-            f"when idle), not {given[:40]!r}"
-        )
-    return int(given) / 1000 if int(given) else None
+def idle_seconds(environ: Mapping[str, str] | None = None) -> float | None:
+    """The idle time the runner's environment sets, in seconds; None when 0: never exit."""
+    return idle_time.idle_seconds(IDLE_VARIABLE, "the runner", environ)
 
 
 def make_runner(name: str) -> Runner:

@@ -30,41 +30,23 @@ import os
 import select
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
+from boxd import idle_time
 from boxd.socket_activation import Door
 
 IDLE_VARIABLE = "BOX_BROKER_IDLE_MS"
-# A minute without anything in hand. A worker's keep-alive connection at rest does not count,
-# so a task whose agent thinks (its model reply streaming) or runs a tool keeps its broker;
-# one that waits on something else (a long build, `sleep`) gives the memory back.
-DEFAULT_IDLE_MS = 60_000
-# Below this, a task poking its broker just after each exit could start it more than
-# systemd's socket trigger limit allows (20 starts in 2 s, then the socket fails for good).
-SHORTEST_IDLE_MS = 500
 # How often the broker looks, as a share of the idle time, and at most.
 LOOKS_PER_IDLE = 10
 LONGEST_LOOK_SECONDS = 1.0
 
 
-def idle_seconds(environ: dict[str, str] | None = None) -> float | None:
-    """The idle time the broker's environment sets, in seconds; None when 0: never exit."""
-    given = (os.environ if environ is None else environ).get(IDLE_VARIABLE)
-    if given is None:
-        return DEFAULT_IDLE_MS / 1000
-    if not given.isdigit():
-        raise ValueError(
-            f"{IDLE_VARIABLE} must be a whole number of milliseconds (0: the broker never "
-            f"exits when idle), not {given[:40]!r}"
-        )
-    if int(given) == 0:
-        return None
-    if int(given) < SHORTEST_IDLE_MS:
-        raise ValueError(
-            f"{IDLE_VARIABLE} must be 0 or at least {SHORTEST_IDLE_MS} ms, not {given}: a task "
-            "could otherwise start its broker again faster than its socket allows"
-        )
-    return int(given) / 1000
+def idle_seconds(environ: Mapping[str, str] | None = None) -> float | None:
+    """The idle time the broker's environment sets, in seconds; None when 0: never exit. A
+    worker's keep-alive connection at rest does not count as something in hand, so a task whose
+    agent thinks (its model reply streaming) or runs a tool keeps its broker; one that waits on
+    something else (a long build, `sleep`) gives the memory back."""
+    return idle_time.idle_seconds(IDLE_VARIABLE, "the broker", environ)
 
 
 class IdleWatch:

@@ -45,6 +45,7 @@ class NpmRegistry:
                 "systemd-run",
                 f"--unit={UNIT}",
                 "--property=Type=notify",
+                "--property=NotifyAccess=all",
                 "python3",
                 f"{SERVER_DIR}/server.py",
                 str(PORT),

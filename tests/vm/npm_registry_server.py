@@ -16,10 +16,9 @@ registry or mirror in an attacker's hands would; "missing" answers 404.
 
 import io
 import json
-import os
 import re
 import signal
-import socket
+import subprocess
 import sys
 import tarfile
 import threading
@@ -138,24 +137,14 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.write(chunk)
 
 
-def _notify_ready() -> None:
-    address = os.environ.get("NOTIFY_SOCKET", "")
-    if not address:
-        return
-    if address.startswith("@"):
-        address = "\0" + address[1:]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
-        notify.connect(address)
-        notify.sendall(b"READY=1")
-
-
 def main() -> None:
     port, tarballs = int(sys.argv[1]), Path(sys.argv[2])
     Handler.steering = Steering(tarballs)
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     server.daemon_threads = True
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
-    _notify_ready()
+    # Its unit is started with NotifyAccess=all: the message comes from systemd-notify.
+    subprocess.run(["systemd-notify", "--ready"], check=True)
     server.serve_forever()
 
 

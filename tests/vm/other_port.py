@@ -10,8 +10,7 @@ included: the cookies the browser sent along are the server's to keep too.
 """
 
 import json
-import os
-import socket
+import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -77,21 +76,11 @@ def handler(seen: Seen) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def _notify_ready() -> None:
-    address = os.environ.get("NOTIFY_SOCKET", "")
-    if not address:
-        return
-    if address.startswith("@"):
-        address = "\0" + address[1:]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
-        notify.connect(address)
-        notify.sendall(b"READY=1")
-
-
 def main() -> None:
     port, seen = int(sys.argv[1]), Seen(Path(sys.argv[2]))
     server = ThreadingHTTPServer(("127.0.0.1", port), handler(seen))
-    _notify_ready()
+    # Its unit is started with NotifyAccess=all: the message comes from systemd-notify.
+    subprocess.run(["systemd-notify", "--ready"], check=True)
     server.serve_forever()
 
 

@@ -9,9 +9,8 @@ message to INBOX as one JSON line: the login, the envelope and the message as re
 """
 
 import json
-import os
 import signal
-import socket
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -48,17 +47,6 @@ class Inbox:
         return "250 Message accepted"
 
 
-def _notify_ready() -> None:
-    address = os.environ.get("NOTIFY_SOCKET", "")
-    if not address:
-        return
-    if address.startswith("@"):
-        address = "\0" + address[1:]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
-        notify.connect(address)
-        notify.sendall(b"READY=1")
-
-
 def main() -> None:
     port, user, password_file, inbox_file = sys.argv[1:5]
     inbox = Inbox(user, Path(password_file).read_text(), Path(inbox_file))
@@ -73,7 +61,8 @@ def main() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     controller.start()
-    _notify_ready()
+    # Its unit is started with NotifyAccess=all: the message comes from systemd-notify.
+    subprocess.run(["systemd-notify", "--ready"], check=True)
     stop.wait()
     controller.stop()
 

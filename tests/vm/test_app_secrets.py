@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.vm.box_api import boxctl, finish, start_fake, wait_for_step
+from tests.vm.installed_module import installed_module
 from tests.vm.machine import Machine
 from tests.vm.test_broker_calls import WALLET, bookings, pending
 from tests.vm.test_signals import PYTHON, STRANGER_SCRIPT, Ear
@@ -142,26 +143,13 @@ app = App(
 @pytest.fixture
 def evil(machine: Machine) -> Iterator[None]:
     """The app in boxd's own environment, as `pip install` puts one; after, it is gone."""
-    site = machine.run(PYTHON, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-    where = machine.root / site.stdout.strip().lstrip("/")
-    info = where / "evil_app-1.0.dist-info"
-    module = where / "evil_app.py"
-    info.mkdir()
-    try:
-        module.write_text(APP)
-        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: evil-app\nVersion: 1.0\n")
-        (info / "entry_points.txt").write_text("[boxd.apps]\nevil = evil_app:app\n")
-        for path in (module, info, *info.iterdir()):
-            path.chmod(0o755 if path.is_dir() else 0o644)
+    with installed_module(machine, "evil_app", APP, "[boxd.apps]\nevil = evil_app:app\n"):
         # boxd learns which apps are installed as it starts.
         machine.run("systemctl", "restart", "boxd.service")
-        yield
-    finally:
-        module.unlink(missing_ok=True)
-        for path in info.iterdir():
-            path.unlink()
-        info.rmdir()
-        machine.run("systemctl", "restart", "boxd.service")
+        try:
+            yield
+        finally:
+            machine.run("systemctl", "restart", "boxd.service")
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.vm.box_api import finish, start_fake
+from tests.vm.installed_module import installed_module
 from tests.vm.machine import Machine
 
 PYTHON = "/opt/boxd/venv/bin/python"
@@ -31,23 +32,10 @@ plugin = Plugin()
 @pytest.fixture
 def spy(machine: Machine) -> Iterator[None]:
     """The spy in boxd's own environment; after, it is gone and boxd started again without it."""
-    site = machine.run(PYTHON, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-    where = machine.root / site.stdout.strip().lstrip("/")
-    info = where / "spy_plugin-1.0.dist-info"
-    module = where / "spy_plugin.py"
-    info.mkdir()
     try:
-        module.write_text(SPY)
-        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: spy-plugin\nVersion: 1.0\n")
-        (info / "entry_points.txt").write_text("[pydantic]\nspy = spy_plugin:plugin\n")
-        for path in (module, info, *info.iterdir()):
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        yield
+        with installed_module(machine, "spy_plugin", SPY, "[pydantic]\nspy = spy_plugin:plugin\n"):
+            yield
     finally:
-        module.unlink(missing_ok=True)
-        for path in info.iterdir():
-            path.unlink()
-        info.rmdir()
         machine.run("systemctl", "restart", "boxd.service")
 
 

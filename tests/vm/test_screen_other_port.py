@@ -41,6 +41,7 @@ def other_port(machine: Machine) -> Iterator[str]:
         f"--unit={UNIT}",
         f"--uid={ATTACKER}",
         "--property=Type=notify",
+        "--property=NotifyAccess=all",
         "/usr/bin/python3",
         SERVER,
         str(PORT),

@@ -89,6 +89,7 @@ def smtp(machine: Machine) -> Iterator[Smtp]:
         "systemd-run",
         "--unit=smtp-test",
         "--property=Type=notify",
+        "--property=NotifyAccess=all",
         f"{TEST_VENV}/bin/python",
         f"{SMTP_DIR}/server.py",
         str(SMTP_PORT),
