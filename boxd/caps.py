@@ -1,8 +1,9 @@
 """How much a caller may put in one field. Every text and JSON value a task, an app or the owner
-sends is capped, so no record, log line or answer grows without bound; README lists them all.
+sends is capped, so no record, log line or answer grows without bound; docs/limits.md lists them
+all.
 
-The caps of a task request (title, prompt, hosts, files, ...) are start-a-task.txt's, in
-task_request.py; a key and a question are approval.py's.
+The caps of a task request (title, prompt, hosts, files, ...) are docs/spec/start-a-task.txt's,
+in task_request.py; a key and a question are approval.py's.
 
 Each check takes a value and returns it, or raises BoxError in a sentence that names the field:
 the broker's requests are read with them as they are (boxd.json_reader), the manager's records

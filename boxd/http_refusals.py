@@ -3,11 +3,12 @@
 aiohttp's HTTP parser refuses a request line or header over 8190 bytes, a header it cannot read,
 a body cut short or badly chunked, and answers on its own, below every middleware: text/plain
 with the parser's insides in it ("Got more than 8190 bytes when reading: bytearray(b'/aaa...')").
-broker-api.txt and the HTTP API promise `{"error": "..."}` for every refusal, so those answers are
-rewritten here, once for every aiohttp server in the process: the same status, and words that
-say what to change. aiohttp has no hook for this answer but its request handler's handle_error,
-so that one method is wrapped: a refusal closes the connection as aiohttp's does, and is logged
-as a debug line, not as aiohttp's traceback, which a stranger could fill the journal with.
+docs/spec/broker-api.txt and the HTTP API promise `{"error": "..."}` for every refusal, so those
+answers are rewritten here, once for every aiohttp server in the process: the same status, and
+words that say what to change. aiohttp has no hook for this answer but its request handler's
+handle_error, so that one method is wrapped: a refusal closes the connection as aiohttp's does,
+and is logged as a debug line, not as aiohttp's traceback, which a stranger could fill the
+journal with.
 """
 
 import re

@@ -1,5 +1,6 @@
 """The body of `POST /api/tasks` and of D-Bus `CreateTask`: every field, default and limit of
-start-a-task.txt. The manager is the only place it is checked, so both doors share the rules."""
+docs/spec/start-a-task.txt. The manager is the only place it is checked, so both doors share the
+rules."""
 
 import base64
 import binascii

@@ -1,4 +1,4 @@
-"""Every rule of start-a-task.txt that the request model enforces, with its words."""
+"""Every rule of docs/spec/start-a-task.txt that the request model enforces, with its words."""
 
 import base64
 import json

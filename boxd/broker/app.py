@@ -1,4 +1,4 @@
-"""The broker API of broker-api.txt, over HTTP on the task's socket."""
+"""The broker API of docs/spec/broker-api.txt, over HTTP on the task's socket."""
 
 import json
 from dataclasses import dataclass
@@ -133,8 +133,9 @@ class Broker:
 
 
 def _status_of(failure: BoxError) -> int:
-    # Errors are 400 as broker-api.txt says; 503 only while the manager is away, and 507 while
-    # the box's disk is full: neither is the task's mistake, and both are worth asking again.
+    # Errors are 400 as docs/spec/broker-api.txt says; 503 only while the manager is away, and
+    # 507 while the box's disk is full: neither is the task's mistake, and both are worth asking
+    # again.
     return failure.problem.http_status if failure.problem in _AGAIN else 400
 
 

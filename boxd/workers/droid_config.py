@@ -93,7 +93,8 @@ def command(droid: Path, *, autonomy: str, work_dir: Path) -> list[str]:
 
 
 def task_options(task: dict[str, Any]) -> tuple[str, bool]:
-    """The task's autonomy and whether Droid writes a plan first (start-a-task.txt's `droid`)."""
+    """The task's autonomy and whether Droid writes a plan first (`droid` in
+    docs/spec/start-a-task.txt)."""
     droid = task.get("droid")
     if not isinstance(droid, dict):
         return "low", False

@@ -1,6 +1,6 @@
 """The box's tools as MCP tools: `box_ask` and one `<app>__<verb>` per tool of the task, each
-forwarded to the broker with a key that makes it happen once (broker-api.txt, "How Droid
-reaches the broker").
+forwarded to the broker with a key that makes it happen once (docs/spec/broker-api.txt, "How
+Droid reaches the broker").
 
 Keys:
 - `box_ask {question}` asks with `mcp.ask.<hash of the question>`: the same question is the same

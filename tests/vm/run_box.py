@@ -52,7 +52,8 @@ DEMO_TASK = {
     "step Wrote hello.txt and notes.md\n"
     "sh cat hello.txt",
 }
-# The seed's own example (start-a-task.txt): a Droid task on the notes the fake task wrote.
+# The seed's own example (docs/spec/start-a-task.txt): a Droid task on the notes the fake task
+# wrote.
 DROID_TASK = {
     "title": "Summarise the meeting notes",
     "prompt": "Read notes.md and write a five-line summary to summary.md.",

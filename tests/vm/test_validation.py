@@ -1,4 +1,5 @@
-"""Every rule of start-a-task.txt, through the real gateway and manager, with its words."""
+"""Every rule of docs/spec/start-a-task.txt, through the real gateway and manager, with its
+words."""
 
 import json
 from collections.abc import Iterator
