@@ -1,7 +1,7 @@
 """What a deep stack of layers costs: file lookups through a task's view at 1, 100 and 499 lower
 layers, and `boxctl undo` of a layer in the middle of a deep stack.
 
-Run as root from the repository: `cd /work/main && .venv/bin/python -m bench.layers`. It boots a
+Run as root from the repository: `.venv/bin/python -m bench.layers`. It boots a
 test machine, installs this checkout, copies itself in and does the rest inside the machine:
 
 1. Three workspaces, each with a 4 KiB `base.txt` in its base folder, filled with 0, 99 and 498

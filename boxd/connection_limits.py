@@ -1,6 +1,6 @@
 """How long a client may take, and how many may hold a connection at once, on every door boxd
 listens on: the gateway (127.0.0.1:7700), each task's broker socket, its model gateway and its
-egress proxies. One place, so the README's table and the code cannot drift apart.
+egress proxies. One place, so docs/limits.md's table and the code cannot drift apart.
 
 A slow or silent client costs the server a file descriptor and some memory while it hangs on;
 these bounds make sure it hangs on for a known time only, and that a crowd of them cannot take

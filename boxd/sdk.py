@@ -8,7 +8,7 @@ another's is refused). Tools run in the app's own runner (box-app@<app>.service)
 own user, with the app's own state and secrets, never in the task nor in its broker: the task
 sees only the output. A tool receives `ctx.key`, the idempotency key of the call, and must pass
 it on to whatever it changes, so a call cut off and run again never does the thing twice. What
-else an app may expect: the README's "The App SDK".
+else an app may expect: docs/apps.md, "The App SDK: what an app may expect".
 """
 
 from collections.abc import Awaitable, Callable, Mapping

@@ -1021,9 +1021,9 @@ class Box:
         return {"paused": await self.store.agents_paused()}
 
     async def pause_agents(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        """New tasks stay queued from now on, across restarts; running ones carry on (README:
-        Pausing the agents). Under the admission lock, so no task is admitted after this
-        answers."""
+        """New tasks stay queued from now on, across restarts; running ones carry on
+        (docs/limits.md, "Pausing the agents"). Under the admission lock, so no task is admitted
+        after this answers."""
         async with self._admission:
             await self.store.save_agents_paused(True)
         log.info("the agents are paused by %s", caller.name)

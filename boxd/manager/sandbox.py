@@ -2,7 +2,7 @@
 
 Each value's D-Bus type is the one systemd's org.freedesktop.systemd1 interface declares for it;
 a wrong one makes systemd refuse the whole unit. What is left open is what agents need to run
-node, python, git and compilers; README.md says why, exposure by exposure.
+node, python, git and compilers; docs/sandbox.md says why, exposure by exposure.
 """
 
 import socket

@@ -5,7 +5,7 @@ It holds no secrets: every tool call goes to the task's broker (boxd.workers.mcp
 with which keys). It speaks MCP's stdio transport itself, newline-delimited JSON-RPC 2.0 on
 stdin and stdout, with the standard library only: Droid waits for its MCP servers before its
 first model request, on every start and resume, and the official SDK takes several times as long
-to import as this whole relay takes to answer (README, "The MCP relay"; bench/mcp_relay.py).
+to import as this whole relay takes to answer (docs/decisions.md; bench/mcp_relay.py).
 The SDK's own client checks this server in tests/test_mcp_relay.py.
 
 stdout carries the protocol and nothing else; logs go to stderr, which Droid keeps.

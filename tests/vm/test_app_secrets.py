@@ -219,7 +219,7 @@ def test_an_app_gets_its_own_secrets_and_state_only(
         "evil.steal declares secrets that are not app evil's: mail.password, "
         "ANTHROPIC_API_KEY; a tool may declare only its own app's (evil.<name>)"
     )
-    # All it got, in one look (on the old code it got all of it: see the README).
+    # All it got, in one look (on the old code it got all of it: docs/testing.md).
     got = {
         # Whose processes ran its code, and whether root's did.
         "imported by": sorted({unit for unit, _ in imported}),

@@ -1,4 +1,4 @@
-"""boxd's own units keep the sandbox README.md scores them at: `systemd-analyze security` for
+"""boxd's own units keep the sandbox docs/sandbox.md scores them at: `systemd-analyze security` for
 the manager, a task's broker and the gateway at or under their figures, and the settings each
 figure rests on, as systemd holds them."""
 
@@ -9,7 +9,7 @@ import pytest
 from tests.vm.box_api import finish, http, start_fake, wait_for_step
 from tests.vm.machine import Machine
 
-# The figures in README.md, "boxd's own units".
+# The figures in docs/sandbox.md, "boxd's own units".
 CEILINGS = {
     "boxd.service": 4.4,
     "box-broker@": 1.1,
