@@ -26,7 +26,8 @@ def measure(steps: int) -> None:
     import sqlite3
 
     from boxd.event import EventKind
-    from boxd.manager.store import _SCHEMA, Ledger
+    from boxd.manager.ledger import Ledger
+    from boxd.manager.store import _SCHEMA
     from boxd.task import Task, TaskState
 
     with tempfile.TemporaryDirectory(prefix="bench-step-save-") as scratch:

@@ -14,7 +14,8 @@ from boxd.event import EventKind
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.damaged import DAMAGED
-from boxd.manager.store import Ledger, Store
+from boxd.manager.ledger import Ledger
+from boxd.manager.store import Store
 from boxd.task import Task, TaskState
 from tests.test_broker_methods import open_methods as open_running
 from tests.test_store import a_task

@@ -16,6 +16,7 @@ from boxd.manager import disk
 from boxd.manager import store as store_module
 from boxd.manager.damaged import DAMAGED, DAMAGED_STEP, DAMAGED_TITLE
 from boxd.manager.disk import RESERVE_BYTES
+from boxd.manager.ledger import task_id_taken
 from boxd.manager.store import RECORD_FULL, Store
 from boxd.settings import Settings
 from boxd.task import Task, TaskState
@@ -83,7 +84,7 @@ async def test_a_new_task_never_takes_the_id_of_a_recorded_one(tmp_path: Path) -
     with pytest.raises(BoxError) as refused:
         await store.save_task(other, EventKind.TASK_STATE, {"state": "queued"}, new=True)
     assert refused.value.problem == Problem.FAILED
-    assert refused.value.message == store_module.task_id_taken(first.id)
+    assert refused.value.message == task_id_taken(first.id)
     assert await store.task(first.id) == running
     assert [e.kind for e in await store.events(first.id)] == ["task.state", "task.step"]
     # Saves of the task itself still update it.

@@ -19,7 +19,8 @@ import pytest
 from boxd.errors import BoxError, Problem
 from boxd.event import EventKind
 from boxd.event_record import Event
-from boxd.manager.store import RECORD_FULL, Ledger, Store
+from boxd.manager.ledger import Ledger
+from boxd.manager.store import RECORD_FULL, Store
 from tests.test_store import a_task
 
 HOLD_SECONDS = 10.0

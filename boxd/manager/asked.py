@@ -7,7 +7,7 @@ from dbus_fast.aio import MessageBus
 from boxd.approval_record import Approval
 from boxd.dbus import interface as api
 from boxd.event import EventKind
-from boxd.manager.store import Ledger
+from boxd.manager.ledger import Ledger
 from boxd.task import Task, TaskState
 
 

@@ -64,6 +64,7 @@ from boxd.manager.keep import (
 from boxd.manager.keyed_locks import KeyedLocks
 from boxd.manager.last_words import last_words
 from boxd.manager.layers import MAX_DONE, Layers, layer_name
+from boxd.manager.ledger import TaskIdTaken
 from boxd.manager.mirror import MirrorError, sync_mirror
 from boxd.manager.model_requests import ModelRequests
 from boxd.manager.owner_process import OwnerError, as_owner_work
@@ -72,7 +73,7 @@ from boxd.manager.pairing import LIFETIME, Pairings, check_device_name
 from boxd.manager.records import Records
 from boxd.manager.screen_sessions import ScreenSessions
 from boxd.manager.spares import Spares, leftovers
-from boxd.manager.store import Store, TaskIdTaken
+from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError
 from boxd.manager.tokens import (
     DEVICE,

@@ -22,10 +22,10 @@ from boxd.key_use import (
 )
 from boxd.manager.asked import record_approval, tell_asked
 from boxd.manager.key_uses import used
+from boxd.manager.ledger import Ledger
 from boxd.manager.model_requests import model_reserved
 from boxd.manager.pages import one_page, with_next
 from boxd.manager.records import Records, found, running
-from boxd.manager.store import Ledger
 from boxd.plain_errors import parse
 from boxd.step import Step
 

@@ -7,7 +7,7 @@ from boxd.approval import approval_id
 from boxd.approval_record import Approval
 from boxd.errors import Problem, die
 from boxd.key_use import Use, approval_use, first_refusal, logged_call_use
-from boxd.manager.store import Ledger
+from boxd.manager.ledger import Ledger
 
 
 def used(

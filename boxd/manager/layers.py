@@ -19,6 +19,7 @@ from pathlib import Path
 
 from boxd.errors import Problem, die
 from boxd.manager import at_rest, disk_quota
+from boxd.manager.run import complaint
 from boxd.paths import task_dir, task_work_dir, workspaces_dir
 
 MAX_DONE = 499
@@ -38,15 +39,6 @@ def layer_name(number: int) -> str:
         name = _DIGITS[digit] + name
         if number == 0:
             return name
-
-
-async def _run(*argv: str, cwd: Path | None = None) -> str | None:
-    """Runs a command; returns its complaint, or None when it succeeded."""
-    process = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
-    )
-    _, stderr = await process.communicate()
-    return None if process.returncode == 0 else stderr.decode(errors="replace").strip()
 
 
 def _sync_dir(path: Path) -> None:
@@ -124,7 +116,7 @@ class Layers:
             f"nosuid,lowerdir={':'.join([*stack, base])},upperdir={upper},"
             f"workdir={self._scratch(task_id)},redirect_dir=off,metacopy=off"
         )
-        failed = await _run(
+        failed = await complaint(
             "mount", "-t", "overlay", "overlay", "-o", options, str(view), cwd=store
         )
         if failed:
@@ -137,7 +129,7 @@ class Layers:
         view = task_work_dir(self.home, task_id)
         if await asyncio.to_thread(os.path.ismount, view):
             # Lazy: a process the worker left behind must not keep the layer from joining.
-            failed = await _run("umount", "--lazy", str(view))
+            failed = await complaint("umount", "--lazy", str(view))
             if failed:
                 die(Problem.FAILED, f"could not unmount {view}: {failed}")
 

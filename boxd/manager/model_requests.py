@@ -42,8 +42,8 @@ from boxd.ids import check_task_id
 from boxd.key_use import ModelUse
 from boxd.manager.asked import record_approval, tell_asked
 from boxd.manager.key_uses import used
+from boxd.manager.ledger import Ledger
 from boxd.manager.records import Records, found, running
-from boxd.manager.store import Ledger
 from boxd.plain_errors import parse
 from boxd.pricing import Tokens, price_cents, reservation_cents
 from boxd.task import Task

@@ -9,6 +9,7 @@ import asyncio
 from pathlib import Path
 
 from boxd.errors import Problem, die
+from boxd.manager.run import NotInstalled, run
 
 NETNS_DIR = Path("/run/netns")
 PREFIX = "box-"
@@ -30,18 +31,9 @@ def netns_path(task_id: str) -> Path:
 async def _ip(*argv: str) -> str | None:
     """Runs `ip`; returns its complaint, or None when it succeeded."""
     try:
-        process = await asyncio.create_subprocess_exec(
-            "ip",
-            *argv,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-        )
-    except FileNotFoundError:
+        return (await run("ip", *argv)).complaint
+    except NotInstalled:
         return "the ip command (iproute2) is not installed"
-    _, stderr = await process.communicate()
-    if process.returncode == 0:
-        return None
-    return stderr.decode(errors="replace").strip() or f"ip exited with {process.returncode}"
 
 
 async def ensure(task_id: str) -> Path:

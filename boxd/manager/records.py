@@ -13,7 +13,8 @@ from boxd.errors import Problem, die
 from boxd.event_record import Event
 from boxd.ids import check_task_id
 from boxd.manager.keyed_locks import KeyedLocks
-from boxd.manager.store import Ledger, Store
+from boxd.manager.ledger import Ledger
+from boxd.manager.store import Store
 from boxd.task import Task
 
 T = TypeVar("T")

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from boxd.errors import Problem, die
+from boxd.manager.run import complaint
 
 FIRST_UID = 0x7000_0000
 LAST_UID = 0x7FFD_FFFF
@@ -64,15 +65,6 @@ def _group_exists(name: str) -> bool:
         return False
 
 
-async def _run(*argv: str) -> str | None:
-    """Runs a command; returns its complaint, or None when it succeeded."""
-    process = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
-    )
-    _, stderr = await process.communicate()
-    return None if process.returncode == 0 else stderr.decode(errors="replace").strip()
-
-
 async def task_uid(name: str, claim_uid: Callable[[], Awaitable[int]]) -> int:
     """The uid of the task's user: the one it has if it was made already (ahead, as a spare, or
     before boxd restarted), or the one `claim_uid` hands out. Known before the user is made, so
@@ -98,10 +90,10 @@ async def ensure_user(name: str, home: Path, uid: int) -> None:
         if await _made(name, uid):
             return
         if not await asyncio.to_thread(_group_exists, name):
-            failed = await _run("groupadd", "--system", "--gid", str(uid), name)
+            failed = await complaint("groupadd", "--system", "--gid", str(uid), name)
             if failed:
                 die(Problem.FAILED, f"could not create group {name}: {failed}")
-        failed = await _run(
+        failed = await complaint(
             "useradd",
             # --system: no subordinate uids (65536 each) for a user that never logs in.
             "--system",
@@ -133,7 +125,7 @@ async def ensure_system_user(name: str, comment: str) -> None:
     async with _lock:
         if await asyncio.to_thread(user_ids, name) is not None:
             return
-        failed = await _run(
+        failed = await complaint(
             "useradd",
             "--system",
             "--user-group",
@@ -154,13 +146,13 @@ async def ensure_system_user(name: str, comment: str) -> None:
 async def remove_user(name: str) -> str | None:
     """Removes the task's user and its group, if they are there; returns why it could not."""
     async with _lock:
-        if user_ids(name) is not None:
-            failed = await _run("userdel", name)
+        if await asyncio.to_thread(user_ids, name) is not None:
+            failed = await complaint("userdel", name)
             if failed:
                 return f"could not remove user {name}: {failed}"
         # userdel takes the user's own group along; one left by a cut-off useradd may remain.
-        if _group_exists(name):
-            failed = await _run("groupdel", name)
+        if await asyncio.to_thread(_group_exists, name):
+            failed = await complaint("groupdel", name)
             if failed:
                 return f"could not remove group {name}: {failed}"
     return None

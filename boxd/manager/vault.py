@@ -39,6 +39,7 @@ from typing import Any
 
 from boxd.caller import Caller
 from boxd.errors import Problem, die
+from boxd.manager.run import NotInstalled, run
 from boxd.model_key import KEY_NAMES
 from boxd.secret_names import BOX, SECRET_NAME, SUFFIX, belongs_to, credential_name, is_app_name
 
@@ -236,27 +237,26 @@ class Vault:
 
     async def _sealed(self, name: str, value: str) -> bytes:
         try:
-            process = await asyncio.create_subprocess_exec(
+            ran = await run(
                 *self._encrypt,
                 f"--name={credential_name(name)}",
                 "-",
                 "-",
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+                input=value.encode(),
+                keep_output=True,
             )
-        except FileNotFoundError:
+        except NotInstalled:
             die(
                 Problem.FAILED,
                 f"cannot keep {name}: {self._encrypt[0]} is not installed (systemd 250 or newer "
                 "has it)",
             )
-        sealed, stderr = await process.communicate(value.encode())
-        if process.returncode != 0 or not sealed:
-            why = _last_words(stderr.decode(errors="replace"), value)
+        sealed = ran.stdout
+        if ran.status != 0 or not sealed:
+            why = _last_words(ran.stderr.decode(errors="replace"), value)
             die(
                 Problem.FAILED,
-                f"systemd-creds could not encrypt {name} (exit status {process.returncode})"
+                f"systemd-creds could not encrypt {name} (exit status {ran.status})"
                 + (f": {why}" if why else ""),
             )
         return sealed

@@ -1,0 +1,59 @@
+"""The one way the manager runs a command: without blocking the event loop, and with what went
+wrong in words a person can act on."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Ran:
+    """A command that ran to its end."""
+
+    command: str
+    status: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def complaint(self) -> str | None:
+        """None when it succeeded; else what it said on stderr, or its exit status when it
+        said nothing (an empty complaint would read as success)."""
+        if self.status == 0:
+            return None
+        said = self.stderr.decode(errors="replace").strip()
+        return said or f"{self.command} exited with status {self.status}"
+
+
+class NotInstalled(OSError):
+    """The command is not on this machine; the message names it."""
+
+
+async def run(
+    *argv: str, cwd: Path | None = None, input: bytes | None = None, keep_output: bool = False
+) -> Ran:
+    """Runs `argv` to its end; its stdout is kept only when asked for. Raises NotInstalled when
+    there is no such command."""
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=cwd,
+            stdin=asyncio.subprocess.DEVNULL if input is None else asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE if keep_output else asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    except FileNotFoundError:
+        raise NotInstalled(f"the command {argv[0]} is not installed") from None
+    stdout, stderr = await process.communicate(input)
+    assert process.returncode is not None
+    return Ran(argv[0], process.returncode, stdout or b"", stderr or b"")
+
+
+async def complaint(*argv: str, cwd: Path | None = None) -> str | None:
+    """Runs `argv`; None when it succeeded, else why not (a command not installed included)."""
+    try:
+        return (await run(*argv, cwd=cwd)).complaint
+    except NotInstalled as missing:
+        return str(missing)
