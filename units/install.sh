@@ -50,6 +50,14 @@ install -m 0644 "$here/python.env" "$prefix/python.env"
 
 ln -sf "$prefix/venv/bin/boxctl" /usr/local/bin/boxctl
 install -m 0644 "$source_tree/README.md" "$prefix/README.md" 2>/dev/null || true
+# The README links into docs/, which goes beside it (Documentation= in the units).
+if [ -d "$source_tree/docs" ]; then
+    rm -rf "$prefix/docs.new"
+    cp -R -P --no-preserve=ownership "$source_tree/docs" "$prefix/docs.new"
+    chmod -R u=rwX,go=rX "$prefix/docs.new"
+    rm -rf "$prefix/docs"
+    mv "$prefix/docs.new" "$prefix/docs"
+fi
 install -m 0644 "$here"/boxd.service "$here"/boxd-web.socket "$here"/boxd-web.service \
     "$here"/box-broker@.socket "$here"/box-broker@.service \
     "$here"/box-app@.socket "$here"/box-app@.service \

@@ -616,7 +616,7 @@ def build_wheel(out_dir: Path) -> Path:
 
 
 def stage_boxd(m: Machine) -> str:
-    """This checkout's wheel, units and polkit files in the machine's /tmp/boxd-src, as a
+    """This checkout's wheel, units, polkit files and docs in the machine's /tmp/boxd-src, as a
     person would have them to install: the wheel's name. Again after the machine booted again
     (its /tmp is a tmpfs)."""
     for needed in ("units/install.sh", "pyproject.toml"):
@@ -630,11 +630,12 @@ def stage_boxd(m: Machine) -> str:
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)
         shutil.copy2(wheel, target / wheel.name)
-        for part in ("units", "polkit"):
+        for part in ("units", "polkit", "docs"):
             if (REPO_ROOT / part).is_dir():
                 shutil.copytree(
                     REPO_ROOT / part, target / part, ignore=shutil.ignore_patterns("__pycache__")
                 )
+        shutil.copy2(REPO_ROOT / "README.md", target / "README.md")
         return wheel.name
 
 

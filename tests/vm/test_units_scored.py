@@ -112,3 +112,13 @@ def test_an_apps_runner_stays_at_its_figure_and_sees_its_own_state(
         "User": "boxd-app-echo",
         "PrivateUsers": "yes",
     }
+
+
+@pytest.mark.parametrize("unit", ["boxd.service", "boxd-droid-install.service"])
+def test_the_documentation_a_unit_names_is_installed(machine: Machine, unit: str) -> None:
+    # `systemctl help` opens these: each must be a file install.sh put there.
+    pages = shown(machine, unit, "Documentation")["Documentation"].split()
+    assert pages, f"{unit} names no documentation"
+    for page in pages:
+        assert page.startswith("file:///"), page
+        assert (machine.root / page.removeprefix("file:///")).is_file(), f"{page} is not installed"
