@@ -484,7 +484,7 @@ async def _two_spares(box: Box, said: list[str]) -> list[str]:
 
 
 async def _background(box: Box) -> None:
-    while pending := [job for job in box._background if not job.done()]:
+    while pending := [job for job in box.background.jobs if not job.done()]:
         await asyncio.gather(*pending)
     await box.spares.filled()
 

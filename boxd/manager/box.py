@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from dbus_fast import Variant
 from dbus_fast.aio import MessageBus
@@ -30,6 +30,7 @@ from boxd.manager.admission import next_to_start
 from boxd.manager.app_runners import AppRunners
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.at_once import at_once
+from boxd.manager.background import Background
 from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.damaged import DAMAGED
 from boxd.manager.diffs import diff_page
@@ -61,7 +62,6 @@ from boxd.manager.keep import (
     save_manifest,
     take_manifest,
 )
-from boxd.manager.keyed_locks import KeyedLocks
 from boxd.manager.last_words import last_words
 from boxd.manager.layers import MAX_DONE, Layers, layer_name
 from boxd.manager.ledger import TaskIdTaken
@@ -178,9 +178,6 @@ class Ahead:
         return self.reloads == reloads and self.worker == worker
 
 
-T = TypeVar("T")
-
-
 class Box:
     def __init__(self, home: Path, store: Store, bus: MessageBus, systemd: Systemd) -> None:
         self.home = home
@@ -192,16 +189,13 @@ class Box:
         self.vault.changed = self.apps.secrets_changed
         self.workspaces = Workspaces(home)
         self.layers = Layers(home)
-        # One lock per workspace: its mirror, its stack and the mounts made from it change
-        # under it, so no layer is taken away while a task is mounting it.
-        self._joins = KeyedLocks()
         # The `saw` of tasks between reading their stack and recording it, by task id.
         self._starting: dict[str, list[str]] = {}
         self.records = Records(store, bus)
         self.approvals = ApprovalAnswers(self.records)
         self.broker = BrokerMethods(self.records)
         self.model_requests = ModelRequests(self.records)
-        self._background: set[asyncio.Future[Any]] = set()
+        self.background = Background()
         # Owners' stops and undos whose task's end waits for room on a full disk, by task id:
         # what they were told.
         self._ending_on_full: dict[str, str] = {}
@@ -226,14 +220,6 @@ class Box:
         # Spares' brokers and workers started ahead, by id, until their task's units start: what
         # each was started with (Ahead).
         self._ahead: dict[str, Ahead] = {}
-
-    def _in_background(self, work: "Awaitable[T]") -> "asyncio.Future[T]":
-        """`work` as a job of its own, held until it ends (the loop keeps only weak references
-        to tasks)."""
-        job = asyncio.ensure_future(work)
-        self._background.add(job)
-        job.add_done_callback(self._background.discard)
-        return job
 
     # Start-up and recovery.
 
@@ -291,7 +277,7 @@ class Box:
                 async with self.records.locks[task.id]:
                     try:
                         layers = await self._layers_seen(task)
-                        async with self._joins[task.workspace]:
+                        async with self.layers.joins[task.workspace]:
                             if await self.layers.take_back(task.id, task.workspace):
                                 log.info(
                                     "task %s: took back its layer from a cut-off join", task.id
@@ -317,7 +303,7 @@ class Box:
         await self.model_requests.settle_all_gone()
         await self.droid.begin()
         await self._start_queued()
-        self._in_background(self._renew_spares())
+        self.background(self._renew_spares())
 
     async def _renew_spares(self) -> None:
         """Removes the spares an earlier manager left (spares.py says why), then makes new."""
@@ -361,7 +347,7 @@ class Box:
         await self._until_waiting(worker_unit(task_id))
 
     def _spare_worker_changed(self, task_id: str) -> None:
-        self._in_background(self._renew_if_ended(task_id))
+        self.background(self._renew_if_ended(task_id))
 
     async def _renew_if_ended(self, task_id: str) -> None:
         status = await self.systemd.status(worker_unit(task_id))
@@ -369,7 +355,7 @@ class Box:
             await self._renew_spare(task_id, "its worker ended")
 
     def _after_reload(self) -> None:
-        self._in_background(self._renew_stale_spares())
+        self.background(self._renew_stale_spares())
 
     async def _renew_stale_spares(self, settings: Settings | None = None) -> None:
         """Makes again the spares whose worker's unit is not the one a task would get now, with
@@ -514,7 +500,7 @@ class Box:
         401 to the worker, so the worker's exit that follows does not end it in other words."""
         task = await self.records.task(args[0])
         if not task.state.ended:
-            self._in_background(self._end_by_broker(task.id, KEY_REFUSED))
+            self.background(self._end_by_broker(task.id, KEY_REFUSED))
         return task.public()
 
     async def _end_by_broker(self, task_id: str, error: str) -> None:
@@ -695,7 +681,7 @@ class Box:
         if task_id in self._ending_on_full:
             die(Problem.FULL, self._ending_on_full[task_id])
         waiting: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        job = self._in_background(change(waiting))
+        job = self.background(change(waiting))
         await asyncio.wait((job, waiting), return_when=asyncio.FIRST_COMPLETED)
         if job.done():
             return job.result()
@@ -780,7 +766,7 @@ class Box:
             found = await self.store.layer_of(task.id)
             if found is None or not found[1]:
                 die(Problem.FAILED, f"the changes of task {task.id} are no longer on this box")
-            async with self._joins[task.workspace]:
+            async with self.layers.joins[task.workspace]:
                 task, data = await self._apply(
                     task, self.layers.store(task.workspace) / layer_name(found[0])
                 )
@@ -910,7 +896,7 @@ class Box:
         """Deletes the files of layers that left the stack (undone, kept), once no unfinished
         task stacks them: a running task's view must not change under it."""
         unfinished = (TaskState.QUEUED, TaskState.RUNNING, TaskState.WAITING)
-        async with self._joins[workspace]:
+        async with self.layers.joins[workspace]:
             dropped = await self.store.dropped_layers(workspace)
             if not dropped:
                 return
@@ -939,7 +925,7 @@ class Box:
         await self.store.save_settings(settings)
         # A higher maxRunningTasks lets queued tasks start now.
         self._start_queued_soon()
-        self._in_background(self._renew_stale_spares(settings))
+        self.background(self._renew_stale_spares(settings))
         return settings.model_dump(mode="json")
 
     async def _limit_all_tasks(self, settings: Settings) -> None:
@@ -1049,7 +1035,7 @@ class Box:
         unfinished = (TaskState.QUEUED, TaskState.RUNNING, TaskState.WAITING)
         busy = [t.id for t in await self.store.tasks(unfinished) if t.workspace == name]
         self.workspaces.check_removable(name, busy)
-        async with self._joins[name]:
+        async with self.layers.joins[name]:
             await self.store.drop_workspace_layers(name)
             return await self.workspaces.move_to_trash(name, self.layers.store(name))
 
@@ -1088,7 +1074,7 @@ class Box:
             started.set()
 
     def _start_queued_soon(self) -> None:
-        self._in_background(self._start_queued())
+        self.background(self._start_queued())
 
     async def _start(self, task: Task) -> Task:
         """Starts a queued task that has been given a place."""
@@ -1104,7 +1090,7 @@ class Box:
                 if refusal is not None:
                     return await self._end(task, TaskState.FAILED, refusal)
             failure: str | None = None
-            async with self._joins[task.workspace]:
+            async with self.layers.joins[task.workspace]:
                 stack = await self.store.stack(task.workspace)
                 if len(stack) >= MAX_DONE:
                     failure = _full(task.workspace)
@@ -1244,7 +1230,7 @@ class Box:
         return names
 
     def _check_soon(self, task_id: str) -> None:
-        self._in_background(self._check(task_id))
+        self.background(self._check(task_id))
 
     async def _check(self, task_id: str) -> None:
         """A worker unit changed: if it has finished, the task ends done or failed."""
@@ -1304,7 +1290,7 @@ class Box:
             if full:
                 await task_home.remove(self.home, task.id)
             if state == TaskState.DONE:
-                async with self._joins[task.workspace]:
+                async with self.layers.joins[task.workspace]:
                     layer = await self.store.next_layer(task.workspace)
                     await self.layers.join(task.id, task.workspace, layer_name(layer))
                     task = await self._record_end(task, state, error, layer, waiting)
@@ -1339,7 +1325,7 @@ class Box:
         for name in (worker_unit(task.id), task_slice(task.id)):
             await self._let_go(name)
         if task.id not in self._leaving:
-            job = self._in_background(self._leave(task))
+            job = self.background(self._leave(task))
             self._leaving[task.id] = job
             job.add_done_callback(lambda _: self._leaving.pop(task.id, None))
 
@@ -1384,7 +1370,7 @@ class Box:
         return [task for task in found if task is not None and task.state.ended]
 
     def _free_disk_soon(self) -> None:
-        self._in_background(self._free_disk())
+        self.background(self._free_disk())
 
     async def _free_disk(self) -> None:
         """The record could not grow: the disk is full. The unfinished task whose files (its
