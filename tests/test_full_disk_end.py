@@ -11,13 +11,12 @@ from typing import Any, cast
 import pytest
 from dbus_fast.aio import MessageBus
 
-from boxd.manager import box as box_module
-from boxd.manager import netns
 from boxd.manager.box import STOPPED, Box
 from boxd.manager.disk import MIB, stopped_words
 from boxd.manager.layers import THROWN_AWAY
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd
+from boxd.manager.task_os import TaskOS
 from boxd.paths import task_dir, task_own_home
 from boxd.task import Task, TaskState
 from tests.test_store import a_task
@@ -45,15 +44,14 @@ class FakeSystemd:
 
 
 @pytest.fixture
-async def box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Box]:
+async def box(tmp_path: Path) -> AsyncIterator[Box]:
     async def nothing(*args: Any) -> None:
         return None
 
-    monkeypatch.setattr(box_module, "remove_user", nothing)
-    monkeypatch.setattr(netns, "remove", nothing)
     store = Store(tmp_path / "box.db")
     await store.open()
-    made = Box(tmp_path, store, cast(MessageBus, None), cast(Systemd, FakeSystemd()))
+    task_os = TaskOS(remove_user=nothing, remove_netns=nothing)
+    made = Box(tmp_path, store, cast(MessageBus, None), cast(Systemd, FakeSystemd()), task_os)
     made.layers.open()
     yield made
     await store.close()
@@ -99,7 +97,7 @@ async def test_on_a_full_disk_a_failed_tasks_files_go_before_its_end_is_recorded
     (box.home / "outside").mkdir()
     (box.home / "outside" / "precious").write_text("not the task's")
     task = await _running(box)
-    monkeypatch.setattr(box_module, "disk_full", lambda home: True)
+    monkeypatch.setattr(box.task_os, "disk_full", lambda home: True)
     seen = _watch_the_record(box)
     async with box.records.locks[task.id]:
         ended = await box._end(task, TaskState.FAILED, STOPPED)
@@ -119,7 +117,7 @@ async def test_with_room_a_tasks_files_go_once_its_end_is_recorded(
 ) -> None:
     (box.home / "outside").mkdir()
     task = await _running(box)
-    monkeypatch.setattr(box_module, "disk_full", lambda home: False)
+    monkeypatch.setattr(box.task_os, "disk_full", lambda home: False)
     seen = _watch_the_record(box)
     async with box.records.locks[task.id]:
         await box._end(task, TaskState.FAILED, STOPPED)

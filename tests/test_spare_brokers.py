@@ -17,11 +17,11 @@ from dbus_fast.aio import MessageBus
 
 from boxd.caller import Caller, Role
 from boxd.manager import box as box_module
-from boxd.manager import netns, task_home
 from boxd.manager.box import Box
 from boxd.manager.spares import Spares
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError, UnitStatus
+from boxd.manager.task_os import TaskOS
 from boxd.manager.worker_unit import (
     AHEAD_MODULE,
     broker_service_unit,
@@ -100,8 +100,12 @@ class FakeStore:
 
 
 @pytest.fixture
-def said(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    said: list[str] = []
+def said() -> list[str]:
+    return []
+
+
+def _task_os(said: list[str]) -> TaskOS:
+    """useradd, ip and /proc as they would be for a spare's worker that is ready."""
 
     async def ensure_user(name: str, home: Path, uid: int) -> None:
         said.append(f"useradd {name}")
@@ -127,15 +131,16 @@ def said(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         assert pid == WORKER_PID
         return None
 
-    monkeypatch.setattr(task_home, "prepare", prepare_home)
-    monkeypatch.setattr(task_home, "remove", remove_home)
-    monkeypatch.setattr(box_module, "catches", lambda pid, wakes: pid == WORKER_PID)
-    monkeypatch.setattr(box_module, "not_ready", ready)
-    monkeypatch.setattr(box_module, "ensure_user", ensure_user)
-    monkeypatch.setattr(box_module, "remove_user", remove_user)
-    monkeypatch.setattr(netns, "ensure", ensure_netns)
-    monkeypatch.setattr(netns, "remove", remove_netns)
-    return said
+    return TaskOS(
+        ensure_user=ensure_user,
+        remove_user=remove_user,
+        ensure_netns=ensure_netns,
+        remove_netns=remove_netns,
+        prepare_home=prepare_home,
+        remove_home=remove_home,
+        catches=lambda pid, wakes: pid == WORKER_PID,
+        not_ready=ready,
+    )
 
 
 def _box(tmp_path: Path, said: list[str], fail_stop: bool = False) -> Box:
@@ -144,6 +149,7 @@ def _box(tmp_path: Path, said: list[str], fail_stop: bool = False) -> Box:
         cast(Store, FakeStore()),
         cast(MessageBus, None),
         cast(Systemd, FakeSystemd(said, fail_stop)),
+        _task_os(said),
     )
     (tmp_path / "tasks").mkdir()
     box.vault.open()
@@ -388,7 +394,7 @@ async def test_a_spares_worker_not_ready_is_replaced_not_signalled(
     # would run on an empty directory): never woken.
     box = _box(tmp_path, said)
     await box._make_spare(SPARE)
-    monkeypatch.setattr(box_module, "not_ready", lambda *_: "it does not yet catch SIGUSR1")
+    monkeypatch.setattr(box.task_os, "not_ready", lambda *_: "it does not yet catch SIGUSR1")
     said.clear()
     await box._start_units(_task())
     assert said == [f"stop {worker_unit(SPARE)}", f"start {worker_unit(SPARE)}"]
@@ -410,9 +416,9 @@ async def test_a_spare_is_ready_only_once_its_worker_catches_its_signals(
         looks.append(pid)
         return len(looks) >= 3
 
-    monkeypatch.setattr(box_module, "catches", catches)
     monkeypatch.setattr(box_module, "AHEAD_POLL_SECONDS", 0)
     box = _box(tmp_path, said)
+    monkeypatch.setattr(box.task_os, "catches", catches)
     spares = Spares(box._make_spare, box._drop_spare, count=1)
     spares.fill_soon()
     await asyncio.sleep(0)
@@ -426,10 +432,10 @@ async def test_a_spare_whose_worker_never_gets_ready_is_still_made(
     tmp_path: Path, said: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Its user, namespace and broker still spare the task their making; its worker is replaced.
-    monkeypatch.setattr(box_module, "catches", lambda pid, wakes: False)
     monkeypatch.setattr(box_module, "AHEAD_READY_SECONDS", 0.05)
     monkeypatch.setattr(box_module, "AHEAD_POLL_SECONDS", 0.01)
     box = _box(tmp_path, said)
+    monkeypatch.setattr(box.task_os, "catches", lambda pid, wakes: False)
     spares = Spares(box._make_spare, box._drop_spare, count=1)
     spares.fill_soon()
     await spares.filled()

@@ -25,7 +25,7 @@ from boxd.errors import BoxError, Problem, die
 from boxd.event import EventKind
 from boxd.full_disk import NO_ROOM_TO_START, is_full
 from boxd.ids import new_task_id, task_user
-from boxd.manager import at_rest, disk_quota, netns, task_home
+from boxd.manager import at_rest, disk_quota
 from boxd.manager.admission import next_to_start
 from boxd.manager.app_runners import AppRunners
 from boxd.manager.approval_answers import ApprovalAnswers
@@ -37,7 +37,6 @@ from boxd.manager.diffs import diff_page
 from boxd.manager.disk import (
     MIB,
     RESERVE_BYTES,
-    disk_full,
     full_words,
     stopped_words,
     tree_bytes,
@@ -75,6 +74,7 @@ from boxd.manager.screen_sessions import ScreenSessions
 from boxd.manager.spares import Spares, leftovers
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError
+from boxd.manager.task_os import TaskOS
 from boxd.manager.tokens import (
     DEVICE,
     check_member_id,
@@ -87,13 +87,10 @@ from boxd.manager.tokens import (
 from boxd.manager.users import (
     FIRST_UID,
     LAST_UID,
-    ensure_user,
     id_taken,
-    remove_user,
     task_uid,
 )
 from boxd.manager.vault import Vault
-from boxd.manager.worker_ahead import catches, not_ready
 from boxd.manager.worker_unit import (
     ALL_TASKS_SLICE,
     WORK_GROUP,
@@ -179,8 +176,16 @@ class Ahead:
 
 
 class Box:
-    def __init__(self, home: Path, store: Store, bus: MessageBus, systemd: Systemd) -> None:
+    def __init__(
+        self,
+        home: Path,
+        store: Store,
+        bus: MessageBus,
+        systemd: Systemd,
+        task_os: TaskOS | None = None,
+    ) -> None:
         self.home = home
+        self.task_os = task_os or TaskOS()
         self.store = store
         self.bus = bus
         self.systemd = systemd
@@ -314,7 +319,7 @@ class Box:
 
         found = leftovers(
             await asyncio.to_thread(accounts),
-            await asyncio.to_thread(netns.task_ids),
+            await asyncio.to_thread(self.task_os.netns_ids),
             self._known_at_open,
         )
         for task_id in found:
@@ -326,7 +331,10 @@ class Box:
     async def _make_spare(self, task_id: str) -> None:
         uid = await self.store.claim_uid(task_id, FIRST_UID, LAST_UID, id_taken)
         directory = self._task_directory(task_id)
-        await at_once(ensure_user(task_user(task_id), directory, uid), netns.ensure(task_id))
+        await at_once(
+            self.task_os.ensure_user(task_user(task_id), directory, uid),
+            self.task_os.ensure_netns(task_id),
+        )
         # Its broker and sockets too, so the task's first request does not wait for the broker's
         # start-up (some 300 ms: its sandbox, its imports, the bus). It serves nothing until its
         # task's worker connects (boxd/broker/main.py); its sockets are the spare's user's and in
@@ -338,7 +346,7 @@ class Box:
         # And its worker, which imports its code and waits, as the spare's user and in the
         # worker's sandbox, in the empty mount point of its view, until its task's view is
         # mounted there and it is told which worker to be (boxd/workers/ahead.py).
-        await task_home.prepare(self.home, task_id, uid)
+        await self.task_os.prepare_home(self.home, task_id, uid)
         await asyncio.to_thread(self.layers.mount_point, task_id)
         # Watched from before its start: one that ends while it waits (killed, its memory
         # short) is no spare, and is made again rather than found so by the task that takes it.
@@ -396,7 +404,7 @@ class Box:
                 status = await self.systemd.status(unit)
                 if status is None or status.finished:
                     die(Problem.FAILED, f"the worker started ahead as {unit} ended as it started")
-            elif await asyncio.to_thread(catches, pid, WAKES):
+            elif await asyncio.to_thread(self.task_os.catches, pid, WAKES):
                 return
             await asyncio.sleep(AHEAD_POLL_SECONDS)
         log.warning("the worker started ahead as %s did not get ready in time", unit)
@@ -415,7 +423,9 @@ class Box:
             return str(failure)
         if pid is None:
             return "its process is gone"
-        return await asyncio.to_thread(not_ready, pid, task_work_dir(self.home, task.id), WAKES)
+        return await asyncio.to_thread(
+            self.task_os.not_ready, pid, task_work_dir(self.home, task.id), WAKES
+        )
 
     def _task_directory(self, task_id: str) -> Path:
         """The task's directory, made if it is not there, with the task's mode: its worker
@@ -442,12 +452,12 @@ class Box:
         # namespace, which a manager cut off in between leaves for the next to find (leftovers)
         # and drop again. Nothing of a task was ever in them; what is not empty (or not a
         # directory, or mounted) is left as it is.
-        await task_home.remove(self.home, task_id)
+        await self.task_os.remove_home(self.home, task_id)
         for empty in (task_work_dir(self.home, task_id), task_dir(self.home, task_id)):
             with contextlib.suppress(OSError):
                 empty.rmdir()
-        await self._remove_user(task_id)
-        await netns.remove(task_id)
+        await self.task_os.remove_task_user(task_id)
+        await self.task_os.remove_netns(task_id)
 
     def routes(self) -> dict[api.Method, Handler]:
         return {
@@ -555,7 +565,7 @@ class Box:
             workspace = folder_workspace(checked)
         # Refused before anything is made: a task started on a full disk could neither write
         # nor be recorded, and would leave a user, units and a layer half-made.
-        if await asyncio.to_thread(disk_full, self.home):
+        if await asyncio.to_thread(self.task_os.disk_full, self.home):
             die(Problem.FULL, NO_ROOM_TO_START)
         # A spare id comes with its user and network namespace made (spares.py).
         spare = self.spares.take()
@@ -906,7 +916,7 @@ class Box:
                 if task_id not in needed:
                     await self.layers.remove(workspace, layer_name(number))
                     # Its files are gone with its layer: nothing of its user's is left.
-                    await self._remove_user(task_id)
+                    await self.task_os.remove_task_user(task_id)
 
     async def get_settings(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         return (await self.store.settings()).model_dump(mode="json")
@@ -1159,10 +1169,10 @@ class Box:
         if quota is not None:
             await self._limit_disk(task.id, uid, quota)
         await at_once(
-            ensure_user(user, directory, uid),
-            task_home.prepare(self.home, task.id, uid, project=quota is not None),
+            self.task_os.ensure_user(user, directory, uid),
+            self.task_os.prepare_home(self.home, task.id, uid, project=quota is not None),
             self.layers.mount(task.id, task.workspace, layers, uid, project=quota is not None),
-            *([] if made_ahead else [netns.ensure(task.id)]),
+            *([] if made_ahead else [self.task_os.ensure_netns(task.id)]),
         )
         manifest = task_manifest(self.home, task.id)
         if task.folders and not manifest.exists():
@@ -1260,7 +1270,7 @@ class Box:
                     error = why_failed(status, words)
                     # What the worker said last is often not why (dd's byte count, a traceback's
                     # last frame): a full disk is said first, in the box's words.
-                    if await asyncio.to_thread(disk_full, self.home):
+                    if await asyncio.to_thread(self.task_os.disk_full, self.home):
                         error = full_words(error)
                     await self._end(task, TaskState.FAILED, error)
         except Exception:
@@ -1286,9 +1296,9 @@ class Box:
             # the record needs room, and they may hold all there is (its home is its own user's
             # to fill, all of a file system with no root reserve). Its home goes however it
             # ends; changes thrown away, with a mark that keeps it from resuming (throw_away).
-            full = await asyncio.to_thread(disk_full, self.home)
+            full = await asyncio.to_thread(self.task_os.disk_full, self.home)
             if full:
-                await task_home.remove(self.home, task.id)
+                await self.task_os.remove_home(self.home, task.id)
             if state == TaskState.DONE:
                 async with self.layers.joins[task.workspace]:
                     layer = await self.store.next_layer(task.workspace)
@@ -1340,12 +1350,12 @@ class Box:
                 await self._let_go(name)
             # A broker that could not say how its model replies ended (killed) left them open.
             await self.model_requests.settle_gone(task.id)
-            await task_home.remove(self.home, task.id)
+            await self.task_os.remove_home(self.home, task.id)
             if task.state != TaskState.DONE:
                 # Its worker is stopped and its layer thrown away: its user owns nothing now.
-                await self._remove_user(task.id)
+                await self.task_os.remove_task_user(task.id)
             try:
-                await netns.remove(task.id)
+                await self.task_os.remove_netns(task.id)
             except BoxError as failure:
                 log.warning("%s", failure.message)
         except Exception:
@@ -1360,7 +1370,7 @@ class Box:
     async def _cut_off_ends(self) -> list[Task]:
         """Ended tasks whose clearing up the manager did not finish: a network namespace, a
         home or an approval still pending is left."""
-        named = set(await asyncio.to_thread(netns.task_ids))
+        named = set(await asyncio.to_thread(self.task_os.netns_ids))
         named |= {a.task for a in await self.store.approvals(ApprovalState.PENDING)}
         homes = self.home / "tasks"
         named |= {
@@ -1405,11 +1415,6 @@ class Box:
                 await self._end(task, TaskState.FAILED, stopped_words(used // MIB))
         except Exception:
             log.exception("could not free the disk")
-
-    async def _remove_user(self, task_id: str) -> None:
-        failed = await remove_user(task_user(task_id))
-        if failed:
-            log.warning("%s", failed)
 
     async def _record_end(
         self,
