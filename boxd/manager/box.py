@@ -3,18 +3,14 @@ units, ends them, undoes and keeps them. Every change is recorded through Record
 task's lock; what brokers ask is in broker_methods, the owner's answers in approval_answers."""
 
 import asyncio
-import contextlib
 import grp
 import logging
-import pwd
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from dbus_fast import Variant
 from dbus_fast.aio import MessageBus
 
 from boxd.approval import TASK_ENDED, ApprovalState
@@ -71,7 +67,7 @@ from boxd.manager.pages import one_page, with_next
 from boxd.manager.pairing import LIFETIME, Pairings, check_device_name
 from boxd.manager.records import Records
 from boxd.manager.screen_sessions import ScreenSessions
-from boxd.manager.spares import Spares, leftovers
+from boxd.manager.spares import Ahead, SpareMaker
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError
 from boxd.manager.task_os import TaskOS
@@ -94,7 +90,6 @@ from boxd.manager.vault import Vault
 from boxd.manager.worker_unit import (
     ALL_TASKS_SLICE,
     WORK_GROUP,
-    ahead_worker_properties,
     all_tasks_properties,
     broker_service_unit,
     broker_units,
@@ -105,13 +100,12 @@ from boxd.manager.worker_unit import (
 )
 from boxd.manager.workspaces import PERSONAL, SHARED, Workspaces
 from boxd.model_key import KEY_REFUSED, missing_key
-from boxd.paths import task_dir, task_manifest, task_own_home, task_work_dir, workspaces_dir
+from boxd.paths import task_manifest, task_own_home, task_work_dir, workspaces_dir
 from boxd.settings import NetworkDefault, Settings, change_settings
 from boxd.strict_json import loads
 from boxd.task import Review, Task, TaskState
 from boxd.task_request import TaskRequest, Worker, parse_task_request
 from boxd.token_limits import DEFAULT, TokenLimits, check_task, holder, parse_limits
-from boxd.workers.ahead import WAKES
 
 PHONE = "phone:"
 log = logging.getLogger(__name__)
@@ -121,10 +115,6 @@ Handler = Callable[[Caller, list[Any]], Awaitable[Any]]
 STOPPED = "Stopped by its owner."
 VANISHED = "The worker's unit was gone before boxd could read how it ended."
 UNDONE_WHILE_RUNNING = "Stopped by its owner, to undo it."
-# How long a spare waits for its worker started ahead to be ready (its imports: 0.1 to 0.3 s at
-# rest, seconds under load), and how often it looks.
-AHEAD_READY_SECONDS = 30.0
-AHEAD_POLL_SECONDS = 0.02
 # How often an end that could not be recorded on the full disk is tried again.
 END_WAITS_FOR_ROOM_SECONDS = 1.0
 
@@ -153,26 +143,6 @@ def _full(workspace: str) -> str:
         f"Workspace {workspace} already holds {MAX_DONE} finished tasks, the most it can "
         "stack: undo some of them, or start the task on another workspace."
     )
-
-
-@dataclass(frozen=True)
-class Ahead:
-    """What a spare's broker and worker, started ahead of its task, were started with: the vault
-    as of its count of changes (Vault.changes), their units as of systemd's count of reloads, and
-    the worker's unit's properties."""
-
-    vault_changes: int
-    reloads: int
-    worker: list[tuple[str, Variant]]
-
-    def broker_holds(self, vault_changes: int, reloads: int) -> bool:
-        """Whether the broker started ahead holds the secrets and the unit of now."""
-        return (self.vault_changes, self.reloads) == (vault_changes, reloads)
-
-    def worker_holds(self, reloads: int, worker: list[tuple[str, Variant]]) -> bool:
-        """Whether the worker started ahead runs in the unit it would be started in now: the
-        settings' limits are in its properties, a drop-in's changes in systemd's reloads."""
-        return self.reloads == reloads and self.worker == worker
 
 
 class Box:
@@ -215,16 +185,10 @@ class Box:
         self.droid = DroidInstall(systemd, self._start_queued_soon)
         self.pairings = Pairings()
         self.screen = ScreenSessions(store)
-        self.spares = Spares(self._make_spare, self._drop_spare)
-        # A reload (a drop-in, a package's units) leaves the spares' brokers and workers with
-        # their units as they were: made again now, not as the next tasks take them.
-        systemd.reloaded = self._after_reload
-        self._known_at_open: set[str] = set()
-        # Tasks whose id was a spare, until their start: their user and namespace are made.
-        self._made_ahead: set[str] = set()
-        # Spares' brokers and workers started ahead, by id, until their task's units start: what
-        # each was started with (Ahead).
-        self._ahead: dict[str, Ahead] = {}
+        self.spare_maker = SpareMaker(
+            home, store, systemd, self.vault, self.layers, self.task_os, self.background
+        )
+        self.spares = self.spare_maker.pool
 
     # Start-up and recovery.
 
@@ -240,7 +204,7 @@ class Box:
         await self._limit_all_tasks(await self.store.settings())
         self.store.on_full = self._free_disk_soon
         for task in await self.store.tasks():
-            self._known_at_open.add(task.id)
+            self.spare_maker.known_at_open.add(task.id)
             self.records.export(task)
             if task.state in (TaskState.RUNNING, TaskState.WAITING):
                 self._places.add(task.id)
@@ -308,156 +272,7 @@ class Box:
         await self.model_requests.settle_all_gone()
         await self.droid.begin()
         await self._start_queued()
-        self.background(self._renew_spares())
-
-    async def _renew_spares(self) -> None:
-        """Removes the spares an earlier manager left (spares.py says why), then makes new."""
-
-        def accounts() -> list[tuple[str, int]]:
-            users = [(user.pw_name, user.pw_uid) for user in pwd.getpwall()]
-            return users + [(group.gr_name, group.gr_gid) for group in grp.getgrall()]
-
-        found = leftovers(
-            await asyncio.to_thread(accounts),
-            await asyncio.to_thread(self.task_os.netns_ids),
-            self._known_at_open,
-        )
-        for task_id in found:
-            if await self.store.task(task_id) is None:
-                log.info("removing spare task user %s, left by an earlier run", task_user(task_id))
-                await self.spares.drop_leftovers([task_id])
-        self.spares.fill_soon()
-
-    async def _make_spare(self, task_id: str) -> None:
-        uid = await self.store.claim_uid(task_id, FIRST_UID, LAST_UID, id_taken)
-        directory = self._task_directory(task_id)
-        await at_once(
-            self.task_os.ensure_user(task_user(task_id), directory, uid),
-            self.task_os.ensure_netns(task_id),
-        )
-        # Its broker and sockets too, so the task's first request does not wait for the broker's
-        # start-up (some 300 ms: its sandbox, its imports, the bus). It serves nothing until its
-        # task's worker connects (boxd/broker/main.py); its sockets are the spare's user's and in
-        # its namespace. The vault's count is read first: a change made after that is seen.
-        worker = ahead_worker_properties(self.home, task_id, await self.store.settings())
-        self._ahead[task_id] = Ahead(self.vault.changes, self.systemd.reloads, worker)
-        for unit in broker_units(task_id):
-            await self.systemd.start_unit(unit)
-        # And its worker, which imports its code and waits, as the spare's user and in the
-        # worker's sandbox, in the empty mount point of its view, until its task's view is
-        # mounted there and it is told which worker to be (boxd/workers/ahead.py).
-        await self.task_os.prepare_home(self.home, task_id, uid)
-        await asyncio.to_thread(self.layers.mount_point, task_id)
-        # Watched from before its start: one that ends while it waits (killed, its memory
-        # short) is no spare, and is made again rather than found so by the task that takes it.
-        self.systemd.watch(worker_unit(task_id), partial(self._spare_worker_changed, task_id))
-        await self.systemd.start_transient(worker_unit(task_id), worker)
-        await self._until_waiting(worker_unit(task_id))
-
-    def _spare_worker_changed(self, task_id: str) -> None:
-        self.background(self._renew_if_ended(task_id))
-
-    async def _renew_if_ended(self, task_id: str) -> None:
-        status = await self.systemd.status(worker_unit(task_id))
-        if status is None or status.finished:
-            await self._renew_spare(task_id, "its worker ended")
-
-    def _after_reload(self) -> None:
-        self.background(self._renew_stale_spares())
-
-    async def _renew_stale_spares(self, settings: Settings | None = None) -> None:
-        """Makes again the spares whose worker's unit is not the one a task would get now, with
-        `settings` or the box's."""
-        if settings is None:
-            settings = await self.store.settings()
-        for task_id in self.spares.ready():
-            ahead = self._ahead.get(task_id)
-            now = ahead_worker_properties(self.home, task_id, settings)
-            if ahead is not None and not ahead.worker_holds(self.systemd.reloads, now):
-                await self._renew_spare(
-                    task_id, "the box's settings or systemd's units changed since it was made"
-                )
-
-    async def _renew_spare(self, task_id: str, why: str) -> None:
-        """Drops a ready spare and makes another; one a task took meanwhile is the task's."""
-        if not self.spares.discard(task_id):
-            return
-        log.info("making spare %s again: %s", task_id, why)
-        try:
-            await self._drop_spare(task_id)
-        except Exception as error:
-            log.warning("could not remove spare %s: %s", task_id, _words(error))
-        self.spares.fill_soon()
-
-    async def _until_waiting(self, unit: str) -> None:
-        """Returns once the spare's worker catches its wake-up signals, its imports done, or
-        after AHEAD_READY_SECONDS all the same: a task that takes it before would find it not
-        ready and start a new worker, so until then the spare is not handed out. Fails if the
-        worker ends first."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + AHEAD_READY_SECONDS
-        while loop.time() < deadline:
-            pid = await self.systemd.main_pid(unit)
-            if pid is None:
-                # Not forked yet, or ended already (its imports failed, it was killed): one that
-                # ended is no spare, and the making stops here, as on any failure (spares.py).
-                status = await self.systemd.status(unit)
-                if status is None or status.finished:
-                    die(Problem.FAILED, f"the worker started ahead as {unit} ended as it started")
-            elif await asyncio.to_thread(self.task_os.catches, pid, WAKES):
-                return
-            await asyncio.sleep(AHEAD_POLL_SECONDS)
-        log.warning("the worker started ahead as %s did not get ready in time", unit)
-
-    async def _why_not_woken(self, task: Task, ahead: Ahead, settings: Settings) -> str | None:
-        """Why the spare's worker started ahead cannot be this task's, or None: its unit must be
-        the one the task would get now, and its process there, catching its signal and seeing
-        the task's view (worker_ahead.py)."""
-        if not ahead.worker_holds(
-            self.systemd.reloads, ahead_worker_properties(self.home, task.id, settings)
-        ):
-            return "the box's settings or systemd's units changed since it started"
-        try:
-            pid = await self.systemd.main_pid(worker_unit(task.id))
-        except SystemdError as failure:
-            return str(failure)
-        if pid is None:
-            return "its process is gone"
-        return await asyncio.to_thread(
-            self.task_os.not_ready, pid, task_work_dir(self.home, task.id), WAKES
-        )
-
-    def _task_directory(self, task_id: str) -> Path:
-        """The task's directory, made if it is not there, with the task's mode: its worker
-        passes through to its socket, home and view; no other user lists it."""
-        directory = task_dir(self.home, task_id)
-        directory.mkdir(mode=at_rest.TASK, exist_ok=True)
-        at_rest.restrict(directory, at_rest.TASK)
-        return directory
-
-    async def _drop_spare(self, task_id: str) -> None:
-        """Its worker's and broker's units go first, and a failure to stop them keeps its user:
-        the next manager finds it and tries again, so no unit outlives the user it runs as or
-        its sockets belong to."""
-        self._ahead.pop(task_id, None)
-        self.systemd.unwatch(worker_unit(task_id))
-        for unit in (
-            worker_unit(task_id),
-            task_slice(task_id),
-            *reversed(broker_units(task_id)),
-        ):
-            await self.systemd.stop_unit(unit)
-            await self.systemd.reset_failed(unit)
-        # Its home, its view's mount point and its directory, made with it, before its user and
-        # namespace, which a manager cut off in between leaves for the next to find (leftovers)
-        # and drop again. Nothing of a task was ever in them; what is not empty (or not a
-        # directory, or mounted) is left as it is.
-        await self.task_os.remove_home(self.home, task_id)
-        for empty in (task_work_dir(self.home, task_id), task_dir(self.home, task_id)):
-            with contextlib.suppress(OSError):
-                empty.rmdir()
-        await self.task_os.remove_task_user(task_id)
-        await self.task_os.remove_netns(task_id)
+        self.background(self.spare_maker.renew_leftovers())
 
     def routes(self) -> dict[api.Method, Handler]:
         return {
@@ -628,7 +443,7 @@ class Box:
                 self.spares.give_back(spare)
             raise
         if spare is not None:
-            self._made_ahead.add(task_id)
+            self.spare_maker.taken(task_id)
         self.records.export(task)
         await self._start_queued()
         # Another request's admission may have taken this task and still be starting it.
@@ -935,7 +750,7 @@ class Box:
         await self.store.save_settings(settings)
         # A higher maxRunningTasks lets queued tasks start now.
         self._start_queued_soon()
-        self.background(self._renew_stale_spares(settings))
+        self.background(self.spare_maker.renew_stale(settings))
         return settings.model_dump(mode="json")
 
     async def _limit_all_tasks(self, settings: Settings) -> None:
@@ -1158,13 +973,12 @@ class Box:
         it. Under the workspace's lock. A failure is raised once every step is over, so the
         task's end undoes them all."""
         user = task_user(task.id)
-        directory = self._task_directory(task.id)
+        directory = at_rest.task_directory(self.home, task.id)
         uid = await task_uid(
             user, partial(self.store.claim_uid, task.id, FIRST_UID, LAST_UID, id_taken)
         )
         # A spare's user and namespace were made ahead, in this run (spares.py).
-        made_ahead = task.id in self._made_ahead
-        self._made_ahead.discard(task.id)
+        made_ahead = self.spare_maker.made_ahead(task.id)
         quota = (await self.store.settings()).taskDiskQuotaBytes
         if quota is not None:
             await self._limit_disk(task.id, uid, quota)
@@ -1200,7 +1014,7 @@ class Box:
         # The vault holds still from the count's check to the worker's start: a secret removed
         # once the owner was told so never reaches this task through a broker started before.
         async with self.vault.unchanged() as changes:
-            ahead = self._ahead.pop(task.id, None)
+            ahead = self.spare_maker.take_ahead(task.id)
             if ahead is not None and not ahead.broker_holds(changes, self.systemd.reloads):
                 # A spare's broker holds the secrets and the unit of when it started: the vault
                 # changed since, or systemd reloaded its units (a drop-in's Environment=, say), so
@@ -1215,7 +1029,7 @@ class Box:
         """Makes the spare's worker started ahead this task's worker, if it still can be (see
         _why_not_woken). Otherwise it goes, and False says to start one."""
         unit = worker_unit(task.id)
-        why = await self._why_not_woken(task, ahead, settings)
+        why = await self.spare_maker.why_not_woken(task, ahead, settings)
         if why is None:
             self.systemd.watch(unit, partial(self._check_soon, task.id))
             try:
@@ -1344,7 +1158,7 @@ class Box:
         failed task's user gone, and last its network namespace, so a namespace left says this
         was cut off. Runs beside the task's lock, never under it: a broker told to stop first
         lets its running tools record their results (FinishCall), which takes that lock."""
-        self._ahead.pop(task.id, None)
+        self.spare_maker.forget(task.id)
         try:
             for name in broker_units(task.id):
                 await self._let_go(name)
