@@ -218,7 +218,7 @@ async def test_a_spares_broker_is_kept_while_the_vault_is_unchanged(
     box = _box(tmp_path, said)
     await box.spare_maker.make(SPARE)
     said.clear()
-    await box._start_units(_task())
+    await box.lifecycle._start_units(_task())
     # Its worker, started ahead too, is told to be the task's fake worker, and watched.
     assert said == [f"signal {signal.SIGUSR1} {worker_unit(SPARE)}"]
     assert worker_unit(SPARE) in cast(FakeSystemd, box.systemd).watched
@@ -232,7 +232,7 @@ async def test_a_spares_broker_started_before_the_vault_changed_is_stopped_first
     # A secret set or removed since: the broker started ahead may hold the old vault.
     box.vault.changes += 1
     said.clear()
-    await box._start_units(_task())
+    await box.lifecycle._start_units(_task())
     # Its worker holds no secret: it is woken, and its first connection starts a new broker.
     assert said == [
         f"stop {broker_service_unit(SPARE)}",
@@ -258,7 +258,7 @@ async def test_a_secret_removed_while_the_task_starts_never_reaches_the_spares_b
         return Settings()
 
     box.store.settings = settings  # type: ignore[method-assign]
-    await box._start_units(_task())
+    await box.lifecycle._start_units(_task())
     assert said == [
         "owner told: removed",
         f"stop {broker_service_unit(SPARE)}",
@@ -289,7 +289,7 @@ async def test_a_secret_removed_as_the_worker_starts_waits_for_the_start(
         await woken(name, number)
 
     systemd.signal_main = signal_main  # type: ignore[method-assign]
-    await box._start_units(_task())
+    await box.lifecycle._start_units(_task())
     await removal[0]
     assert said == [f"signal {signal.SIGUSR1} {worker_unit(SPARE)}", "owner told: removed"]
 
@@ -320,7 +320,7 @@ async def test_a_spares_broker_started_before_systemd_reloaded_is_stopped_first(
     # runs with its unit as it was, as no task's broker started from now on does.
     cast(FakeSystemd, box.systemd).reloads += 1
     said.clear()
-    await box._start_units(_task())
+    await box.lifecycle._start_units(_task())
     # Its worker's unit is as it was too: it goes, and a new one starts.
     assert said == [
         f"stop {broker_service_unit(SPARE)}",
@@ -335,7 +335,7 @@ async def test_a_droid_task_wakes_the_spares_worker_with_its_own_signal(
     box = _box(tmp_path, said)
     await box.spare_maker.make(SPARE)
     said.clear()
-    await box._start_units(_task().model_copy(update={"worker": "droid"}))
+    await box.lifecycle._start_units(_task().model_copy(update={"worker": "droid"}))
     assert said == [f"signal {signal.SIGUSR2} {worker_unit(SPARE)}"]
 
 
@@ -356,7 +356,7 @@ async def test_a_settings_change_replaces_the_spares_worker_if_its_unit_changes(
         return changed
 
     box.store.settings = settings  # type: ignore[method-assign]
-    await box._start_units(_task())
+    await box.lifecycle._start_units(_task())
     if not replaced:
         assert said == [f"signal {signal.SIGUSR1} {worker_unit(SPARE)}"]
         return
@@ -380,7 +380,7 @@ async def test_a_spares_worker_systemd_cannot_reach_is_replaced(
     systemd = cast(FakeSystemd, box.systemd)
     setattr(systemd, fault, value)
     said.clear()
-    await box._start_units(_task())
+    await box.lifecycle._start_units(_task())
     assert said == [f"stop {worker_unit(SPARE)}", f"start {worker_unit(SPARE)}"]
     # The new worker is the one watched.
     assert worker_unit(SPARE) in systemd.watched
@@ -395,13 +395,13 @@ async def test_a_spares_worker_not_ready_is_replaced_not_signalled(
     await box.spare_maker.make(SPARE)
     monkeypatch.setattr(box.task_os, "not_ready", lambda *_: "it does not yet catch SIGUSR1")
     said.clear()
-    await box._start_units(_task())
+    await box.lifecycle._start_units(_task())
     assert said == [f"stop {worker_unit(SPARE)}", f"start {worker_unit(SPARE)}"]
 
 
 async def test_a_task_that_took_no_spare_starts_its_worker(tmp_path: Path, said: list[str]) -> None:
     box = _box(tmp_path, said)
-    await box._start_units(_task())
+    await box.lifecycle._start_units(_task())
     assert said == [f"start {worker_unit(SPARE)}"]
 
 

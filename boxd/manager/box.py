@@ -3,7 +3,6 @@ units, ends them, undoes and keeps them. Every change is recorded through Record
 task's lock; what brokers ask is in broker_methods, the owner's answers in approval_answers."""
 
 import asyncio
-import grp
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -13,7 +12,6 @@ from typing import Any
 
 from dbus_fast.aio import MessageBus
 
-from boxd.approval import TASK_ENDED, ApprovalState
 from boxd.caller import OWNER_ONLY, Caller, Role
 from boxd.claude_models import DEFAULT_MODEL, resolve_model
 from boxd.dbus import interface as api
@@ -22,23 +20,12 @@ from boxd.event import EventKind
 from boxd.full_disk import NO_ROOM_TO_START, is_full
 from boxd.ids import new_task_id, task_user
 from boxd.manager import at_rest, disk_quota
-from boxd.manager.admission import next_to_start
 from boxd.manager.app_runners import AppRunners
 from boxd.manager.approval_answers import ApprovalAnswers
-from boxd.manager.at_once import at_once
 from boxd.manager.background import Background
 from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.damaged import DAMAGED
 from boxd.manager.diffs import diff_page
-from boxd.manager.disk import (
-    MIB,
-    RESERVE_BYTES,
-    full_words,
-    stopped_words,
-    tree_bytes,
-)
-from boxd.manager.droid_install import DroidInstall, sort_queue
-from boxd.manager.exit_words import why_failed
 from boxd.manager.folders import (
     asker_only,
     asking_account,
@@ -48,26 +35,17 @@ from boxd.manager.folders import (
     look_as,
     real_folders,
 )
-from boxd.manager.keep import (
-    KeepError,
-    Places,
-    keep,
-    layer_changes,
-    load_manifest,
-    save_manifest,
-    take_manifest,
-)
-from boxd.manager.last_words import last_words
-from boxd.manager.layers import MAX_DONE, Layers, layer_name
+from boxd.manager.keep import KeepError, Places, keep, layer_changes, load_manifest
+from boxd.manager.layers import Layers, layer_name
 from boxd.manager.ledger import TaskIdTaken
-from boxd.manager.mirror import MirrorError, sync_mirror
+from boxd.manager.lifecycle import Lifecycle
 from boxd.manager.model_requests import ModelRequests
-from boxd.manager.owner_process import OwnerError, as_owner_work
+from boxd.manager.owner_process import as_owner_work
 from boxd.manager.pages import one_page, with_next
 from boxd.manager.pairing import LIFETIME, Pairings, check_device_name
 from boxd.manager.records import Records
 from boxd.manager.screen_sessions import ScreenSessions
-from boxd.manager.spares import Ahead, SpareMaker
+from boxd.manager.spares import SpareMaker
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError
 from boxd.manager.task_os import TaskOS
@@ -80,27 +58,11 @@ from boxd.manager.tokens import (
     token_hash,
     token_role,
 )
-from boxd.manager.users import (
-    FIRST_UID,
-    LAST_UID,
-    id_taken,
-    task_uid,
-)
 from boxd.manager.vault import Vault
-from boxd.manager.worker_unit import (
-    ALL_TASKS_SLICE,
-    WORK_GROUP,
-    all_tasks_properties,
-    broker_service_unit,
-    broker_units,
-    task_slice,
-    wake_signal,
-    worker_properties,
-    worker_unit,
-)
+from boxd.manager.worker_unit import ALL_TASKS_SLICE, all_tasks_properties
 from boxd.manager.workspaces import PERSONAL, SHARED, Workspaces
-from boxd.model_key import KEY_REFUSED, missing_key
-from boxd.paths import task_manifest, task_own_home, task_work_dir, workspaces_dir
+from boxd.model_key import KEY_REFUSED
+from boxd.paths import task_manifest, workspaces_dir
 from boxd.settings import NetworkDefault, Settings, change_settings
 from boxd.strict_json import loads
 from boxd.task import Review, Task, TaskState
@@ -113,10 +75,7 @@ log = logging.getLogger(__name__)
 Handler = Callable[[Caller, list[Any]], Awaitable[Any]]
 
 STOPPED = "Stopped by its owner."
-VANISHED = "The worker's unit was gone before boxd could read how it ended."
 UNDONE_WHILE_RUNNING = "Stopped by its owner, to undo it."
-# How often an end that could not be recorded on the full disk is tried again.
-END_WAITS_FOR_ROOM_SECONDS = 1.0
 
 
 def undo_waits_for_room(task_id: str) -> str:
@@ -135,13 +94,6 @@ def stop_waits_for_room(task_id: str) -> str:
         f"Task {task_id} is stopped: its worker no longer runs. The box's disk is full, so its "
         "end is recorded once there is room (free space by undoing tasks or removing "
         "workspaces); until then it still shows as running."
-    )
-
-
-def _full(workspace: str) -> str:
-    return (
-        f"Workspace {workspace} already holds {MAX_DONE} finished tasks, the most it can "
-        "stack: undo some of them, or start the task on another workspace."
     )
 
 
@@ -164,31 +116,32 @@ class Box:
         self.vault.changed = self.apps.secrets_changed
         self.workspaces = Workspaces(home)
         self.layers = Layers(home)
-        # The `saw` of tasks between reading their stack and recording it, by task id.
-        self._starting: dict[str, list[str]] = {}
         self.records = Records(store, bus)
         self.approvals = ApprovalAnswers(self.records)
         self.broker = BrokerMethods(self.records)
         self.model_requests = ModelRequests(self.records)
         self.background = Background()
-        # Owners' stops and undos whose task's end waits for room on a full disk, by task id:
-        # what they were told.
-        self._ending_on_full: dict[str, str] = {}
-        # Ended tasks whose clearing up goes on without their lock (_leave), by task id.
-        self._leaving: dict[str, asyncio.Future[None]] = {}
-        # Tasks that hold one of the maxRunningTasks places: starting, running or waiting.
-        self._places: set[str] = set()
-        # Tasks given a place and not yet started, each with what is set once its start is over:
-        # the request that created a task answers with it started, whoever's request starts it.
-        self._starts: dict[str, asyncio.Event] = {}
-        self._admission = asyncio.Lock()
-        self.droid = DroidInstall(systemd, self._start_queued_soon)
         self.pairings = Pairings()
         self.screen = ScreenSessions(store)
         self.spare_maker = SpareMaker(
             home, store, systemd, self.vault, self.layers, self.task_os, self.background
         )
         self.spares = self.spare_maker.pool
+        self.lifecycle = Lifecycle(
+            home,
+            store,
+            systemd,
+            self.records,
+            self.approvals,
+            self.model_requests,
+            self.vault,
+            self.layers,
+            self.spare_maker,
+            self.task_os,
+            self.background,
+        )
+        self.droid = self.lifecycle.droid
+        self.ending = self.lifecycle.ending
 
     # Start-up and recovery.
 
@@ -202,12 +155,12 @@ class Box:
         await self.systemd.subscribe()
         await self.apps.open()
         await self._limit_all_tasks(await self.store.settings())
-        self.store.on_full = self._free_disk_soon
+        self.store.on_full = self.ending.free_disk_soon
         for task in await self.store.tasks():
             self.spare_maker.known_at_open.add(task.id)
             self.records.export(task)
             if task.state in (TaskState.RUNNING, TaskState.WAITING):
-                self._places.add(task.id)
+                self.lifecycle.take_place(task.id)
         for task_id, state in await self.store.damaged_tasks():
             await self._fail_damaged(task_id, state)
 
@@ -221,7 +174,7 @@ class Box:
         try:
             async with self.records.locks[task.id]:
                 if state in {s.value for s in TaskState if not s.ended}:
-                    await self._end(task, TaskState.FAILED, DAMAGED)
+                    await self.ending.end(task, TaskState.FAILED, DAMAGED)
                 else:
                     await self.records.record(
                         task, EventKind.TASK_STATE, {"state": "failed", "error": DAMAGED}
@@ -230,48 +183,12 @@ class Box:
             log.exception("could not record damaged task %s as failed", task_id)
 
     async def recover(self) -> None:
-        """Picks up tasks that were running when boxd stopped. systemd kept their units; a worker
-        that is gone without a trace (the machine restarted) is started again and resumes from
-        its logged steps. Tasks that ended as boxd stopped are cleared up. Then queued tasks
-        start, oldest first, as places are free."""
-        for task in await self._cut_off_ends():
-            log.info("task %s ended as boxd stopped; clearing up what it left", task.id)
-            async with self.records.locks[task.id]:
-                await self._clear_ended(task)
-            await self._cleared(task.id)
-        for task in await self.store.tasks((TaskState.RUNNING, TaskState.WAITING)):
-            self.systemd.watch(worker_unit(task.id), partial(self._check_soon, task.id))
-            if await self.systemd.status(worker_unit(task.id)) is None:
-                log.info("task %s has no worker unit; starting it again to resume", task.id)
-                async with self.records.locks[task.id]:
-                    try:
-                        layers = await self._layers_seen(task)
-                        async with self.layers.joins[task.workspace]:
-                            if await self.layers.take_back(task.id, task.workspace):
-                                log.info(
-                                    "task %s: took back its layer from a cut-off join", task.id
-                                )
-                            await self._prepare_view(task, layers)
-                        await self._start_units(task)
-                    except (BoxError, SystemdError, OSError) as error:
-                        await self._end(
-                            task, TaskState.FAILED, f"The task could not resume: {error}"
-                        )
-            else:
-                self._check_soon(task.id)
-        for task in await self.store.tasks((TaskState.QUEUED,)):
-            # A manager cut off between starting a queued task's worker and recording it
-            # running left that worker: the task starts again from its record, so the unit goes.
-            if await self.systemd.status(worker_unit(task.id)) is not None:
-                log.info("task %s is queued but has a worker unit; stopping it first", task.id)
-                await self._let_go(worker_unit(task.id))
-            # Its id may have been a spare of an earlier manager, whose broker, started ahead, holds
-            # the vault of then: it goes, and the task's start starts a new one.
-            if await self.systemd.status(broker_service_unit(task.id)) is not None:
-                await self._let_go(broker_service_unit(task.id))
+        """Picks up tasks that were running when boxd stopped (Lifecycle.recover). Then queued
+        tasks start, oldest first, as places are free."""
+        await self.lifecycle.recover()
         await self.model_requests.settle_all_gone()
         await self.droid.begin()
-        await self._start_queued()
+        await self.lifecycle.start_queued()
         self.background(self.spare_maker.renew_leftovers())
 
     def routes(self) -> dict[api.Method, Handler]:
@@ -325,17 +242,8 @@ class Box:
         401 to the worker, so the worker's exit that follows does not end it in other words."""
         task = await self.records.task(args[0])
         if not task.state.ended:
-            self.background(self._end_by_broker(task.id, KEY_REFUSED))
+            self.background(self.ending.end_by_broker(task.id, KEY_REFUSED))
         return task.public()
-
-    async def _end_by_broker(self, task_id: str, error: str) -> None:
-        try:
-            async with self.records.locks[task_id]:
-                task = await self.records.task(task_id)
-                if not task.state.ended:
-                    await self._end(task, TaskState.FAILED, error)
-        except Exception:
-            log.exception("could not end task %s", task_id)
 
     # The owner's methods.
 
@@ -445,11 +353,9 @@ class Box:
         if spare is not None:
             self.spare_maker.taken(task_id)
         self.records.export(task)
-        await self._start_queued()
+        await self.lifecycle.start_queued()
         # Another request's admission may have taken this task and still be starting it.
-        starting = self._starts.get(task.id)
-        if starting is not None:
-            await starting.wait()
+        await self.lifecycle.until_started(task.id)
         if spare is not None:
             self.spares.fill_soon()
         return (await self.records.task(task.id)).public()
@@ -489,46 +395,24 @@ class Box:
         """The stopped task. On a full disk its worker is stopped at once and its end recorded
         once there is room: the owner is told so with a 507 rather than kept waiting."""
         task = await self._task_for(caller, args[0])
-        return await self._unless_waiting_for_room(
+        return await self.ending.unless_waiting_for_room(
             task.id, lambda waiting: self._stop(task.id, waiting), stop_waits_for_room(task.id)
         )
-
-    async def _unless_waiting_for_room(
-        self,
-        task_id: str,
-        change: "Callable[[asyncio.Future[None]], Awaitable[dict[str, Any]]]",
-        words: str,
-    ) -> dict[str, Any]:
-        """What the owner's `change` to a task (a stop, an undo) answers; or, once the task's
-        end has to wait for room on a full disk to be recorded, a 507 in `words`, and the change
-        goes on in its own job until there is room. Asked again meanwhile, the owner gets the
-        same words at once, rather than wait behind the task's lock until the call times out."""
-        if task_id in self._ending_on_full:
-            die(Problem.FULL, self._ending_on_full[task_id])
-        waiting: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        job = self.background(change(waiting))
-        await asyncio.wait((job, waiting), return_when=asyncio.FIRST_COMPLETED)
-        if job.done():
-            return job.result()
-        self._ending_on_full[task_id] = words
-        job.add_done_callback(lambda _: self._ending_on_full.pop(task_id, None))
-        job.add_done_callback(partial(_log_failure, f"the owner's change to task {task_id}"))
-        die(Problem.FULL, words)
 
     async def _stop(self, task_id: str, waiting: "asyncio.Future[None]") -> dict[str, Any]:
         async with self.records.locks[task_id]:
             task = await self.records.task(task_id)
             if task.state.ended:
                 die(Problem.INVALID, f"task {task.id} has already ended: it is {task.state}")
-            task = await self._end(task, TaskState.FAILED, STOPPED, waiting)
-        await self._cleared(task.id)
+            task = await self.ending.end(task, TaskState.FAILED, STOPPED, waiting)
+        await self.ending.cleared(task.id)
         return task.public()
 
     async def undo_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         """Takes a task's changes out of its workspace; tasks after it keep theirs. A task still
         running is stopped first. On a full disk, as stop_task."""
         task = await self.records.task(args[0])
-        return await self._unless_waiting_for_room(
+        return await self.ending.unless_waiting_for_room(
             task.id,
             lambda waiting: self._undo(caller, task.id, waiting),
             undo_waits_for_room(task.id),
@@ -548,7 +432,7 @@ class Box:
                     "cannot be undone",
                 )
             if not task.state.ended:
-                task = await self._end(task, TaskState.FAILED, UNDONE_WHILE_RUNNING, waiting)
+                task = await self.ending.end(task, TaskState.FAILED, UNDONE_WHILE_RUNNING, waiting)
             found = await self.store.layer_of(task.id)
             joined = found is not None and found[1]
             update: dict[str, Any] = {"state": TaskState.UNDONE}
@@ -561,8 +445,8 @@ class Box:
                 {"state": "undone", "by": caller.name},
                 drop_layer=joined,
             )
-        await self._cleared(task.id)
-        await self._collect_layers(task.workspace)
+        await self.ending.cleared(task.id)
+        await self.ending.collect_layers(task.workspace)
         return task.public()
 
     async def keep_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
@@ -602,7 +486,7 @@ class Box:
             if "stoppedAt" in data and task.error is not None:
                 # Recorded first, so the log and the task's error say what was applied.
                 die(Problem.FAILED, task.error)
-        await self._collect_layers(task.workspace)
+        await self.ending.collect_layers(task.workspace)
         return task.public()
 
     async def diff_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
@@ -717,22 +601,6 @@ class Box:
         task = task.model_copy(update={"review": Review.KEPT, "error": None})
         return task, {**state, "review": "kept", "applied": len(outcome.applied)}
 
-    async def _collect_layers(self, workspace: str) -> None:
-        """Deletes the files of layers that left the stack (undone, kept), once no unfinished
-        task stacks them: a running task's view must not change under it."""
-        unfinished = (TaskState.QUEUED, TaskState.RUNNING, TaskState.WAITING)
-        async with self.layers.joins[workspace]:
-            dropped = await self.store.dropped_layers(workspace)
-            if not dropped:
-                return
-            needed = {done for t in await self.store.tasks(unfinished) for done in t.saw}
-            needed.update(done for saw in self._starting.values() for done in saw)
-            for number, task_id in dropped:
-                if task_id not in needed:
-                    await self.layers.remove(workspace, layer_name(number))
-                    # Its files are gone with its layer: nothing of its user's is left.
-                    await self.task_os.remove_task_user(task_id)
-
     async def get_settings(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         return (await self.store.settings()).model_dump(mode="json")
 
@@ -749,7 +617,7 @@ class Box:
         await self._limit_all_tasks(settings)
         await self.store.save_settings(settings)
         # A higher maxRunningTasks lets queued tasks start now.
-        self._start_queued_soon()
+        self.lifecycle.start_queued_soon()
         self.background(self.spare_maker.renew_stale(settings))
         return settings.model_dump(mode="json")
 
@@ -836,17 +704,17 @@ class Box:
         """New tasks stay queued from now on, across restarts; running ones carry on (README:
         Pausing the agents). Under the admission lock, so no task is admitted after this
         answers."""
-        async with self._admission:
+        async with self.lifecycle.admission:
             await self.store.save_agents_paused(True)
         log.info("the agents are paused by %s", caller.name)
         return {"paused": True}
 
     async def resume_agents(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         """The queued tasks start in the order they came, as places are free."""
-        async with self._admission:
+        async with self.lifecycle.admission:
             await self.store.save_agents_paused(False)
         log.info("the agents are resumed by %s", caller.name)
-        self._start_queued_soon()
+        self.lifecycle.start_queued_soon()
         return {"paused": False}
 
     async def list_workspaces(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
@@ -865,433 +733,6 @@ class Box:
             return await self.workspaces.move_to_trash(name, self.layers.store(name))
 
     # The task's life.
-
-    async def _admit(self) -> list[Task]:
-        """Gives the free places to the oldest queued tasks; returns them, oldest first, after
-        the Droid tasks that cannot run, which _start fails. Droid tasks wait for its install
-        without a place, and every task waits while the agents are paused."""
-        async with self._admission:
-            limit = (await self.store.settings()).maxRunningTasks
-            queued = await self.store.tasks((TaskState.QUEUED,))
-            paused = await self.store.agents_paused()
-            may_start, refused = sort_queue(queued, self.droid.state, paused)
-            chosen = next_to_start(may_start, self._places, limit)
-            refused = [task for task in refused if task.id not in self._places]
-            self._places.update(task.id for task in (*refused, *chosen))
-            for task in (*refused, *chosen):
-                self._starts.setdefault(task.id, asyncio.Event())
-            return [*refused, *chosen]
-
-    async def _start_queued(self) -> None:
-        admitted = await self._admit()
-        try:
-            for task in admitted:
-                await self._start(task)
-                self._started(task.id)
-        finally:
-            # Whatever happened, no request waits for ever on a start that will not come.
-            for task in admitted:
-                self._started(task.id)
-
-    def _started(self, task_id: str) -> None:
-        started = self._starts.pop(task_id, None)
-        if started is not None:
-            started.set()
-
-    def _start_queued_soon(self) -> None:
-        self.background(self._start_queued())
-
-    async def _start(self, task: Task) -> Task:
-        """Starts a queued task that has been given a place."""
-        async with self.records.locks[task.id]:
-            current = await self.store.task(task.id)
-            if current is None or current.state != TaskState.QUEUED:
-                # Stopped while it waited for its place.
-                self._places.discard(task.id)
-                return current or task
-            task = current
-            if task.worker == Worker.DROID:
-                refusal = self.droid.state.task_error or await self._droid_key_missing()
-                if refusal is not None:
-                    return await self._end(task, TaskState.FAILED, refusal)
-            failure: str | None = None
-            async with self.layers.joins[task.workspace]:
-                stack = await self.store.stack(task.workspace)
-                if len(stack) >= MAX_DONE:
-                    failure = _full(task.workspace)
-                else:
-                    task = task.model_copy(update={"saw": [done for _, done in stack]})
-                    self._starting[task.id] = task.saw
-                    try:
-                        if task.folders:
-                            await self._mirror(task)
-                        await self._prepare_view(task, [layer_name(n) for n, _ in stack])
-                    except (BoxError, OSError) as error:
-                        failure = f"The task could not start: {_words(error)}"
-            try:
-                if failure is not None:
-                    return await self._end(task, TaskState.FAILED, failure)
-                try:
-                    await self._start_units(task)
-                # ValueError: a worker boxd has no command for (worker_unit.worker_command).
-                except (BoxError, SystemdError, OSError, ValueError) as error:
-                    return await self._end(
-                        task, TaskState.FAILED, f"The task could not start: {_words(error)}"
-                    )
-                task = task.model_copy(update={"state": TaskState.RUNNING})
-                await self.records.record(task, EventKind.TASK_STATE, {"state": "running"})
-            finally:
-                self._starting.pop(task.id, None)
-            return task
-
-    async def _droid_key_missing(self) -> str | None:
-        """Why a Droid task cannot start for want of a model key in the vault, or None."""
-        return missing_key(await asyncio.to_thread(self.vault.names))
-
-    async def _mirror(self, task: Task) -> None:
-        """Brings the copy of the owner's folders up to date before a personal task starts."""
-        assert task.folders is not None
-        if task.askerUid is None:
-            die(
-                Problem.FAILED,
-                "it was asked for before boxd recorded which account asked, so its folders are "
-                "not read for it; start it again",
-            )
-        base = workspaces_dir(self.home) / task.workspace
-        gid = grp.getgrnam(WORK_GROUP).gr_gid
-        folders = real_folders(task.folders)
-        try:
-            await as_owner_work(sync_mirror, folders, base, gid, task.askerUid)
-        except (MirrorError, OwnerError) as error:
-            die(Problem.FAILED, str(error))
-
-    async def _prepare_view(self, task: Task, layers: list[str]) -> None:
-        """The task's user, its home, its view of the workspace and its network namespace, made
-        at once: none needs another once the user's uid is known, and a file given to that uid
-        before useradd has run belongs to no one else, since no one else ever gets it. For a
-        personal task, then a manifest of what it saw, to find conflicts when the owner keeps
-        it. Under the workspace's lock. A failure is raised once every step is over, so the
-        task's end undoes them all."""
-        user = task_user(task.id)
-        directory = at_rest.task_directory(self.home, task.id)
-        uid = await task_uid(
-            user, partial(self.store.claim_uid, task.id, FIRST_UID, LAST_UID, id_taken)
-        )
-        # A spare's user and namespace were made ahead, in this run (spares.py).
-        made_ahead = self.spare_maker.made_ahead(task.id)
-        quota = (await self.store.settings()).taskDiskQuotaBytes
-        if quota is not None:
-            await self._limit_disk(task.id, uid, quota)
-        await at_once(
-            self.task_os.ensure_user(user, directory, uid),
-            self.task_os.prepare_home(self.home, task.id, uid, project=quota is not None),
-            self.layers.mount(task.id, task.workspace, layers, uid, project=quota is not None),
-            *([] if made_ahead else [self.task_os.ensure_netns(task.id)]),
-        )
-        manifest = task_manifest(self.home, task.id)
-        if task.folders and not manifest.exists():
-            seen = await asyncio.to_thread(take_manifest, task_work_dir(self.home, task.id))
-            await asyncio.to_thread(save_manifest, seen, manifest)
-
-    async def _limit_disk(self, task_id: str, uid: int, quota: int) -> None:
-        """The most the task's home and changes may take of the disk together (its project
-        is its uid: boxd.manager.disk_quota)."""
-        try:
-            await asyncio.to_thread(disk_quota.limit, self.home, uid, quota)
-        except OSError as error:
-            die(
-                Problem.FAILED,
-                f"could not give task {task_id} its disk quota (taskDiskQuotaBytes): "
-                f"{error.strerror or error}",
-            )
-
-    async def _start_units(self, task: Task) -> None:
-        """Starts the worker, and with it, in the same job, its broker and the broker's sockets
-        (worker_unit.worker_properties): one call to systemd rather than one per unit. The
-        broker's start-up overlaps the worker's rather than waiting for its first connection."""
-        unit = worker_unit(task.id)
-        settings = await self.store.settings()
-        # The vault holds still from the count's check to the worker's start: a secret removed
-        # once the owner was told so never reaches this task through a broker started before.
-        async with self.vault.unchanged() as changes:
-            ahead = self.spare_maker.take_ahead(task.id)
-            if ahead is not None and not ahead.broker_holds(changes, self.systemd.reloads):
-                # A spare's broker holds the secrets and the unit of when it started: the vault
-                # changed since, or systemd reloaded its units (a drop-in's Environment=, say), so
-                # it goes, and its socket starts a new one on the worker's first connection.
-                await self.systemd.stop_unit(broker_service_unit(task.id))
-            if ahead is not None and await self._wake_ahead(task, ahead, settings):
-                return
-            self.systemd.watch(unit, partial(self._check_soon, task.id))
-            await self.systemd.start_transient(unit, worker_properties(self.home, task, settings))
-
-    async def _wake_ahead(self, task: Task, ahead: Ahead, settings: Settings) -> bool:
-        """Makes the spare's worker started ahead this task's worker, if it still can be (see
-        _why_not_woken). Otherwise it goes, and False says to start one."""
-        unit = worker_unit(task.id)
-        why = await self.spare_maker.why_not_woken(task, ahead, settings)
-        if why is None:
-            self.systemd.watch(unit, partial(self._check_soon, task.id))
-            try:
-                await self.systemd.signal_main(unit, wake_signal(task))
-                return True
-            except SystemdError as failure:
-                why = str(failure)
-        log.info("task %s: starting a new worker, not the one started ahead: %s", task.id, why)
-        # No longer the spare's to watch, nor yet the task's: its stop is nobody's news.
-        self.systemd.unwatch(unit)
-        await self._let_go(unit)
-        return False
-
-    async def _layers_seen(self, task: Task) -> list[str]:
-        """The layers a task saw when it started, to mount its view again after a restart."""
-        names = []
-        for done in task.saw:
-            found = await self.store.layer_of(done)
-            if found is None or not found[1]:
-                die(Problem.FAILED, f"task {done}, whose changes it saw, was undone since")
-            names.append(layer_name(found[0]))
-        return names
-
-    def _check_soon(self, task_id: str) -> None:
-        self.background(self._check(task_id))
-
-    async def _check(self, task_id: str) -> None:
-        """A worker unit changed: if it has finished, the task ends done or failed."""
-        try:
-            async with self.records.locks[task_id]:
-                task = await self.store.task(task_id)
-                if task is None or task.state.ended or task.state == TaskState.QUEUED:
-                    return
-                unit = worker_unit(task_id)
-                status = await self.systemd.status(unit)
-                if status is None:
-                    # Gone, and systemd never said how it ended: nothing will tell us later.
-                    log.warning("the worker unit of task %s is gone without an exit", task_id)
-                    await self._end(task, TaskState.FAILED, VANISHED)
-                    return
-                if not status.finished:
-                    return
-                if status.succeeded:
-                    await self._end(task, TaskState.DONE, None)
-                else:
-                    log.info("the worker of task %s ended: %s", task_id, status)
-                    words = (
-                        None
-                        if status.active_state == "inactive"
-                        else await last_words(unit, task_user(task_id))
-                    )
-                    error = why_failed(status, words)
-                    # What the worker said last is often not why (dd's byte count, a traceback's
-                    # last frame): a full disk is said first, in the box's words.
-                    if await asyncio.to_thread(self.task_os.disk_full, self.home):
-                        error = full_words(error)
-                    await self._end(task, TaskState.FAILED, error)
-        except Exception:
-            log.exception("could not follow the worker of task %s", task_id)
-
-    async def _end(
-        self,
-        task: Task,
-        state: TaskState,
-        error: str | None,
-        waiting: "asyncio.Future[None] | None" = None,
-    ) -> Task:
-        """Stops the worker, then records the end: a done task's changes join its workspace in
-        the same transaction; anything else's are thrown away. Then the broker's socket closes.
-        `waiting` is set if the record has to wait for room on a full disk."""
-        unit = worker_unit(task.id)
-        self.systemd.unwatch(unit)
-        await self._let_go(unit)
-        recorded = full = False
-        try:
-            await self.layers.unmount(task.id)
-            # On a full disk the task's files go before its end is recorded rather than after:
-            # the record needs room, and they may hold all there is (its home is its own user's
-            # to fill, all of a file system with no root reserve). Its home goes however it
-            # ends; changes thrown away, with a mark that keeps it from resuming (throw_away).
-            full = await asyncio.to_thread(self.task_os.disk_full, self.home)
-            if full:
-                await self.task_os.remove_home(self.home, task.id)
-            if state == TaskState.DONE:
-                async with self.layers.joins[task.workspace]:
-                    layer = await self.store.next_layer(task.workspace)
-                    await self.layers.join(task.id, task.workspace, layer_name(layer))
-                    task = await self._record_end(task, state, error, layer, waiting)
-                    recorded = True
-        except (BoxError, OSError) as failure:
-            message = failure.message if isinstance(failure, BoxError) else str(failure)
-            state, error = TaskState.FAILED, f"Its changes could not be kept: {message}"
-        if not recorded:
-            if full:
-                await self.layers.throw_away(task.id)
-            task = await self._record_end(task, state, error, None, waiting)
-        await self._clear_ended(task)
-        await self._collect_layers(task.workspace)
-        # The layer it left or threw away may have given back the space boxd keeps in reserve.
-        await self.store.keep_reserve()
-        self._places.discard(task.id)
-        self._start_queued_soon()
-        return task
-
-    async def _clear_ended(self, task: Task) -> None:
-        """What an ended task leaves once its end is recorded: its approvals closed, its worker
-        stopped, then, without the task's lock (_leave), the rest. Safe to run again: `recover`
-        runs it for tasks whose end the manager recorded and then died (SIGKILL, a power cut)."""
-        if task.state != TaskState.DONE:
-            await self.layers.discard(task.id)
-        await self.layers.joined(task.id)
-        pending = await self.store.approvals(ApprovalState.PENDING, task.id)
-        if pending:
-            await self.approvals.answer(task, tuple(pending), ApprovalState.DENIED, TASK_ENDED)
-        # systemd keeps a slice active, and loaded, until it is stopped: one unit more for good
-        # with every task that ever ran.
-        for name in (worker_unit(task.id), task_slice(task.id)):
-            await self._let_go(name)
-        if task.id not in self._leaving:
-            job = self.background(self._leave(task))
-            self._leaving[task.id] = job
-            job.add_done_callback(lambda _: self._leaving.pop(task.id, None))
-
-    async def _leave(self, task: Task) -> None:
-        """The end of clearing an ended task: its broker's units stopped, its home gone, a
-        failed task's user gone, and last its network namespace, so a namespace left says this
-        was cut off. Runs beside the task's lock, never under it: a broker told to stop first
-        lets its running tools record their results (FinishCall), which takes that lock."""
-        self.spare_maker.forget(task.id)
-        try:
-            for name in broker_units(task.id):
-                await self._let_go(name)
-            # A broker that could not say how its model replies ended (killed) left them open.
-            await self.model_requests.settle_gone(task.id)
-            await self.task_os.remove_home(self.home, task.id)
-            if task.state != TaskState.DONE:
-                # Its worker is stopped and its layer thrown away: its user owns nothing now.
-                await self.task_os.remove_task_user(task.id)
-            try:
-                await self.task_os.remove_netns(task.id)
-            except BoxError as failure:
-                log.warning("%s", failure.message)
-        except Exception:
-            log.exception("could not clear up what task %s left", task.id)
-
-    async def _cleared(self, task_id: str) -> None:
-        """Returns once an ended task is cleared up; called after letting go of its lock."""
-        job = self._leaving.get(task_id)
-        if job is not None:
-            await asyncio.shield(job)
-
-    async def _cut_off_ends(self) -> list[Task]:
-        """Ended tasks whose clearing up the manager did not finish: a network namespace, a
-        home or an approval still pending is left."""
-        named = set(await asyncio.to_thread(self.task_os.netns_ids))
-        named |= {a.task for a in await self.store.approvals(ApprovalState.PENDING)}
-        homes = self.home / "tasks"
-        named |= {
-            path.parent.name for path in await asyncio.to_thread(lambda: list(homes.glob("*/home")))
-        }
-        found = [await self.store.task(task_id) for task_id in sorted(named)]
-        return [task for task in found if task is not None and task.state.ended]
-
-    def _free_disk_soon(self) -> None:
-        self.background(self._free_disk())
-
-    async def _free_disk(self) -> None:
-        """The record could not grow: the disk is full. The unfinished task whose files (its
-        changes and its home) take the most space is stopped, whether or not its agent gave up
-        on its own, so the others and the record can go on."""
-        try:
-            sizes = []
-            for task in await self.store.tasks((TaskState.RUNNING, TaskState.WAITING)):
-                used = await asyncio.to_thread(
-                    _task_bytes, self.layers.upper(task.id), task_own_home(self.home, task.id)
-                )
-                sizes.append((used, task.id))
-            if not sizes:
-                return
-            used, task_id = max(sizes)
-            if used < RESERVE_BYTES:
-                # What filled the disk is not a task's (a file of the owner's, another
-                # program's): stopping one would free next to nothing and lose its work.
-                log.warning(
-                    "the disk is full, and no unfinished task's files take %d MiB or more: "
-                    "none is stopped",
-                    RESERVE_BYTES // MIB,
-                )
-                return
-            async with self.records.locks[task_id]:
-                task = await self.records.task(task_id)
-                if task.state.ended:
-                    return
-                log.warning(
-                    "the disk is full: stopping task %s, whose files take the most", task_id
-                )
-                await self._end(task, TaskState.FAILED, stopped_words(used // MIB))
-        except Exception:
-            log.exception("could not free the disk")
-
-    async def _record_end(
-        self,
-        task: Task,
-        state: TaskState,
-        error: str | None,
-        layer: int | None,
-        waiting: "asyncio.Future[None] | None" = None,
-    ) -> Task:
-        update: dict[str, Any] = {"state": state, "error": error, "endedAt": time.time()}
-        if task.folders and state == TaskState.DONE:
-            update["review"] = Review.PENDING
-        task = task.model_copy(update=update)
-        data: dict[str, Any] = {"state": state.value}
-        if error:
-            data["error"] = error
-        # The task's worker is stopped and its units let go: an end left unrecorded would
-        # show it running for good, so it waits for room, however it comes (a task's changes
-        # thrown away, the owner's files removed by hand).
-        await _until_room(
-            f"the end of task {task.id}",
-            lambda: self.records.record(task, EventKind.TASK_STATE, data, layer=layer),
-            waiting,
-        )
-        return task
-
-    async def _let_go(self, unit: str) -> None:
-        try:
-            await self.systemd.stop_unit(unit)
-            await self.systemd.reset_failed(unit)
-        except SystemdError as failure:
-            log.warning("could not clean up %s: %s", unit, failure)
-
-
-async def _until_room(
-    what: str, record: Callable[[], Awaitable[object]], waiting: "asyncio.Future[None] | None"
-) -> None:
-    """Records, tried again every END_WAITS_FOR_ROOM_SECONDS while the disk is full; `waiting`
-    is set the first time it has to wait."""
-    told = False
-    while True:
-        try:
-            await record()
-            return
-        except BoxError as failure:
-            if failure.problem != Problem.FULL:
-                raise
-        if not told:
-            told = True
-            log.warning("%s waits for room on the full disk to be recorded", what)
-            if waiting is not None and not waiting.done():
-                waiting.set_result(None)
-        await asyncio.sleep(END_WAITS_FOR_ROOM_SECONDS)
-
-
-def _task_bytes(upper: Path, own_home: Path) -> int:
-    return tree_bytes(upper) + tree_bytes(own_home)
-
-
-def _log_failure(what: str, job: "asyncio.Future[Any]") -> None:
-    """A job no one awaits any more says how it failed in the log."""
-    if not job.cancelled() and (failure := job.exception()) is not None:
-        log.error("%s failed: %s", what, failure)
 
 
 def allowed_for(caller: Caller, request: TaskRequest, settings: Settings) -> tuple[int, list[str]]:
@@ -1344,7 +785,3 @@ def _may_see(caller: Caller, task: Task) -> bool:
     if caller.role == Role.MEMBER:
         return task.requester == caller.name
     return caller.acts_as_owner or (caller.role == Role.APP and task.app == caller.name)
-
-
-def _words(error: Exception) -> str:
-    return error.message if isinstance(error, BoxError) else str(error)

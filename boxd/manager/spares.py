@@ -36,12 +36,7 @@ from boxd.manager.systemd import Systemd, SystemdError
 from boxd.manager.task_os import TaskOS
 from boxd.manager.users import FIRST_UID, LAST_UID, id_taken
 from boxd.manager.vault import Vault
-from boxd.manager.worker_unit import (
-    ahead_worker_properties,
-    broker_units,
-    task_slice,
-    worker_unit,
-)
+from boxd.manager.worker_unit import ahead_worker_properties, broker_units, task_slice, worker_unit
 from boxd.paths import task_dir, task_work_dir
 from boxd.settings import Settings
 from boxd.task import Task
