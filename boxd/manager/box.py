@@ -1,6 +1,10 @@
-"""The box: the life of tasks. It creates them, starts their users, views and units, follows the
-units, ends them, undoes and keeps them. Every change is recorded through Records, under the
-task's lock; what brokers ask is in broker_methods, the owner's answers in approval_answers."""
+"""The manager's wiring, and the methods on tasks themselves. Box makes its parts and joins them:
+lifecycle (admission and start) and ending (following, ending, clearing up), spares, review
+(undo, keep, diff), owner_methods (settings, tokens, pairing, pausing, workspaces), and the
+methods brokers call (broker_methods, model_requests) and the owner's answers (approval_answers).
+It opens them, picks up tasks at start-up, and routes each D-Bus method to its handler; it
+creates, shows, lists and stops tasks itself. Every change is recorded through Records, under
+the task's lock."""
 
 import asyncio
 import logging
@@ -225,7 +229,7 @@ class Box:
             self.background(self.ending.end_by_broker(task.id, KEY_REFUSED))
         return task.public()
 
-    # The owner's methods.
+    # The tasks' own methods.
 
     async def create_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
         request = parse_task_request(args[0])
@@ -387,8 +391,6 @@ class Box:
             task = await self.ending.end(task, TaskState.FAILED, STOPPED, waiting)
         await self.ending.cleared(task.id)
         return task.public()
-
-    # The task's life.
 
 
 def allowed_for(caller: Caller, request: TaskRequest, settings: Settings) -> tuple[int, list[str]]:
