@@ -78,8 +78,6 @@ class Lifecycle:
         self.store = store
         self.systemd = systemd
         self.records = records
-        self.approvals = approvals
-        self.model_requests = model_requests
         self.vault = vault
         self.layers = layers
         self.spare_maker = spare_maker
