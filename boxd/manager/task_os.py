@@ -27,7 +27,7 @@ class TaskOS:
     # (home, task id, uid, project=False): task_home.prepare.
     prepare_home: Callable[..., Awaitable[Path]] = task_home.prepare
     remove_home: Callable[[Path, str], Awaitable[None]] = task_home.remove
-    # Blocking, as the three below: called off the event loop.
+    # These three block: called off the event loop.
     catches: Callable[[int, Iterable[int]], bool] = worker_ahead.catches
     not_ready: Callable[[int, Path, Iterable[int]], str | None] = worker_ahead.not_ready
     disk_full: Callable[[Path], bool] = disk_full
