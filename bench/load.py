@@ -370,7 +370,7 @@ async def wait_for(what: str, done: Callable[[], bool], seconds: float) -> None:
 
 async def wait_for_cleared(ids: list[str], seconds: float) -> None:
     """Until the manager has cleared up after these ended tasks: their units gone, and last
-    their network namespaces (boxd.manager.box's `_leave`). Its descriptors are counted only
+    their network namespaces (boxd.manager.ending's `_leave`). Its descriptors are counted only
     then: the `ip netns delete` of the last tasks to end still holds a pipe of the manager's
     for a while after their units are gone (16 of them, once, in a run of 100)."""
     deadline = time.monotonic() + seconds

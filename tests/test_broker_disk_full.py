@@ -1,7 +1,7 @@
 """The broker on a full disk: steps and calls are refused with a 507 in plain words, nothing is
 logged as their answer, and the fake worker waits for room, then goes on where it was.
 
-The manager's record refusing (the store's RECORD_FULL) is played by a MemoryLog that raises it;
+The manager's record refusing (group_commit's RECORD_FULL) is played by a MemoryLog that raises it;
 the wallet's own ledger filling up is real SQLite, kept from growing by max_page_count.
 """
 
@@ -17,7 +17,7 @@ import pytest
 from boxd.apps import wallet
 from boxd.apps.runner import tool_full
 from boxd.errors import BoxError, Problem
-from boxd.manager.store import RECORD_FULL
+from boxd.manager.group_commit import RECORD_FULL
 from boxd.manager.task_flush import STEP_NOT_FLUSHED
 from boxd.workers import broker_client, fake
 from tests.test_broker_and_fake_worker import MemoryLog, serving, until

@@ -18,8 +18,9 @@ from boxd.event import EventKind
 from boxd.key_use import input_hash
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
+from boxd.manager.group_commit import Flush
 from boxd.manager.records import Records
-from boxd.manager.store import Flush, Store
+from boxd.manager.store import Store
 from boxd.task import TaskState
 from tests.test_store import a_task
 

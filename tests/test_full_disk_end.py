@@ -1,4 +1,4 @@
-"""A task that ends on a full disk (boxd/manager/box.py `_end`): its home, and a failed task's
+"""A task that ends on a full disk (boxd/manager/ending.py `end`): its home, and a failed task's
 changes, are gone before its end is recorded, since the record needs the room they may hold;
 with room, the order is as it always was. And the disk's own response counts a task's home
 with its changes. With a real store, and stand-ins for systemd, useradd and ip."""
@@ -11,13 +11,12 @@ from typing import Any, cast
 import pytest
 from dbus_fast.aio import MessageBus
 
-from boxd.manager import box as box_module
-from boxd.manager import netns
 from boxd.manager.box import STOPPED, Box
 from boxd.manager.disk import MIB, stopped_words
 from boxd.manager.layers import THROWN_AWAY
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd
+from boxd.manager.task_os import TaskOS
 from boxd.paths import task_dir, task_own_home
 from boxd.task import Task, TaskState
 from tests.test_store import a_task
@@ -45,15 +44,14 @@ class FakeSystemd:
 
 
 @pytest.fixture
-async def box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Box]:
+async def box(tmp_path: Path) -> AsyncIterator[Box]:
     async def nothing(*args: Any) -> None:
         return None
 
-    monkeypatch.setattr(box_module, "remove_user", nothing)
-    monkeypatch.setattr(netns, "remove", nothing)
     store = Store(tmp_path / "box.db")
     await store.open()
-    made = Box(tmp_path, store, cast(MessageBus, None), cast(Systemd, FakeSystemd()))
+    task_os = TaskOS(remove_user=nothing, remove_netns=nothing)
+    made = Box(tmp_path, store, cast(MessageBus, None), cast(Systemd, FakeSystemd()), task_os)
     made.layers.open()
     yield made
     await store.close()
@@ -99,11 +97,11 @@ async def test_on_a_full_disk_a_failed_tasks_files_go_before_its_end_is_recorded
     (box.home / "outside").mkdir()
     (box.home / "outside" / "precious").write_text("not the task's")
     task = await _running(box)
-    monkeypatch.setattr(box_module, "disk_full", lambda home: True)
+    monkeypatch.setattr(box.task_os, "disk_full", lambda home: True)
     seen = _watch_the_record(box)
     async with box.records.locks[task.id]:
-        ended = await box._end(task, TaskState.FAILED, STOPPED)
-    await box._cleared(task.id)
+        ended = await box.ending.end(task, TaskState.FAILED, STOPPED)
+    await box.ending.cleared(task.id)
     assert (ended.state, ended.error) == (TaskState.FAILED, STOPPED)
     # Recorded with its home and changes gone, the mark left until the end is on disk.
     assert seen == [{"home": False, "changes": False, "mark": True}]
@@ -119,11 +117,11 @@ async def test_with_room_a_tasks_files_go_once_its_end_is_recorded(
 ) -> None:
     (box.home / "outside").mkdir()
     task = await _running(box)
-    monkeypatch.setattr(box_module, "disk_full", lambda home: False)
+    monkeypatch.setattr(box.task_os, "disk_full", lambda home: False)
     seen = _watch_the_record(box)
     async with box.records.locks[task.id]:
-        await box._end(task, TaskState.FAILED, STOPPED)
-    await box._cleared(task.id)
+        await box.ending.end(task, TaskState.FAILED, STOPPED)
+    await box.ending.cleared(task.id)
     assert seen == [{"home": True, "changes": True, "mark": False}]
     assert not task_own_home(box.home, task.id).exists()
     assert not box.layers.upper(task.id).exists()
@@ -162,6 +160,6 @@ async def test_the_full_disk_stops_the_task_whose_home_takes_the_most(
         ended.append((task.id, error))
         return task
 
-    monkeypatch.setattr(box, "_end", end)
-    await box._free_disk()
+    monkeypatch.setattr(box.ending, "end", end)
+    await box.ending._free_disk()
     assert ended == [("t000000002", stopped_words(26))]

@@ -1,4 +1,4 @@
-"""A spare's broker and worker, started ahead (boxd/manager/box.py), with stand-ins for systemd,
+"""A spare's broker and worker, started ahead (boxd/manager/spares.py), with stand-ins for systemd,
 the store, useradd, ip and /proc: their units start once its user and namespace are made; a
 spare dropped loses its units before its user, and keeps its user when they could not be
 stopped; a task that takes a spare whose broker started before the vault changed gets a new
@@ -16,12 +16,11 @@ import pytest
 from dbus_fast.aio import MessageBus
 
 from boxd.caller import Caller, Role
-from boxd.manager import box as box_module
-from boxd.manager import netns, task_home
 from boxd.manager.box import Box
 from boxd.manager.spares import Spares
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd, SystemdError, UnitStatus
+from boxd.manager.task_os import TaskOS
 from boxd.manager.worker_unit import (
     AHEAD_MODULE,
     broker_service_unit,
@@ -100,8 +99,12 @@ class FakeStore:
 
 
 @pytest.fixture
-def said(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    said: list[str] = []
+def said() -> list[str]:
+    return []
+
+
+def _task_os(said: list[str]) -> TaskOS:
+    """useradd, ip and /proc as they would be for a spare's worker that is ready."""
 
     async def ensure_user(name: str, home: Path, uid: int) -> None:
         said.append(f"useradd {name}")
@@ -127,15 +130,16 @@ def said(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         assert pid == WORKER_PID
         return None
 
-    monkeypatch.setattr(task_home, "prepare", prepare_home)
-    monkeypatch.setattr(task_home, "remove", remove_home)
-    monkeypatch.setattr(box_module, "catches", lambda pid, wakes: pid == WORKER_PID)
-    monkeypatch.setattr(box_module, "not_ready", ready)
-    monkeypatch.setattr(box_module, "ensure_user", ensure_user)
-    monkeypatch.setattr(box_module, "remove_user", remove_user)
-    monkeypatch.setattr(netns, "ensure", ensure_netns)
-    monkeypatch.setattr(netns, "remove", remove_netns)
-    return said
+    return TaskOS(
+        ensure_user=ensure_user,
+        remove_user=remove_user,
+        ensure_netns=ensure_netns,
+        remove_netns=remove_netns,
+        prepare_home=prepare_home,
+        remove_home=remove_home,
+        catches=lambda pid, wakes: pid == WORKER_PID,
+        not_ready=ready,
+    )
 
 
 def _box(tmp_path: Path, said: list[str], fail_stop: bool = False) -> Box:
@@ -144,6 +148,7 @@ def _box(tmp_path: Path, said: list[str], fail_stop: bool = False) -> Box:
         cast(Store, FakeStore()),
         cast(MessageBus, None),
         cast(Systemd, FakeSystemd(said, fail_stop)),
+        _task_os(said),
     )
     (tmp_path / "tasks").mkdir()
     box.vault.open()
@@ -158,7 +163,7 @@ async def test_a_spares_broker_and_worker_start_once_its_user_and_namespace_are_
     tmp_path: Path, said: list[str]
 ) -> None:
     box = _box(tmp_path, said)
-    await box._make_spare(SPARE)
+    await box.spare_maker.make(SPARE)
     made = {f"useradd box-{SPARE}", f"netns add {SPARE}"}
     assert set(said[:2]) == made
     assert said[2:] == [
@@ -180,7 +185,7 @@ async def test_a_spare_dropped_loses_its_broker_units_before_its_user(
     tmp_path: Path, said: list[str]
 ) -> None:
     box = _box(tmp_path, said)
-    await box._drop_spare(SPARE)
+    await box.spare_maker.drop(SPARE)
     stops = [f"stop {unit}" for unit in reversed(broker_units(SPARE))]
     # Its worker's slice too: systemd keeps a slice loaded until it is stopped.
     worker = [f"stop {worker_unit(SPARE)}", f"stop {task_slice(SPARE)}"]
@@ -203,7 +208,7 @@ async def test_a_spare_whose_units_could_not_be_stopped_keeps_its_user(
     # whose socket belongs to a user that is gone.
     box = _box(tmp_path, said, fail_stop=True)
     with pytest.raises(SystemdError):
-        await box._drop_spare(SPARE)
+        await box.spare_maker.drop(SPARE)
     assert said == []
 
 
@@ -211,9 +216,9 @@ async def test_a_spares_broker_is_kept_while_the_vault_is_unchanged(
     tmp_path: Path, said: list[str]
 ) -> None:
     box = _box(tmp_path, said)
-    await box._make_spare(SPARE)
+    await box.spare_maker.make(SPARE)
     said.clear()
-    await box._start_units(_task())
+    await box.lifecycle._start_units(_task())
     # Its worker, started ahead too, is told to be the task's fake worker, and watched.
     assert said == [f"signal {signal.SIGUSR1} {worker_unit(SPARE)}"]
     assert worker_unit(SPARE) in cast(FakeSystemd, box.systemd).watched
@@ -223,11 +228,11 @@ async def test_a_spares_broker_started_before_the_vault_changed_is_stopped_first
     tmp_path: Path, said: list[str]
 ) -> None:
     box = _box(tmp_path, said)
-    await box._make_spare(SPARE)
+    await box.spare_maker.make(SPARE)
     # A secret set or removed since: the broker started ahead may hold the old vault.
     box.vault.changes += 1
     said.clear()
-    await box._start_units(_task())
+    await box.lifecycle._start_units(_task())
     # Its worker holds no secret: it is woken, and its first connection starts a new broker.
     assert said == [
         f"stop {broker_service_unit(SPARE)}",
@@ -243,7 +248,7 @@ async def test_a_secret_removed_while_the_task_starts_never_reaches_the_spares_b
 ) -> None:
     box = _box(tmp_path, said)
     (box.vault.place(BOX) / "ANTHROPIC_API_KEY.cred").write_bytes(b"sealed")
-    await box._make_spare(SPARE)
+    await box.spare_maker.make(SPARE)
     said.clear()
 
     async def settings() -> Settings:
@@ -253,7 +258,7 @@ async def test_a_secret_removed_while_the_task_starts_never_reaches_the_spares_b
         return Settings()
 
     box.store.settings = settings  # type: ignore[method-assign]
-    await box._start_units(_task())
+    await box.lifecycle._start_units(_task())
     assert said == [
         "owner told: removed",
         f"stop {broker_service_unit(SPARE)}",
@@ -268,7 +273,7 @@ async def test_a_secret_removed_as_the_worker_starts_waits_for_the_start(
     # kept the broker whose vault held the secret then, as every task started before does.
     box = _box(tmp_path, said)
     (box.vault.place(BOX) / "ANTHROPIC_API_KEY.cred").write_bytes(b"sealed")
-    await box._make_spare(SPARE)
+    await box.spare_maker.make(SPARE)
     said.clear()
     systemd = cast(FakeSystemd, box.systemd)
     woken = systemd.signal_main
@@ -284,15 +289,15 @@ async def test_a_secret_removed_as_the_worker_starts_waits_for_the_start(
         await woken(name, number)
 
     systemd.signal_main = signal_main  # type: ignore[method-assign]
-    await box._start_units(_task())
+    await box.lifecycle._start_units(_task())
     await removal[0]
     assert said == [f"signal {signal.SIGUSR1} {worker_unit(SPARE)}", "owner told: removed"]
 
 
 async def test_a_dropped_spare_leaves_no_directory(tmp_path: Path, said: list[str]) -> None:
     box = _box(tmp_path, said)
-    await box._make_spare(SPARE)
-    await box._drop_spare(SPARE)
+    await box.spare_maker.make(SPARE)
+    await box.spare_maker.drop(SPARE)
     assert not (tmp_path / "tasks" / SPARE).exists()
 
 
@@ -300,9 +305,9 @@ async def test_a_dropped_spare_leaves_a_directory_with_something_in_it(
     tmp_path: Path, said: list[str]
 ) -> None:
     box = _box(tmp_path, said)
-    await box._make_spare(SPARE)
+    await box.spare_maker.make(SPARE)
     (tmp_path / "tasks" / SPARE / "left").write_text("x")
-    await box._drop_spare(SPARE)
+    await box.spare_maker.drop(SPARE)
     assert (tmp_path / "tasks" / SPARE / "left").read_text() == "x"
 
 
@@ -310,12 +315,12 @@ async def test_a_spares_broker_started_before_systemd_reloaded_is_stopped_first(
     tmp_path: Path, said: list[str]
 ) -> None:
     box = _box(tmp_path, said)
-    await box._make_spare(SPARE)
+    await box.spare_maker.make(SPARE)
     # A daemon-reload since (a drop-in for box-broker@.service, say): the broker started ahead
     # runs with its unit as it was, as no task's broker started from now on does.
     cast(FakeSystemd, box.systemd).reloads += 1
     said.clear()
-    await box._start_units(_task())
+    await box.lifecycle._start_units(_task())
     # Its worker's unit is as it was too: it goes, and a new one starts.
     assert said == [
         f"stop {broker_service_unit(SPARE)}",
@@ -328,9 +333,9 @@ async def test_a_droid_task_wakes_the_spares_worker_with_its_own_signal(
     tmp_path: Path, said: list[str]
 ) -> None:
     box = _box(tmp_path, said)
-    await box._make_spare(SPARE)
+    await box.spare_maker.make(SPARE)
     said.clear()
-    await box._start_units(_task().model_copy(update={"worker": "droid"}))
+    await box.lifecycle._start_units(_task().model_copy(update={"worker": "droid"}))
     assert said == [f"signal {signal.SIGUSR2} {worker_unit(SPARE)}"]
 
 
@@ -344,14 +349,14 @@ async def test_a_settings_change_replaces_the_spares_worker_if_its_unit_changes(
     tmp_path: Path, said: list[str], changed: Settings, replaced: bool
 ) -> None:
     box = _box(tmp_path, said)
-    await box._make_spare(SPARE)
+    await box.spare_maker.make(SPARE)
     said.clear()
 
     async def settings() -> Settings:
         return changed
 
     box.store.settings = settings  # type: ignore[method-assign]
-    await box._start_units(_task())
+    await box.lifecycle._start_units(_task())
     if not replaced:
         assert said == [f"signal {signal.SIGUSR1} {worker_unit(SPARE)}"]
         return
@@ -371,11 +376,11 @@ async def test_a_spares_worker_systemd_cannot_reach_is_replaced(
     tmp_path: Path, said: list[str], fault: str, value: object
 ) -> None:
     box = _box(tmp_path, said)
-    await box._make_spare(SPARE)
+    await box.spare_maker.make(SPARE)
     systemd = cast(FakeSystemd, box.systemd)
     setattr(systemd, fault, value)
     said.clear()
-    await box._start_units(_task())
+    await box.lifecycle._start_units(_task())
     assert said == [f"stop {worker_unit(SPARE)}", f"start {worker_unit(SPARE)}"]
     # The new worker is the one watched.
     assert worker_unit(SPARE) in systemd.watched
@@ -387,16 +392,16 @@ async def test_a_spares_worker_not_ready_is_replaced_not_signalled(
     # Not yet catching its signal (which would kill it), or not seeing the task's view (it
     # would run on an empty directory): never woken.
     box = _box(tmp_path, said)
-    await box._make_spare(SPARE)
-    monkeypatch.setattr(box_module, "not_ready", lambda *_: "it does not yet catch SIGUSR1")
+    await box.spare_maker.make(SPARE)
+    monkeypatch.setattr(box.task_os, "not_ready", lambda *_: "it does not yet catch SIGUSR1")
     said.clear()
-    await box._start_units(_task())
+    await box.lifecycle._start_units(_task())
     assert said == [f"stop {worker_unit(SPARE)}", f"start {worker_unit(SPARE)}"]
 
 
 async def test_a_task_that_took_no_spare_starts_its_worker(tmp_path: Path, said: list[str]) -> None:
     box = _box(tmp_path, said)
-    await box._start_units(_task())
+    await box.lifecycle._start_units(_task())
     assert said == [f"start {worker_unit(SPARE)}"]
 
 
@@ -410,10 +415,10 @@ async def test_a_spare_is_ready_only_once_its_worker_catches_its_signals(
         looks.append(pid)
         return len(looks) >= 3
 
-    monkeypatch.setattr(box_module, "catches", catches)
-    monkeypatch.setattr(box_module, "AHEAD_POLL_SECONDS", 0)
     box = _box(tmp_path, said)
-    spares = Spares(box._make_spare, box._drop_spare, count=1)
+    monkeypatch.setattr(box.spare_maker, "poll_seconds", 0)
+    monkeypatch.setattr(box.task_os, "catches", catches)
+    spares = Spares(box.spare_maker.make, box.spare_maker.drop, count=1)
     spares.fill_soon()
     await asyncio.sleep(0)
     assert spares.take() is None
@@ -426,11 +431,11 @@ async def test_a_spare_whose_worker_never_gets_ready_is_still_made(
     tmp_path: Path, said: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Its user, namespace and broker still spare the task their making; its worker is replaced.
-    monkeypatch.setattr(box_module, "catches", lambda pid, wakes: False)
-    monkeypatch.setattr(box_module, "AHEAD_READY_SECONDS", 0.05)
-    monkeypatch.setattr(box_module, "AHEAD_POLL_SECONDS", 0.01)
     box = _box(tmp_path, said)
-    spares = Spares(box._make_spare, box._drop_spare, count=1)
+    monkeypatch.setattr(box.spare_maker, "ready_seconds", 0.05)
+    monkeypatch.setattr(box.spare_maker, "poll_seconds", 0.01)
+    monkeypatch.setattr(box.task_os, "catches", lambda pid, wakes: False)
+    spares = Spares(box.spare_maker.make, box.spare_maker.drop, count=1)
     spares.fill_soon()
     await spares.filled()
     assert spares.take() is not None
@@ -441,13 +446,13 @@ async def test_a_spare_whose_worker_ends_before_it_is_ready_is_not_handed_out(
 ) -> None:
     # Its imports failed, or it was killed: its making stops at once, rather than wait out
     # AHEAD_READY_SECONDS and hand out a spare whose task would start a new worker anyway.
-    monkeypatch.setattr(box_module, "AHEAD_READY_SECONDS", 1.0)
-    monkeypatch.setattr(box_module, "AHEAD_POLL_SECONDS", 0)
     box = _box(tmp_path, said)
+    monkeypatch.setattr(box.spare_maker, "ready_seconds", 1.0)
+    monkeypatch.setattr(box.spare_maker, "poll_seconds", 0)
     systemd = cast(FakeSystemd, box.systemd)
     systemd.pid = None
     systemd.ended = True
-    spares = Spares(box._make_spare, box._drop_spare, count=1)
+    spares = Spares(box.spare_maker.make, box.spare_maker.drop, count=1)
     spares.fill_soon()
     await spares.filled()
     assert spares.take() is None
@@ -459,15 +464,15 @@ async def test_a_spares_worker_not_forked_yet_is_waited_for(
     tmp_path: Path, said: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # systemd has no main pid for it until it forks: its unit is still starting, not ended.
-    monkeypatch.setattr(box_module, "AHEAD_POLL_SECONDS", 0)
     box = _box(tmp_path, said)
+    monkeypatch.setattr(box.spare_maker, "poll_seconds", 0)
     pids: list[int | None] = [None, None, WORKER_PID]
 
     async def main_pid(name: str) -> int | None:
         return pids.pop(0) if len(pids) > 1 else pids[0]
 
     monkeypatch.setattr(box.systemd, "main_pid", main_pid)
-    spares = Spares(box._make_spare, box._drop_spare, count=1)
+    spares = Spares(box.spare_maker.make, box.spare_maker.drop, count=1)
     spares.fill_soon()
     await spares.filled()
     assert spares.take() is not None
@@ -484,7 +489,7 @@ async def _two_spares(box: Box, said: list[str]) -> list[str]:
 
 
 async def _background(box: Box) -> None:
-    while pending := [job for job in box._background if not job.done()]:
+    while pending := [job for job in box.background.jobs if not job.done()]:
         await asyncio.gather(*pending)
     await box.spares.filled()
 
@@ -540,7 +545,7 @@ async def test_a_settings_change_makes_again_the_spares_whose_worker_unit_it_cha
 ) -> None:
     box = _box(tmp_path, said)
     before = await _two_spares(box, said)
-    await box._renew_stale_spares(changed)
+    await box.spare_maker.renew_stale(changed)
     await _background(box)
     after = box.spares.ready()
     assert len(after) == 2

@@ -12,12 +12,12 @@ from boxd.approval import ApprovalState
 from boxd.approval_record import Approval
 from boxd.errors import BoxError, Problem
 from boxd.event import EventKind
-from boxd.manager import disk
-from boxd.manager import store as store_module
+from boxd.manager import disk, group_commit
 from boxd.manager.damaged import DAMAGED, DAMAGED_STEP, DAMAGED_TITLE
 from boxd.manager.disk import RESERVE_BYTES
+from boxd.manager.group_commit import RECORD_FULL
 from boxd.manager.ledger import task_id_taken
-from boxd.manager.store import RECORD_FULL, Store
+from boxd.manager.store import Store
 from boxd.settings import Settings
 from boxd.task import Task, TaskState
 
@@ -323,7 +323,7 @@ async def test_a_store_opened_on_a_full_disk_makes_its_reserve_once_there_is_roo
 ) -> None:
     room = False
     real = disk.make_reserve
-    monkeypatch.setattr(store_module, "make_reserve", lambda path: room and real(path))
+    monkeypatch.setattr(group_commit, "make_reserve", lambda path: room and real(path))
     store = Store(tmp_path / "box.db")
     await store.open()
     assert store.reserve_used and not (tmp_path / "box.db-reserve").exists()

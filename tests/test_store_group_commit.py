@@ -19,8 +19,9 @@ import pytest
 from boxd.errors import BoxError, Problem
 from boxd.event import EventKind
 from boxd.event_record import Event
+from boxd.manager.group_commit import RECORD_FULL
 from boxd.manager.ledger import Ledger
-from boxd.manager.store import RECORD_FULL, Store
+from boxd.manager.store import Store
 from tests.test_store import a_task
 
 HOLD_SECONDS = 10.0

@@ -310,7 +310,7 @@ def test_a_tool_gets_only_the_secrets_it_declares(
 
 async def test_each_change_is_counted_once_made_and_a_refused_one_is_not(vault: Vault) -> None:
     # A spare's broker started ahead holds the vault of when it started: the manager tells it
-    # is stale by this count (boxd/manager/box.py).
+    # is stale by this count (boxd/manager/spares.py).
     assert vault.changes == 0
     await vault.set_secret(OWNER, ["mail.password", VALUE])
     assert vault.changes == 1

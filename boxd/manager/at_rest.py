@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from boxd.manager.worker_unit import WORK_GROUP
+from boxd.paths import task_dir
 
 BOX_HOME = 0o755
 # A worker reaches its own task's directory by name; no one lists the tasks.
@@ -59,3 +60,12 @@ def restrict(path: Path, mode: int, gid: int = -1) -> None:
         os.fchmod(fd, mode)
     finally:
         os.close(fd)
+
+
+def task_directory(home: Path, task_id: str) -> Path:
+    """The task's directory, made if it is not there, with the task's mode: its worker
+    passes through to its socket, home and view; no other user lists it."""
+    directory = task_dir(home, task_id)
+    directory.mkdir(mode=TASK, exist_ok=True)
+    restrict(directory, TASK)
+    return directory

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from boxd.errors import Problem, die
 from boxd.manager import at_rest, disk_quota
+from boxd.manager.keyed_locks import KeyedLocks
 from boxd.manager.run import complaint
 from boxd.paths import task_dir, task_work_dir, workspaces_dir
 
@@ -52,6 +53,9 @@ def _sync_dir(path: Path) -> None:
 class Layers:
     def __init__(self, home: Path) -> None:
         self.home = home
+        # One lock per workspace: its mirror, its stack and the mounts made from it change
+        # under it, so no layer is taken away while a task is mounting it.
+        self.joins = KeyedLocks()
 
     def open(self) -> None:
         """The layer store: only root reads it, and overlay mounts, which read as root."""

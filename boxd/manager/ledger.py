@@ -1,6 +1,6 @@
 """The record as read and written in one transaction on the store's thread (`Ledger`), and the
 codecs of its rows: what Store's methods do, and what `Store.transact`'s work does in one go.
-The store (boxd.manager.store) owns the connection, its thread and the group commit."""
+The connection, its thread and the group commit are boxd.manager.group_commit's."""
 
 import json
 import logging

@@ -244,7 +244,7 @@ def test_a_spare_left_by_a_killed_manager_is_removed_and_never_used(
         "-c",
         "until systemctl is-active -q boxd.service; do sleep 0.05; done",
     )
-    # The next manager removes each spare's user, then its namespace (boxd/manager/box.py).
+    # The next manager removes each spare's user, then its namespace (boxd/manager/spares.py).
     deadline = time.monotonic() + 60
     while left := (task_users(machine) | namespaces(machine)) & before:
         assert time.monotonic() < deadline, f"spares {left} still there after a restart"

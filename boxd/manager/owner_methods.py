@@ -1,0 +1,192 @@
+"""The owner's methods that are not about one task: the box's settings, tokens and paired
+devices, pausing and resuming the agents, the workspaces, and the Droid install's state."""
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+from boxd.caller import Caller, Role
+from boxd.errors import Problem, die
+from boxd.manager import disk_quota
+from boxd.manager.app_runners import AppRunners
+from boxd.manager.background import Background
+from boxd.manager.layers import Layers
+from boxd.manager.lifecycle import Lifecycle
+from boxd.manager.pairing import LIFETIME, Pairings, check_device_name
+from boxd.manager.spares import SpareMaker
+from boxd.manager.store import Store
+from boxd.manager.systemd import Systemd, SystemdError
+from boxd.manager.tokens import (
+    DEVICE,
+    check_member_id,
+    check_token_name,
+    find_token,
+    new_token,
+    token_hash,
+    token_role,
+)
+from boxd.manager.worker_unit import ALL_TASKS_SLICE, all_tasks_properties
+from boxd.manager.workspaces import PERSONAL, SHARED, Workspaces
+from boxd.settings import Settings, change_settings
+from boxd.strict_json import loads
+from boxd.task import TaskState
+from boxd.token_limits import TokenLimits, parse_limits
+
+log = logging.getLogger(__name__)
+
+
+class OwnerMethods:
+    def __init__(
+        self,
+        home: Path,
+        store: Store,
+        systemd: Systemd,
+        apps: AppRunners,
+        workspaces: Workspaces,
+        layers: Layers,
+        lifecycle: Lifecycle,
+        spare_maker: SpareMaker,
+        background: Background,
+    ) -> None:
+        self.home = home
+        self.store = store
+        self.systemd = systemd
+        self.apps = apps
+        self.workspaces = workspaces
+        self.layers = layers
+        self.lifecycle = lifecycle
+        self.spare_maker = spare_maker
+        self.background = background
+        self.pairings = Pairings()
+
+    async def get_settings(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        return (await self.store.settings()).model_dump(mode="json")
+
+    async def set_settings(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        changes = loads(args[0], "the settings")
+        if not isinstance(changes, dict):
+            die(Problem.INVALID, "the settings must be a JSON object of names and values")
+        current = await self.store.settings()
+        settings = change_settings(current, changes)
+        if settings.taskDiskQuotaBytes not in (None, current.taskDiskQuotaBytes):
+            why = await asyncio.to_thread(disk_quota.why_not, self.home)
+            if why is not None:
+                die(Problem.INVALID, disk_quota.refused(self.home, why))
+        await self.limit_all_tasks(settings)
+        await self.store.save_settings(settings)
+        # A higher maxRunningTasks lets queued tasks start now.
+        self.lifecycle.start_queued_soon()
+        self.background(self.spare_maker.renew_stale(settings))
+        return settings.model_dump(mode="json")
+
+    async def limit_all_tasks(self, settings: Settings) -> None:
+        try:
+            await self.systemd.set_properties(ALL_TASKS_SLICE, all_tasks_properties(settings))
+        except SystemdError as error:
+            die(
+                Problem.FAILED,
+                f"could not set the limits of all tasks together on {ALL_TASKS_SLICE}: {error}",
+            )
+
+    async def get_droid(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        return self.lifecycle.droid.state.public()
+
+    async def create_token(self, caller: Caller, args: list[Any]) -> str:
+        role = token_role(args[1])
+        name = check_member_id(args[0]) if role == Role.MEMBER else check_token_name(args[0])
+        limits = self._check_limits(role, args[2])
+        token = new_token()
+        stored = None if limits is None else limits.model_dump_json()
+        await self.store.add_token(token_hash(token), name, role.value, caller.user, stored)
+        return token
+
+    def _check_limits(self, role: Role, text: str) -> TokenLimits | None:
+        """An app's or a member's limits as sent, each of them one a task could have here now;
+        an owner's token has none: it acts as the owner."""
+        limits = parse_limits(text)
+        if role == Role.OWNER:
+            if limits.model_fields_set:
+                die(
+                    Problem.INVALID,
+                    "an owner's token acts as the owner, so it has no limits: limits are for "
+                    "an app's or a member's token (--app, --member)",
+                )
+            return None
+        for tool in limits.tools:
+            self.installed(tool)
+        for workspace in limits.workspaces:
+            if workspace.startswith((SHARED, PERSONAL)):
+                die(
+                    Problem.INVALID,
+                    f"workspace {workspace} is one the box made for one task's files or the "
+                    "owner's own folders: only the owner may start tasks on it",
+                )
+            if not self.workspaces.exists(workspace):
+                die(Problem.INVALID, f"no workspace {workspace}")
+        return limits
+
+    def installed(self, tool: str) -> None:
+        """A 400 unless the tool's app is installed. By its app: which tools an app has only its
+        runner knows, and root runs no app's code; a tool its app lacks is refused when a task
+        calls it."""
+        app, dot, verb = tool.partition(".")
+        if not (dot and verb and app in self.apps.installed):
+            die(Problem.INVALID, f"no tool {tool}: it is not installed on this box")
+
+    async def list_tokens(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
+        return [token.public() for token in await self.store.tokens()]
+
+    async def revoke_token(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """Removes a token: its next call is refused (401), whatever it was doing."""
+        token = find_token(await self.store.tokens(), args[0])
+        await self.store.remove_token(token.hash)
+        return token.public()
+
+    async def create_pairing(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        device = check_device_name(args[0])
+        code = self.pairings.make(device, caller.user)
+        return {"device": device, "code": code, "expiresInSeconds": int(LIFETIME)}
+
+    async def pair(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """A device's token, for a good code: stored as the device's, shown once, here."""
+        paired = self.pairings.redeem(args[0])
+        token = new_token()
+        await self.store.add_token(token_hash(token), paired.device, DEVICE, paired.maker)
+        log.info("device %s is paired", paired.device)
+        return {"device": paired.device, "token": token}
+
+    async def get_agents(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        return {"paused": await self.store.agents_paused()}
+
+    async def pause_agents(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """New tasks stay queued from now on, across restarts; running ones carry on
+        (docs/limits.md, "Pausing the agents"). Under the admission lock, so no task is admitted
+        after this answers."""
+        async with self.lifecycle.admission:
+            await self.store.save_agents_paused(True)
+        log.info("the agents are paused by %s", caller.name)
+        return {"paused": True}
+
+    async def resume_agents(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        """The queued tasks start in the order they came, as places are free."""
+        async with self.lifecycle.admission:
+            await self.store.save_agents_paused(False)
+        log.info("the agents are resumed by %s", caller.name)
+        self.lifecycle.start_queued_soon()
+        return {"paused": False}
+
+    async def list_workspaces(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
+        return [self.workspaces.describe(name) for name in self.workspaces.names()]
+
+    async def create_workspace(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        return await self.workspaces.create(args[0])
+
+    async def remove_workspace(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+        name = args[0]
+        unfinished = (TaskState.QUEUED, TaskState.RUNNING, TaskState.WAITING)
+        busy = [t.id for t in await self.store.tasks(unfinished) if t.workspace == name]
+        self.workspaces.check_removable(name, busy)
+        async with self.layers.joins[name]:
+            await self.store.drop_workspace_layers(name)
+            return await self.workspaces.move_to_trash(name, self.layers.store(name))
