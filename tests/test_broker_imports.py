@@ -167,7 +167,8 @@ def test_the_broker_imports_no_model_of_the_manager_nor_the_apps_nor_pydantic() 
         # Its own HTTP server (boxd/broker/http_server.py): aiohttp cost each broker 180 ms to
         # import and 13 MiB; the model gateway imports it on its first connection.
         "aiohttp",
-        # asyncio comes without it (boxd/late_ssl.py): 0.5 MiB of a broker that speaks no TLS.
+        # asyncio comes without it (boxd/startup/late_ssl.py): 0.5 MiB of a broker that speaks no
+        # TLS.
         "ssl",
     ):
         assert name not in modules, f"the broker imports {name} as it starts"

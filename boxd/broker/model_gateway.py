@@ -162,9 +162,9 @@ class TooLarge(Exception):
     pass
 
 
-BODY = web.RequestKey("boxd.model_gateway.body", bytearray)
+BODY = web.RequestKey(f"{__name__}.body", bytearray)
 # The request's exchange with the upstream, once handed to one: it holds the request's place.
-EXCHANGE = web.RequestKey("boxd.model_gateway.exchange", asyncio.Task)
+EXCHANGE = web.RequestKey(f"{__name__}.exchange", asyncio.Task)
 
 
 async def read_body(request: web.Request) -> bytearray:
