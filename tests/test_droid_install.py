@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from boxd.droid_installer import failure_reason
+from boxd.droid.installer import failure_reason
 from boxd.manager import droid_install
 from boxd.manager.admission import next_to_start
 from boxd.manager.droid_install import (

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from boxd import droid_release
-from boxd.droid_release import BINARY_IN_PACKAGE, DEFAULT_REGISTRY, INTEGRITY, VERSION
+from boxd.droid import release as droid_release
+from boxd.droid.release import BINARY_IN_PACKAGE, DEFAULT_REGISTRY, INTEGRITY, VERSION
 
 REGISTRY_VARIABLE = "BOX_NPM_REGISTRY"
 # The published tarball is 114 MB and its binary 254 MB: several times that is no Droid.

@@ -12,8 +12,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from boxd.droid_installer import failure_reason
-from boxd.droid_release import VERSION, droid_binary
+from boxd.droid.installer import failure_reason
+from boxd.droid.release import VERSION, droid_binary
 from boxd.manager.last_words import last_words
 from boxd.manager.systemd import CLD_EXITED, CLD_KILLED, Systemd, SystemdError, UnitStatus
 from boxd.task import Task
