@@ -71,7 +71,7 @@ STEP = b'{"text": "read the files", "data": {"n": 1}}'
 ASK = b'{"question": "May I?", "key": "k1", "costCents": 5}'
 CALL = b'{"tool": "echo.say", "input": {"text": "hi"}, "key": "k"}'
 if hasattr(Step, "read"):
-    # Read by boxd.json_reader, as the broker reads them now.
+    # Read by boxd.reading.json_reader, as the broker reads them now.
     step = lambda: Step.read(STEP).json()
     ask = lambda: AskRequest.read(ASK)
     call = lambda: CallRequest.read(CALL)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from boxd.manager.diffs import diff_page
-from boxd.strict_json import size
+from boxd.reading.strict_json import size
 from boxd.task_diff import MAX_DIFF_FILES, MAX_DIFF_READ
 
 

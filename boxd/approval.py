@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from boxd.caps import MAX_LABEL, cents, text
 from boxd.errors import Problem, die
-from boxd.json_reader import body
+from boxd.reading.caps import MAX_LABEL, cents, text
+from boxd.reading.json_reader import body
 
 MAX_KEY = 200
 MAX_QUESTION = 2000

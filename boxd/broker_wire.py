@@ -1,6 +1,6 @@
 """What the broker and the manager say to each other about calls, costs and questions: the
 manager's models of them, whose fields are checked by the same plain checks the broker reads its
-requests with (boxd.caps, boxd.approval), as pydantic validators (plain_errors.checked)."""
+requests with (boxd.reading.caps, boxd.approval), as pydantic validators (plain_errors.checked)."""
 
 from typing import Annotated, Any, Literal
 
@@ -15,8 +15,8 @@ from pydantic import (
 )
 
 from boxd import approval
-from boxd.caps import MAX_ERROR, MAX_LABEL, MAX_TOKENS, cents, cents_of, data, text
 from boxd.plain_errors import checked
+from boxd.reading.caps import MAX_ERROR, MAX_LABEL, MAX_TOKENS, cents, cents_of, data, text
 
 Key = Annotated[str, checked(approval.key)]
 Label = Annotated[str, checked(text("tool", MAX_LABEL))]

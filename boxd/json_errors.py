@@ -8,7 +8,7 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from boxd import http_refusals
 from boxd.errors import BoxError
-from boxd.strict_json import MAX_BODY, TOO_LARGE
+from boxd.reading.strict_json import MAX_BODY, TOO_LARGE
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 __all__ = ["MAX_BODY", "error", "json_errors"]

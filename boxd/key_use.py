@@ -13,7 +13,7 @@ from typing import Any
 from boxd.approval_record import Approval
 
 # Named here too, where the broker has always found it.
-from boxd.canonical_json import input_hash as input_hash
+from boxd.reading.canonical_json import input_hash as input_hash
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from pydantic import BaseModel, BeforeValidator, ValidationError
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from boxd.errors import BoxError, Problem
-from boxd.strict_json import loads
+from boxd.reading.strict_json import loads
 
 # Validators raise PydanticCustomError with this type when their text already says it all.
 PLAIN = "box"
@@ -19,9 +19,9 @@ def plain(message: str) -> PydanticCustomError:
 
 
 def checked(check: Callable[[Any], Any]) -> BeforeValidator:
-    """A plain check (boxd.caps, boxd.approval: a BoxError in a sentence that names the field)
-    as a pydantic validator, for the manager's records: pydantic then reports its refusal in
-    field order among the others', as the broker's reader (boxd.json_reader) does."""
+    """A plain check (boxd.reading.caps, boxd.approval: a BoxError in a sentence that names the
+    field) as a pydantic validator, for the manager's records: pydantic then reports its refusal in
+    field order among the others', as the broker's reader (boxd.reading.json_reader) does."""
 
     def run(value: Any) -> Any:
         try:

@@ -4,10 +4,10 @@ import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from boxd.caps import MAX_TOKENS
 from boxd.errors import Problem, die
-from boxd.json_reader import Fields
-from boxd.strict_json import where
+from boxd.reading.caps import MAX_TOKENS
+from boxd.reading.json_reader import Fields
+from boxd.reading.strict_json import where
 
 
 @dataclass(frozen=True)

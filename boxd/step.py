@@ -6,8 +6,8 @@ Its own module, so the broker, which starts with every task, does not build the 
 from dataclasses import dataclass
 from typing import Any
 
-from boxd import caps
-from boxd.json_reader import body
+from boxd.reading import caps
+from boxd.reading.json_reader import body
 
 
 @dataclass(frozen=True)

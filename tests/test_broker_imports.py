@@ -1,7 +1,7 @@
 """A broker starts with every task and on the first request after it exited idle, so what it
 imports is on that path: not the manager's models, the App SDK, the tools' models, nor pydantic
-at all. It reads its requests with boxd.json_reader, so a task that logs steps, asks, and says
-its costs never loads pydantic; and a tool runs in its app's runner (box-app@.service), so a
+at all. It reads its requests with boxd.reading.json_reader, so a task that logs steps, asks, and
+says its costs never loads pydantic; and a tool runs in its app's runner (box-app@.service), so a
 broker that calls tools loads no app, no App SDK and no pydantic either."""
 
 import json
@@ -154,7 +154,7 @@ def test_the_broker_imports_no_model_of_the_manager_nor_the_apps_nor_pydantic() 
         "boxd.manager",
         "boxd.broker_wire",
         "boxd.plain_errors",
-        # Its requests are read by boxd.json_reader: pydantic and its model machinery were
+        # Its requests are read by boxd.reading.json_reader: pydantic and its model machinery were
         # ~22 ms and some 7.5 MiB of each broker's own heap.
         "pydantic",
         "pydantic_core",

@@ -7,9 +7,9 @@ import pytest
 from boxd.approval import AskRequest
 from boxd.broker.app import CostRequest, UsageRequest
 from boxd.broker_wire import CallResult, CallStart, CostRecord
-from boxd.caps import MAX_CENTS, MAX_DATA, MAX_STEP_TEXT, MAX_TOKENS, MAX_TOOLS
 from boxd.errors import BoxError
 from boxd.plain_errors import parse
+from boxd.reading.caps import MAX_CENTS, MAX_DATA, MAX_STEP_TEXT, MAX_TOKENS, MAX_TOOLS
 from boxd.step import Step
 from boxd.task_request import parse_task_request
 

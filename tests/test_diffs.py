@@ -22,7 +22,7 @@ from boxd.errors import BoxError, Problem, die
 from boxd.manager import diffs, text_diff
 from boxd.manager.diffs import KEEP_SKIPS, Marks, diff_page, shown_name
 from boxd.manager.text_diff import unified
-from boxd.strict_json import size
+from boxd.reading.strict_json import size
 from boxd.task_diff import MAX_DIFF_FILES, MAX_DIFF_READ, MAX_DIFF_TEXT, FileChange
 from boxd.web.app import make_app
 

@@ -28,8 +28,8 @@ from boxd.errors import BoxError, Problem, die
 from boxd.ids import check_task_id
 from boxd.manager import pairing, vault, workspaces
 from boxd.manager.tokens import token_role
+from boxd.reading.strict_json import loads
 from boxd.settings import Settings, change_settings
-from boxd.strict_json import loads
 from boxd.task_request import parse_task_request
 from boxd.token_limits import parse_limits
 from boxd.web.app import make_app

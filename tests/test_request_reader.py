@@ -1,5 +1,5 @@
-"""The broker reads its request bodies without pydantic (boxd.json_reader): what it accepts and
-refuses, and the words of each refusal, are what the pydantic models said before
+"""The broker reads its request bodies without pydantic (boxd.reading.json_reader): what it accepts
+and refuses, and the words of each refusal, are what the pydantic models said before
 (tests/old_request_models.py, kept as the oracle), field by field and for generated garbage."""
 
 import json
@@ -276,7 +276,7 @@ ASKS = [
 
 @pytest.mark.parametrize("body", ASKS)
 def test_the_managers_question_reads_an_ask_as_the_broker_does(body: dict[str, Any]) -> None:
-    # One rule, two readers: the broker's (boxd.json_reader) and the manager's record of it
+    # One rule, two readers: the broker's (boxd.reading.json_reader) and the manager's record of it
     # (boxd.broker_wire.Question, pydantic, built on the same checks).
     raw = json.dumps(body).encode()
     broker = _outcome(lambda raw: AskRequest.read(raw).json(), raw)

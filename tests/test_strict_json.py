@@ -7,9 +7,9 @@ import pytest
 from boxd.approval_record import Answer
 from boxd.errors import BoxError, Problem
 from boxd.plain_errors import parse
+from boxd.reading.strict_json import MAX_BODY, MAX_INTEGER, loads
 from boxd.settings import Settings
 from boxd.step import Step
-from boxd.strict_json import MAX_BODY, MAX_INTEGER, loads
 from boxd.task_request import parse_task_request
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from boxd.apps.wire import too_large
-from boxd.caps import MAX_DATA
 from boxd.full_disk import is_full
+from boxd.reading.caps import MAX_DATA
+from boxd.reading.strict_json import size
 from boxd.secret_names import belongs_to
-from boxd.strict_json import size
 
 if TYPE_CHECKING:
     from boxd.sdk import App, Tool

@@ -24,10 +24,10 @@ from boxd.approval import ApprovalState, key
 from boxd.broker.app_link import Apps
 from boxd.broker.budget import why_ask
 from boxd.broker.manager_link import Manager, Waiter
-from boxd.canonical_json import input_hash
-from boxd.caps import MAX_LABEL, data, text
 from boxd.errors import Problem, die
-from boxd.json_reader import body as json_body
+from boxd.reading.canonical_json import input_hash
+from boxd.reading.caps import MAX_LABEL, data, text
+from boxd.reading.json_reader import body as json_body
 
 log = logging.getLogger(__name__)
 

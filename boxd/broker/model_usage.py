@@ -16,8 +16,8 @@ have cost (boxd.broker.model_gateway).
 import json
 from typing import Any
 
-from boxd.caps import MAX_TOKENS
 from boxd.pricing import Tokens
+from boxd.reading.caps import MAX_TOKENS
 
 # Anthropic's names for the counts, and ours (boxd.pricing.Tokens).
 _COUNTS = {

@@ -108,8 +108,8 @@ from boxd.manager.worker_unit import (
 from boxd.manager.workspaces import PERSONAL, SHARED, Workspaces
 from boxd.model_key import KEY_REFUSED, missing_key
 from boxd.paths import task_dir, task_manifest, task_own_home, task_work_dir, workspaces_dir
+from boxd.reading.strict_json import loads
 from boxd.settings import NetworkDefault, Settings, change_settings
-from boxd.strict_json import loads
 from boxd.task import Review, Task, TaskState
 from boxd.task_request import TaskRequest, Worker, parse_task_request
 from boxd.token_limits import DEFAULT, TokenLimits, check_task, holder, parse_limits

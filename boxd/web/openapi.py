@@ -17,8 +17,8 @@ from boxd.caller import LINK_USED, OWNER_ONLY
 from boxd.full_disk import NO_ROOM_TO_START
 from boxd.owner_requests import NewPairing, NewToken, SecretValue, SettingsChanges
 from boxd.pairing_request import PairRequest
+from boxd.reading.strict_json import TOO_LARGE
 from boxd.settings import Settings
-from boxd.strict_json import TOO_LARGE
 from boxd.task import Task
 from boxd.task_diff import TaskDiff
 from boxd.task_request import TaskRequest

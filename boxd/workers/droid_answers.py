@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from boxd.approval import MAX_QUESTION
-from boxd.canonical_json import input_hash
+from boxd.reading.canonical_json import input_hash
 from boxd.workers.droid_rpc import PermissionRequest, Question, ToolUse
 
 CANCEL = "cancel"

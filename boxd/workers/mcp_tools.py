@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from boxd.canonical_json import input_hash
+from boxd.reading.canonical_json import input_hash
 from boxd.workers.unix_http import BROKER_FAILURES
 
 ASK = "box_ask"

@@ -5,8 +5,9 @@ The caps of a task request (title, prompt, hosts, files, ...) are start-a-task.t
 task_request.py; a key and a question are approval.py's.
 
 Each check takes a value and returns it, or raises BoxError in a sentence that names the field:
-the broker's requests are read with them as they are (boxd.json_reader), the manager's records
-with them as pydantic validators (boxd.plain_errors.checked), so a broker imports no pydantic.
+the broker's requests are read with them as they are (boxd.reading.json_reader), the manager's
+records with them as pydantic validators (boxd.plain_errors.checked), so a broker imports no
+pydantic.
 """
 
 import math
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from boxd.errors import Problem, die
-from boxd.strict_json import size
+from boxd.reading.strict_json import size
 
 # One cost, one tool call's cost, one question's cost: $10,000,000. Far above any budget
 # (at most 100,000 cents), and small enough that no sum of them ever stops being a number.

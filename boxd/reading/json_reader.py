@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
 from boxd.errors import Problem, die
-from boxd.strict_json import loads, where
+from boxd.reading.strict_json import loads, where
 
 T = TypeVar("T")
 Check = Callable[[Any], T]
