@@ -114,9 +114,9 @@ def serve_origin() -> None:
 
 
 async def serve_egress() -> None:
-    from boxd.broker.address_screen import never_reached
     from boxd.broker.egress import Egress, IPAddress
     from boxd.broker.own_addresses import RecentOwnAddresses
+    from boxd.net.address_screen import never_reached
 
     loopback = ipaddress.IPv4Address("127.0.0.1")
 

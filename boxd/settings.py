@@ -17,9 +17,9 @@ from pydantic import (
     field_validator,
 )
 
-from boxd.broker.address_screen import never_reached
 from boxd.errors import BoxError
-from boxd.hosts import check_hosts
+from boxd.net.address_screen import never_reached
+from boxd.net.hosts import check_hosts
 from boxd.plain_errors import invalid, plain
 from boxd.task_request import MAX_PATH, budget_cents
 

@@ -19,7 +19,7 @@ from pydantic import (
 
 from boxd.claude_models import resolve_model
 from boxd.errors import BoxError
-from boxd.hosts import check_hosts
+from boxd.net.hosts import check_hosts
 from boxd.plain_errors import invalid, plain
 from boxd.reading.caps import MAX_LABEL, MAX_TOOLS
 from boxd.reading.strict_json import loads
@@ -42,7 +42,7 @@ class Autonomy(StrEnum):
 
 
 def checked_hosts(value: object) -> list[str]:
-    """Host rules in their canonical forms, or a validator's error in boxd.hosts' words."""
+    """Host rules in their canonical forms, or a validator's error in boxd.net.hosts' words."""
     try:
         return check_hosts(value)
     except BoxError as error:

@@ -12,8 +12,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictStr
 
-from boxd.broker.host_rules import Rule, parse_rule
 from boxd.errors import Problem, die
+from boxd.net.host_rules import Rule, parse_rule
 from boxd.plain_errors import parse, plain
 from boxd.reading.caps import MAX_LABEL, MAX_TOOLS
 from boxd.task_request import MAX_WORKSPACE, TaskRequest, budget_cents, checked_hosts

@@ -1,7 +1,7 @@
 import pytest
 
 from boxd.broker.egress import task_hosts
-from boxd.broker.proxy_environment import proxy_environment
+from boxd.net.proxy_environment import proxy_environment
 from boxd.task import Task, TaskState
 from boxd.task_request import Autonomy, DroidOptions
 

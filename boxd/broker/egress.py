@@ -12,14 +12,14 @@ import socket
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from boxd.broker.address_screen import AddressCheck, never_reached
 from boxd.broker.egress_dial import Dialer, Refusal, Resolver
-from boxd.broker.egress_target import IPAddress
-from boxd.broker.host_rules import HostRules
 from boxd.broker.http_proxy import HttpProxy
 from boxd.broker.pipe import tcp_socket
 from boxd.broker.socks5 import Socks5Proxy
 from boxd.connection_limits import EGRESS_CONNECTIONS, LISTEN_BACKLOG, TURNED_AWAY
+from boxd.net.address_screen import AddressCheck, never_reached
+from boxd.net.egress_target import IPAddress
+from boxd.net.host_rules import HostRules
 
 __all__ = ["Egress", "IPAddress", "Refusal", "Resolver", "task_hosts"]
 
@@ -41,7 +41,7 @@ Busy = Callable[[socket.socket, int], Coroutine[Any, Any, None]]
 
 
 class Egress:
-    """The task's egress proxies. `hosts` are rules in boxd.hosts' forms; a bad one raises
+    """The task's egress proxies. `hosts` are rules in boxd.net.hosts' forms; a bad one raises
     BoxError in its plain words.
 
     `address_check` says which addresses no task reaches; tests relax it to reach their own

@@ -12,17 +12,17 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 
-from boxd.broker.address_screen import (
+from boxd.broker.connect import connect
+from boxd.broker.own_addresses import RecentOwnAddresses
+from boxd.broker.pipe import tcp_socket
+from boxd.net.address_screen import (
     AddressCheck,
     never_reached,
     own_address_refusal,
     private_network,
 )
-from boxd.broker.connect import connect
-from boxd.broker.egress_target import IPAddress, Target, make_target
-from boxd.broker.host_rules import HostRules
-from boxd.broker.own_addresses import RecentOwnAddresses
-from boxd.broker.pipe import tcp_socket
+from boxd.net.egress_target import IPAddress, Target, make_target
+from boxd.net.host_rules import HostRules
 
 # (name, port) -> the addresses to try, in order.
 Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]

@@ -17,15 +17,15 @@ import socket
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from boxd.broker.address_screen import (
+from boxd.broker.egress_dial import RecentAnswers, system_resolver
+from boxd.broker.own_addresses import RecentOwnAddresses
+from boxd.net.address_screen import (
     LISTED,
     never_reached,
     own_address_refusal,
     private_network,
 )
-from boxd.broker.egress_dial import RecentAnswers, system_resolver
-from boxd.broker.egress_target import IPAddress
-from boxd.broker.own_addresses import RecentOwnAddresses
+from boxd.net.egress_target import IPAddress
 
 LOCALHOST = "localhost"
 

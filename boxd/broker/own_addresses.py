@@ -11,7 +11,7 @@ import ipaddress
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from boxd.broker.egress_target import IPAddress
+from boxd.net.egress_target import IPAddress
 
 FIB_TRIE = Path("/proc/net/fib_trie")
 IF_INET6 = Path("/proc/net/if_inet6")

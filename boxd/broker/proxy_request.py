@@ -9,9 +9,9 @@ import asyncio
 import re
 from dataclasses import dataclass
 
-from boxd.broker.egress_target import BadTarget, Target, parse_authority
 from boxd.broker.socket_reader import SocketReader
 from boxd.connection_limits import HEAD_SECONDS
+from boxd.net.egress_target import BadTarget, Target, parse_authority
 
 MAX_HEAD = 64 * 1024
 _METHOD = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")

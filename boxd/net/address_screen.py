@@ -28,7 +28,7 @@ import functools
 import ipaddress
 from collections.abc import Callable
 
-from boxd.broker.egress_target import IPAddress
+from boxd.net.egress_target import IPAddress
 
 # Why an address is refused, or None when it may be reached. The reason reads after the
 # address, "127.0.0.1 is <reason>" or "example.com resolves to 127.0.0.1, <reason>", so it

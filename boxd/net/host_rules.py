@@ -1,6 +1,6 @@
 """Whether a task's hosts let it reach a target, and if not, why not in plain words.
 
-The rules are the canonical forms of boxd.hosts: `example.com` (any port), `example.com:8080`
+The rules are the canonical forms of boxd.net.hosts: `example.com` (any port), `example.com:8080`
 (that port only), `*.example.com` (its subdomains, never example.com itself), and IP addresses,
 `93.184.216.34` or `[2001:db8::1]:443`. An address is reached only when a rule names that
 address: a name never stands for the addresses it resolves to, nor the other way round.
@@ -9,8 +9,8 @@ address: a name never stands for the addresses it resolves to, nor the other way
 import ipaddress
 from dataclasses import dataclass
 
-from boxd.broker.egress_target import IPAddress, Target
-from boxd.hosts import check_host
+from boxd.net.egress_target import IPAddress, Target
+from boxd.net.hosts import check_host
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def _split_port(text: str) -> tuple[str, int | None]:
 
 
 def parse_rule(raw: str) -> Rule:
-    """One rule, checked by boxd.hosts first, so a bad rule fails with its plain words."""
+    """One rule, checked by boxd.net.hosts first, so a bad rule fails with its plain words."""
     canonical = check_host(raw)
     wildcard = canonical.startswith("*.")
     host, port = _split_port(canonical.removeprefix("*."))

@@ -3,14 +3,14 @@
 A rule is never the box itself (localhost, loopback), a link-local address, a cloud metadata
 service, an address that is not one host's, or a whole top-level domain, whatever the caller
 means by it: those would open the box's own services to the agent. A private address may be
-listed: it is the owner's choice (boxd.broker.address_screen).
+listed: it is the owner's choice (boxd.net.address_screen).
 """
 
 import ipaddress
 import re
 
-from boxd.broker.address_screen import never_reached
 from boxd.errors import Problem, die
+from boxd.net.address_screen import never_reached
 
 MAX_HOSTS = 50
 _LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 # Underscores are not legal in host names but real ones have them; they cannot reach a rule,
-# which boxd.hosts keeps to letters, digits and hyphens, except through a wildcard.
+# which boxd.net.hosts keeps to letters, digits and hyphens, except through a wildcard.
 _LABEL = re.compile(r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?")
 MAX_NAME = 253
 
