@@ -58,14 +58,19 @@ imported = time.perf_counter()
 memory = private_kib()
 dirty = private_kib(("Private_Dirty:",))
 
-from boxd.approval import AskRequest
 from boxd.broker.calls import CallRequest
+try:
+    from boxd.wire.approval import AskRequest
+    from boxd.wire.step import Step
+except ImportError:
+    # A checkout from before boxd's shared modules had folders (--against one).
+    from boxd.approval import AskRequest
+    from boxd.step import Step
 try:
     from boxd.apps.registry import find_tool
 except ImportError:
     # A broker that looks up no tool: its app's runner does (boxd/apps/runner.py).
     find_tool = None
-from boxd.step import Step
 
 STEP = b'{"text": "read the files", "data": {"n": 1}}'
 ASK = b'{"question": "May I?", "key": "k1", "costCents": 5}'

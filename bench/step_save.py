@@ -25,9 +25,15 @@ def measure(steps: int) -> None:
     """In this checkout: one line per prompt length."""
     import sqlite3
 
-    from boxd.event import EventKind
     from boxd.manager.store import _SCHEMA, Ledger
-    from boxd.task import Task, TaskState
+
+    try:
+        from boxd.wire.event import EventKind
+        from boxd.wire.models.task import Task, TaskState
+    except ModuleNotFoundError:
+        # A checkout from before boxd's shared modules had folders (--against one).
+        from boxd.event import EventKind  # type: ignore[import-not-found,no-redef]
+        from boxd.task import Task, TaskState  # type: ignore[import-not-found,no-redef]
 
     with tempfile.TemporaryDirectory(prefix="bench-step-save-") as scratch:
         for length in PROMPTS:

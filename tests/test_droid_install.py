@@ -18,7 +18,7 @@ from boxd.manager.droid_install import (
     sort_queue,
 )
 from boxd.manager.systemd import CLD_EXITED, CLD_KILLED, SystemdError, UnitStatus
-from boxd.task import Task
+from boxd.wire.models.task import Task
 from tests.test_store import a_task
 
 PENDING = UnitStatus("inactive", "dead", "success", 0, 0, job_pending=True)

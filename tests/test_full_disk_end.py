@@ -19,7 +19,7 @@ from boxd.manager.layers import THROWN_AWAY
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd
 from boxd.paths import task_dir, task_own_home
-from boxd.task import Task, TaskState
+from boxd.wire.models.task import Task, TaskState
 from tests.test_store import a_task
 
 TASK = "t000000001"

@@ -16,9 +16,9 @@ from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from boxd.approval import MAX_KEY
 from boxd.broker.app import make_broker
 from boxd.reading.canonical_json import input_hash
+from boxd.wire.approval import MAX_KEY
 from boxd.workers.mcp import lines
 from boxd.workers.mcp_tools import KEY_TOOL_CHARS, ask_key, call_key
 from boxd.workers.unix_http import MAX_ANSWER

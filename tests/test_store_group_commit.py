@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from boxd.errors import BoxError, Problem
-from boxd.event import EventKind
-from boxd.event_record import Event
 from boxd.manager.store import RECORD_FULL, Ledger, Store
+from boxd.wire.event import EventKind
+from boxd.wire.models.event_record import Event
 from tests.test_store import a_task
 
 HOLD_SECONDS = 10.0

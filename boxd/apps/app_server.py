@@ -162,9 +162,9 @@ def make_runner(name: str) -> Runner:
 
 
 async def run(name: str) -> None:
-    from boxd.secret_names import is_app_name
     from boxd.socket_activation import passed_sockets
     from boxd.stopping import until_stopped
+    from boxd.wire.secret_names import is_app_name
 
     if not is_app_name(name):
         raise SystemExit(f"boxd app: {name!r} is not an app's name")

@@ -17,7 +17,7 @@ from boxd.apps.wire import too_large
 from boxd.full_disk import is_full
 from boxd.reading.caps import MAX_DATA
 from boxd.reading.strict_json import size
-from boxd.secret_names import belongs_to
+from boxd.wire.secret_names import belongs_to
 
 if TYPE_CHECKING:
     from boxd.sdk import App, Tool
@@ -126,7 +126,7 @@ class Runner:
         # Loaded with the app, whose input models are pydantic's.
         from pydantic import ValidationError
 
-        from boxd.plain_errors import describe
+        from boxd.wire.models.plain_errors import describe
 
         try:
             return tool.input.model_validate(given if given is not None else {})

@@ -4,7 +4,6 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from boxd.approval import ApprovalState, AskRequest
 from boxd.broker.app_link import Apps
 from boxd.broker.calls import Calls
 from boxd.broker.http_request import Request
@@ -13,10 +12,11 @@ from boxd.broker.manager_link import Manager, Waiter
 from boxd.dbus.client import pages
 from boxd.errors import BoxError, Problem
 from boxd.json_pages import pieces
-from boxd.pricing import Tokens, price_cents
 from boxd.reading.caps import MAX_LABEL, cents_of, text
 from boxd.reading.json_reader import body
-from boxd.step import Step
+from boxd.wire.approval import ApprovalState, AskRequest
+from boxd.wire.pricing import Tokens, price_cents
+from boxd.wire.step import Step
 
 _what = text("what", MAX_LABEL)
 

@@ -17,7 +17,7 @@ from boxd.apps.wire import MAX_LINE, SOCKETS, line, socket_path, too_large
 from boxd.errors import Problem, die
 from boxd.reading.caps import MAX_DATA, MAX_ERROR
 from boxd.reading.strict_json import size
-from boxd.secret_names import is_app_name
+from boxd.wire.secret_names import is_app_name
 
 
 class AppAway(Exception):

@@ -28,9 +28,9 @@ from boxd.broker.refusal_log import RefusalLog
 from boxd.connection_limits import BROKER_CONNECTIONS, Bounds
 from boxd.dbus.client import connect_system_bus
 from boxd.errors import BoxError, Problem
-from boxd.ids import check_task_id
 from boxd.socket_activation import Door, passed_sockets
 from boxd.stopping import until_stopped
+from boxd.wire.ids import check_task_id
 
 if TYPE_CHECKING:
     from boxd.broker.egress import Egress

@@ -6,7 +6,7 @@ For each `POST /v1/messages` it:
 - reads the body with bounded memory and checks it against the allowlists of what a client model
   request needs (boxd.broker.model_request, model_allowlist): refused in words that name what;
 - drops whatever key or authorization the worker sent and adds the vault's model key
-  (boxd.model_key), which only the broker can read;
+  (boxd.wire.model_key), which only the broker can read;
 - runs the request on the task's model, whatever model it names;
 - reserves the request's worst case with the manager before it goes (`BeginModelRequest`: an
   estimate of its input plus `max_tokens` at the output price, counted with every other request
@@ -45,7 +45,6 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import web
 
-from boxd.approval import ApprovalState
 from boxd.broker.credentials import read_secrets
 from boxd.broker.manager_link import Manager, Waiter
 from boxd.broker.model_allowlist import Refused
@@ -60,8 +59,9 @@ from boxd.broker.model_usage import JsonUsage, StreamUsage
 from boxd.connection_guard import Guard
 from boxd.connection_limits import MODEL_GATEWAY_CONNECTIONS, Bounds
 from boxd.errors import BoxError, Problem
-from boxd.model_key import ANTHROPIC_KEY, KEY_NAMES, KEY_REFUSED
-from boxd.pricing import price_of
+from boxd.wire.approval import ApprovalState
+from boxd.wire.model_key import ANTHROPIC_KEY, KEY_NAMES, KEY_REFUSED
+from boxd.wire.pricing import price_of
 
 log = logging.getLogger(__name__)
 

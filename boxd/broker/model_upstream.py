@@ -1,10 +1,10 @@
 """Where the model gateway may send a request, and the model key with it.
 
-Settings `modelBaseUrl` is https (or http to this machine's loopback: boxd.settings), and the
-address its host resolves to is screened as a task's egress screens one (boxd.broker.
-address_screen), each time a connection is made: never a link-local neighbour, a cloud's metadata
-service, a multicast or reserved address, nor this box's own addresses; a private network's
-address only where the URL names that address itself; loopback only where the URL names
+Settings `modelBaseUrl` is https (or http to this machine's loopback: boxd.wire.models.settings),
+and the address its host resolves to is screened as a task's egress screens one
+(boxd.net.address_screen), each time a connection is made: never a link-local neighbour, a
+cloud's metadata service, a multicast or reserved address, nor this box's own addresses; a private
+network's address only where the URL names that address itself; loopback only where the URL names
 loopback (`localhost`, 127.0.0.1, [::1]: a proxy the owner runs on this machine). So a name whose
 DNS answer changes (rebinding) cannot carry the key to a host the owner never named.
 

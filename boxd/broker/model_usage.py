@@ -16,10 +16,10 @@ have cost (boxd.broker.model_gateway).
 import json
 from typing import Any
 
-from boxd.pricing import Tokens
 from boxd.reading.caps import MAX_TOKENS
+from boxd.wire.pricing import Tokens
 
-# Anthropic's names for the counts, and ours (boxd.pricing.Tokens).
+# Anthropic's names for the counts, and ours (boxd.wire.pricing.Tokens).
 _COUNTS = {
     "input_tokens": "input",
     "output_tokens": "output",
@@ -47,7 +47,7 @@ class Usage:
         self.final = False
 
     def counts(self) -> dict[str, int]:
-        """The counts seen so far, by boxd.pricing.Tokens' names."""
+        """The counts seen so far, by boxd.wire.pricing.Tokens' names."""
         return dict(self._counts)
 
     def since(self, logged: dict[str, int]) -> dict[str, int]:

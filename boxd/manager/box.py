@@ -17,14 +17,9 @@ from typing import Any, TypeVar
 from dbus_fast import Variant
 from dbus_fast.aio import MessageBus
 
-from boxd.approval import TASK_ENDED, ApprovalState
-from boxd.caller import OWNER_ONLY, Caller, Role
-from boxd.claude_models import DEFAULT_MODEL, resolve_model
 from boxd.dbus import interface as api
 from boxd.errors import BoxError, Problem, die
-from boxd.event import EventKind
 from boxd.full_disk import NO_ROOM_TO_START, is_full
-from boxd.ids import new_task_id, task_user
 from boxd.manager import at_rest, disk_quota, netns, task_home
 from boxd.manager.admission import next_to_start
 from boxd.manager.app_runners import AppRunners
@@ -106,13 +101,18 @@ from boxd.manager.worker_unit import (
     worker_unit,
 )
 from boxd.manager.workspaces import PERSONAL, SHARED, Workspaces
-from boxd.model_key import KEY_REFUSED, missing_key
 from boxd.paths import task_dir, task_manifest, task_own_home, task_work_dir, workspaces_dir
 from boxd.reading.strict_json import loads
-from boxd.settings import NetworkDefault, Settings, change_settings
-from boxd.task import Review, Task, TaskState
-from boxd.task_request import TaskRequest, Worker, parse_task_request
-from boxd.token_limits import DEFAULT, TokenLimits, check_task, holder, parse_limits
+from boxd.wire.approval import TASK_ENDED, ApprovalState
+from boxd.wire.caller import OWNER_ONLY, Caller, Role
+from boxd.wire.claude_models import DEFAULT_MODEL, resolve_model
+from boxd.wire.event import EventKind
+from boxd.wire.ids import new_task_id, task_user
+from boxd.wire.model_key import KEY_REFUSED, missing_key
+from boxd.wire.models.settings import NetworkDefault, Settings, change_settings
+from boxd.wire.models.task import Review, Task, TaskState
+from boxd.wire.models.task_request import TaskRequest, Worker, parse_task_request
+from boxd.wire.models.token_limits import DEFAULT, TokenLimits, check_task, holder, parse_limits
 from boxd.workers.ahead import WAKES
 
 PHONE = "phone:"

@@ -17,8 +17,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 
-from boxd.ids import is_task_id, new_task_id
 from boxd.manager.users import FIRST_UID, LAST_UID
+from boxd.wire.ids import is_task_id, new_task_id
 
 log = logging.getLogger(__name__)
 

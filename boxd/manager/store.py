@@ -33,18 +33,18 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
-from boxd.approval import ApprovalState
-from boxd.approval_record import Approval
 from boxd.errors import BoxError, Problem, die
-from boxd.event_record import Event
 from boxd.full_disk import is_full
-from boxd.ids import is_task_id
 from boxd.manager import at_rest, journal
 from boxd.manager.damaged import DAMAGED_STEP, salvage
 from boxd.manager.disk import give_up_reserve, make_reserve, reserve_path
 from boxd.manager.tokens import TokenRecord
-from boxd.settings import Settings
-from boxd.task import Task, TaskState
+from boxd.wire.approval import ApprovalState
+from boxd.wire.ids import is_task_id
+from boxd.wire.models.approval_record import Approval
+from boxd.wire.models.event_record import Event
+from boxd.wire.models.settings import Settings
+from boxd.wire.models.task import Task, TaskState
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

@@ -6,8 +6,8 @@ task_request.py; a key and a question are approval.py's.
 
 Each check takes a value and returns it, or raises BoxError in a sentence that names the field:
 the broker's requests are read with them as they are (boxd.reading.json_reader), the manager's
-records with them as pydantic validators (boxd.plain_errors.checked), so a broker imports no
-pydantic.
+records with them as pydantic validators (boxd.wire.models.plain_errors.checked), so a broker
+imports no pydantic.
 """
 
 import math

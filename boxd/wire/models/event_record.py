@@ -1,7 +1,7 @@
 """A log event as the store keeps it and the task object's Event signal carries it.
 
-The manager's model, kept apart from boxd.event, whose kinds a task's broker needs (it waits for
-approval events) without building this.
+The manager's model, kept apart from boxd.wire.event, whose kinds a task's broker needs (it waits
+for approval events) without building this.
 """
 
 from typing import Any

@@ -2,8 +2,8 @@
 again with the same key finds the same approval, also after a restart.
 
 A task's broker imports this with every start: the record of an approval and the owner's answer,
-which only the manager and the gateway read, are boxd.approval_record's; the manager's question
-(boxd.broker_wire.Question) is this module's checks as pydantic validators.
+which only the manager and the gateway read, are boxd.wire.models.approval_record's; the manager's
+question (boxd.wire.models.broker_calls.Question) is this module's checks as pydantic validators.
 """
 
 from dataclasses import dataclass

@@ -1,6 +1,6 @@
 """An approval as the box records and shows it, and the owner's answer to one.
 
-The manager's and the gateway's models, kept apart from boxd.approval: a task's broker, which
+The manager's and the gateway's models, kept apart from boxd.wire.approval: a task's broker, which
 starts with every task, needs only the question's model and the states, and does not build these.
 """
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, StrictBool
 
-from boxd.approval import ApprovalState
+from boxd.wire.approval import ApprovalState
 
 
 class Approval(BaseModel):
@@ -22,8 +22,8 @@ class Approval(BaseModel):
     costCents: float | None = None
     payee: str | None = None
     purpose: str | None = None
-    # For a call: its tool, the sha256 of its validated input (boxd.key_use) and costCents, so
-    # the owner's yes approves that call and no other.
+    # For a call: its tool, the sha256 of its validated input (boxd.wire.models.key_use) and
+    # costCents, so the owner's yes approves that call and no other.
     tool: str | None = None
     inputHash: str | None = None
     # For a model request the gateway holds until the owner answers: the model it runs on, with

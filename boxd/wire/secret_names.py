@@ -3,7 +3,7 @@ the credentials directory of the one process that gets it.
 
 A secret belongs to an app or to the box. `<app>.<name>` is app <app>'s (`mail.password` is the
 mail app's): only that app's tools may declare it, and only that app's runner is handed it. The
-model keys (boxd.model_key) are the box's: they go to the model gateway and never to a tool.
+model keys (boxd.wire.model_key) are the box's: they go to the model gateway and never to a tool.
 A name that is neither (the vault let any name in before) belongs to no one and reaches no one.
 
 Shared by the manager, which writes them, the apps' runners, which read theirs, and the broker,
@@ -12,7 +12,7 @@ which reads the box's.
 
 import re
 
-from boxd.model_key import KEY_NAMES
+from boxd.wire.model_key import KEY_NAMES
 
 SECRET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 # An app's name: the instance of its units (box-app@<app>), the user its tools run as

@@ -1,13 +1,15 @@
-"""The bodies of the owner's settings, vault, pairing and token routes (`PATCH /api/settings`,
-`PUT /api/vault/{name}`, `POST /api/pairings`, `POST /api/tokens`). The manager checks what they
-say, in the same words for every door; these check only their shape."""
+"""The bodies of the owner's settings, vault, pairing, token and workspace routes (`PATCH
+/api/settings`, `PUT /api/vault/{name}`, `POST /api/pairings`, `POST /api/tokens`, `POST
+/api/workspaces`), and the one a device sends to trade its pairing code for a token of its own
+(`POST /api/pair`). The manager checks what they say, in the same words for every door; these
+check only their shape."""
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, StrictStr
 
-from boxd.settings import Settings
-from boxd.token_limits import TokenLimits
+from boxd.wire.models.settings import Settings
+from boxd.wire.models.token_limits import TokenLimits
 
 
 class SettingsChanges(RootModel[dict[str, Any]]):
@@ -33,6 +35,12 @@ class NewPairing(BaseModel):
     name: StrictStr = Field(description="The device's name: its tasks' source is phone:<name>")
 
 
+class PairRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    code: Annotated[StrictStr, Field(max_length=100, description="The code boxctl pair showed")]
+
+
 class NewToken(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -46,3 +54,9 @@ class NewToken(BaseModel):
     def limits_json(self) -> str:
         """The limits as the manager reads them: only the fields the owner named."""
         return "" if self.limits is None else self.limits.model_dump_json(exclude_unset=True)
+
+
+class NewWorkspace(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: StrictStr

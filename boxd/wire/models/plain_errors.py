@@ -19,7 +19,7 @@ def plain(message: str) -> PydanticCustomError:
 
 
 def checked(check: Callable[[Any], Any]) -> BeforeValidator:
-    """A plain check (boxd.reading.caps, boxd.approval: a BoxError in a sentence that names the
+    """A plain check (boxd.reading.caps, boxd.wire.approval: a BoxError in a sentence that names the
     field) as a pydantic validator, for the manager's records: pydantic then reports its refusal in
     field order among the others', as the broker's reader (boxd.reading.json_reader) does."""
 

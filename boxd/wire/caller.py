@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     # Not at run time: brokers import this module, and import no pydantic.
-    from boxd.token_limits import TokenLimits
+    from boxd.wire.models.token_limits import TokenLimits
 
 OWNER_ONLY = "only this computer's own screen or the owner's paired device can do this"
 LINK_USED = "this link was used already or is more than a minute old: run boxctl open for a new one"
@@ -50,7 +50,7 @@ class Caller:
     # The owner's paired device, by its name: it acts as the owner, and its tasks' source is
     # phone:<name> whatever they say.
     device: str | None = None
-    # An app's or a member's token: what its tasks may have (boxd.token_limits).
+    # An app's or a member's token: what its tasks may have (boxd.wire.models.token_limits).
     limits: "TokenLimits | None" = None
 
     @property

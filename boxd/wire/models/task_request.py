@@ -17,12 +17,12 @@ from pydantic import (
     model_validator,
 )
 
-from boxd.claude_models import resolve_model
 from boxd.errors import BoxError
 from boxd.net.hosts import check_hosts
-from boxd.plain_errors import invalid, plain
 from boxd.reading.caps import MAX_LABEL, MAX_TOOLS
 from boxd.reading.strict_json import loads
+from boxd.wire.claude_models import resolve_model
+from boxd.wire.models.plain_errors import invalid, plain
 
 MAX_TITLE = 200
 MAX_PROMPT = 100_000

@@ -10,10 +10,9 @@ approval a key asked for.
 from dataclasses import dataclass
 from typing import Any
 
-from boxd.approval_record import Approval
-
 # Named here too, where the broker has always found it.
 from boxd.reading.canonical_json import input_hash as input_hash
+from boxd.wire.models.approval_record import Approval
 
 
 @dataclass(frozen=True)

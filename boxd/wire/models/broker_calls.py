@@ -1,6 +1,7 @@
 """What the broker and the manager say to each other about calls, costs and questions: the
 manager's models of them, whose fields are checked by the same plain checks the broker reads its
-requests with (boxd.reading.caps, boxd.approval), as pydantic validators (plain_errors.checked)."""
+requests with (boxd.reading.caps, boxd.wire.approval), as pydantic validators
+(plain_errors.checked)."""
 
 from typing import Annotated, Any, Literal
 
@@ -14,9 +15,9 @@ from pydantic import (
     StringConstraints,
 )
 
-from boxd import approval
-from boxd.plain_errors import checked
 from boxd.reading.caps import MAX_ERROR, MAX_LABEL, MAX_TOKENS, cents, cents_of, data, text
+from boxd.wire import approval
+from boxd.wire.models.plain_errors import checked
 
 Key = Annotated[str, checked(approval.key)]
 Label = Annotated[str, checked(text("tool", MAX_LABEL))]
@@ -25,7 +26,8 @@ Cents = Annotated[float, checked(cents)]
 
 class CallStart(BaseModel):
     """A call begun: its key, tool, validated input and what the tool says it costs. Its
-    `tool.call` line adds the input's hash (boxd.key_use): the key names this call for good."""
+    `tool.call` line adds the input's hash (boxd.wire.models.key_use): the key names this call for
+    good."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -96,7 +98,7 @@ Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
 class Question(BaseModel):
-    """An /ask (boxd.approval.AskRequest, checked the same), or the OK an over-budget /call
+    """An /ask (boxd.wire.approval.AskRequest, checked the same), or the OK an over-budget /call
     needs (`tool` names the call it is for)."""
 
     model_config = ConfigDict(extra="forbid", validate_default=True)
@@ -135,7 +137,7 @@ class ModelStart(BaseModel):
 
 
 class ModelTokens(BaseModel):
-    """A reply's token counts, as boxd.pricing.Tokens names them."""
+    """A reply's token counts, as boxd.wire.pricing.Tokens names them."""
 
     model_config = ConfigDict(extra="forbid")
 

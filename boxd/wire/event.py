@@ -1,6 +1,7 @@
 """Log events: the durable story of a task, in SQLite and, for reading, in the journal.
 
-Their kinds; an event's model is boxd.event_record's, which a task's broker does not need.
+Their kinds; an event's model is boxd.wire.models.event_record's, which a task's broker does not
+need.
 """
 
 from enum import StrEnum

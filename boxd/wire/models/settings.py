@@ -20,8 +20,8 @@ from pydantic import (
 from boxd.errors import BoxError
 from boxd.net.address_screen import never_reached
 from boxd.net.hosts import check_hosts
-from boxd.plain_errors import invalid, plain
-from boxd.task_request import MAX_PATH, budget_cents
+from boxd.wire.models.plain_errors import invalid, plain
+from boxd.wire.models.task_request import MAX_PATH, budget_cents
 
 MAX_AGENT_FOLDERS = 50
 

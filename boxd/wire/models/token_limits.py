@@ -14,9 +14,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictStr
 
 from boxd.errors import Problem, die
 from boxd.net.host_rules import Rule, parse_rule
-from boxd.plain_errors import parse, plain
 from boxd.reading.caps import MAX_LABEL, MAX_TOOLS
-from boxd.task_request import MAX_WORKSPACE, TaskRequest, budget_cents, checked_hosts
+from boxd.wire.models.plain_errors import parse, plain
+from boxd.wire.models.task_request import MAX_WORKSPACE, TaskRequest, budget_cents, checked_hosts
 
 # Workspaces one token may name.
 MAX_WORKSPACES = 50

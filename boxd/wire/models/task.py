@@ -6,7 +6,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from pydantic.json_schema import SkipJsonSchema
 
-from boxd.task_request import DroidOptions
+from boxd.wire.models.task_request import DroidOptions
 
 
 class TaskState(StrEnum):
