@@ -164,7 +164,7 @@ def test_the_broker_imports_no_model_of_the_manager_nor_the_apps_nor_pydantic() 
         # The installed packages' entry points are read by the manager and the apps' runners.
         "importlib.metadata",
         "boxd.apps.entry_points",
-        # The broker keeps no database: boxd.full_disk's check does not load SQLite.
+        # The broker keeps no database: boxd.errors.is_full does not load SQLite.
         "sqlite3",
         # Its own HTTP server (boxd/broker/http_server.py): aiohttp cost each broker 180 ms to
         # import and 13 MiB; the model gateway imports it on its first connection.

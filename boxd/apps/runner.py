@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from boxd.apps.wire import too_large
-from boxd.full_disk import is_full
+from boxd.errors import is_full
 from boxd.reading.caps import MAX_DATA
 from boxd.reading.strict_json import size
 from boxd.wire.secret_names import belongs_to

@@ -10,8 +10,8 @@ from boxd.broker.http_request import Request
 from boxd.broker.http_server import Answer, Routes, json_answer
 from boxd.broker.manager_link import Manager, Waiter
 from boxd.dbus.client import pages
+from boxd.doors.json_pages import pieces
 from boxd.errors import BoxError, Problem
-from boxd.json_pages import pieces
 from boxd.reading.caps import MAX_LABEL, cents_of, text
 from boxd.reading.json_reader import body
 from boxd.wire.approval import ApprovalState, AskRequest

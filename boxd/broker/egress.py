@@ -16,7 +16,7 @@ from boxd.broker.egress_dial import Dialer, Refusal, Resolver
 from boxd.broker.http_proxy import HttpProxy
 from boxd.broker.pipe import tcp_socket
 from boxd.broker.socks5 import Socks5Proxy
-from boxd.connection_limits import EGRESS_CONNECTIONS, LISTEN_BACKLOG, TURNED_AWAY
+from boxd.doors.connection_limits import EGRESS_CONNECTIONS, LISTEN_BACKLOG, TURNED_AWAY
 from boxd.net.address_screen import AddressCheck, never_reached
 from boxd.net.egress_target import IPAddress
 from boxd.net.host_rules import HostRules
@@ -25,7 +25,7 @@ __all__ = ["Egress", "IPAddress", "Refusal", "Resolver", "task_hosts"]
 
 log = logging.getLogger(__name__)
 
-# Connections open at once through both proxies (boxd/connection_limits.py). Each holds two
+# Connections open at once through both proxies (boxd/doors/connection_limits.py). Each holds two
 # sockets and two kernel pipes (boxd/broker/pipe.py), so a task that opened them without end
 # would wear the broker down.
 MAX_CONNECTIONS = EGRESS_CONNECTIONS

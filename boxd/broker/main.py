@@ -25,11 +25,11 @@ from boxd.broker.http_server import HttpServer
 from boxd.broker.idle import IdleWatch, idle_seconds
 from boxd.broker.manager_link import Manager, ManagerLink, Waiter
 from boxd.broker.refusal_log import RefusalLog
-from boxd.connection_limits import BROKER_CONNECTIONS, Bounds
 from boxd.dbus.client import connect_system_bus
+from boxd.doors.connection_limits import BROKER_CONNECTIONS, Bounds
+from boxd.doors.socket_activation import Door, passed_sockets
+from boxd.doors.stopping import until_stopped
 from boxd.errors import BoxError, Problem
-from boxd.socket_activation import Door, passed_sockets
-from boxd.stopping import until_stopped
 from boxd.wire.ids import check_task_id
 
 if TYPE_CHECKING:

@@ -56,8 +56,8 @@ from boxd.broker.model_request import (
 )
 from boxd.broker.model_upstream import ScreenedResolver, UpstreamRefused
 from boxd.broker.model_usage import JsonUsage, StreamUsage
-from boxd.connection_guard import Guard
-from boxd.connection_limits import MODEL_GATEWAY_CONNECTIONS, Bounds
+from boxd.doors.connection_guard import Guard
+from boxd.doors.connection_limits import MODEL_GATEWAY_CONNECTIONS, Bounds
 from boxd.errors import BoxError, Problem
 from boxd.wire.approval import ApprovalState
 from boxd.wire.model_key import ANTHROPIC_KEY, KEY_NAMES, KEY_REFUSED

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 
 from boxd.broker.socket_reader import SocketReader
-from boxd.connection_limits import HEAD_SECONDS
+from boxd.doors.connection_limits import HEAD_SECONDS
 from boxd.net.egress_target import BadTarget, Target, parse_authority
 
 MAX_HEAD = 64 * 1024

@@ -16,9 +16,9 @@ import struct
 from boxd.broker.egress_dial import Dialer, Refusal, Refused, Unreachable
 from boxd.broker.pipe import FirstWords, pipe
 from boxd.broker.socket_reader import SocketReader
-from boxd.connection_limits import HEAD_SECONDS
+from boxd.doors.connection_limits import HEAD_SECONDS
+from boxd.doors.paced_log import PacedLog
 from boxd.net.egress_target import MAX_NAME, Target, make_target
-from boxd.paced_log import PacedLog
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,7 @@ from dbus_fast import Variant
 from dbus_fast.aio import MessageBus
 
 from boxd.dbus import interface as api
-from boxd.errors import BoxError, Problem, die
-from boxd.full_disk import NO_ROOM_TO_START, is_full
+from boxd.errors import NO_ROOM_TO_START, BoxError, Problem, die, is_full
 from boxd.manager import at_rest, disk_quota, netns, task_home
 from boxd.manager.admission import next_to_start
 from boxd.manager.app_runners import AppRunners

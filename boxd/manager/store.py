@@ -33,8 +33,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
-from boxd.errors import BoxError, Problem, die
-from boxd.full_disk import is_full
+from boxd.errors import BoxError, Problem, die, is_full
 from boxd.manager import at_rest, journal
 from boxd.manager.damaged import DAMAGED_STEP, salvage
 from boxd.manager.disk import give_up_reserve, make_reserve, reserve_path

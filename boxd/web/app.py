@@ -7,8 +7,8 @@ from typing import Any
 from aiohttp import web
 
 from boxd.dbus.client import GatewayClient, connect_system_bus, pages
+from boxd.doors.json_errors import MAX_BODY, json_errors
 from boxd.errors import Problem, die
-from boxd.json_errors import MAX_BODY, json_errors
 from boxd.web.event_stream import EVENTS_PATH, Timing, serve_events
 from boxd.web.host_check import only_own_names
 from boxd.web.json_stream import stream

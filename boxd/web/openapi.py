@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from boxd.full_disk import NO_ROOM_TO_START
+from boxd.errors import NO_ROOM_TO_START
 from boxd.reading.strict_json import TOO_LARGE
 from boxd.web.event_stream import EVENTS_PATH, HEARTBEAT_SECONDS
 from boxd.web.host_check import OTHER_ORIGIN

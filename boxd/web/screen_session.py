@@ -19,8 +19,8 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from boxd.dbus.client import GatewayClient
+from boxd.doors.json_errors import Handler
 from boxd.errors import BoxError, Problem, die
-from boxd.json_errors import Handler
 from boxd.wire.caller import LINK_USED, SCREEN_SESSION_PREFIX, SCREEN_SESSION_SECONDS
 from boxd.wire.models.plain_errors import parse
 

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import http_exceptions, web
 from aiohttp.web_protocol import RequestPayloadError
 
-from boxd import http_refusals
+from boxd.doors import http_refusals
 from boxd.errors import BoxError
 from boxd.reading.strict_json import MAX_BODY, TOO_LARGE
 
@@ -22,7 +22,8 @@ def json_errors(
     status_of: Callable[[BoxError], int], routes: str
 ) -> Callable[..., Awaitable[web.StreamResponse]]:
     """`routes` tells a caller who asked for something unknown what there is. What aiohttp's
-    parser refuses before any middleware is answered in the same shape (boxd/http_refusals)."""
+    parser refuses before any middleware is answered in the same shape
+    (boxd/doors/http_refusals.py)."""
     http_refusals.install()
 
     async def answer(request: web.Request, handler: Handler) -> web.StreamResponse:

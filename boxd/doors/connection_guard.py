@@ -1,5 +1,5 @@
 """Serving an aiohttp app on listening sockets with slow and silent clients bounded in time and
-in number (the bounds: boxd/connection_limits.py).
+in number (the bounds: boxd/doors/connection_limits.py).
 
 aiohttp alone does not do it. Its keep-alive timer closes a connection that never sends a
 head (in its recent versions), but nothing times a body that never finishes, nor an answer its
@@ -20,11 +20,11 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestHandler
 
-from boxd.connection_limits import LISTEN_BACKLOG, Bounds, body_words, busy_words
-from boxd.door_cap import Cap, Dropped
-from boxd.json_errors import error
-from boxd.socket_activation import passed_sockets
-from boxd.stopping import until_stopped
+from boxd.doors.connection_limits import LISTEN_BACKLOG, Bounds, body_words, busy_words
+from boxd.doors.door_cap import Cap, Dropped
+from boxd.doors.json_errors import error
+from boxd.doors.socket_activation import passed_sockets
+from boxd.doors.stopping import until_stopped
 
 log = logging.getLogger(__name__)
 

@@ -63,7 +63,7 @@ def _handle_error(
 ) -> StreamResponse:
     if isinstance(exc, ConnectionResetError) and request.writer.output_size > 0:
         # An answer under way whose connection broke: its client hung up, or it was cut off on
-        # purpose (boxd.json_pages). No fault of the server's, and nothing more can be sent.
+        # purpose (boxd.doors.json_pages). No fault of the server's, and nothing more can be sent.
         self.log_debug("an answer under way was cut off: %r", exc)
         raise ConnectionError("the answer was cut off, so no error can be sent on it")
     if 400 <= status < 500:

@@ -1,6 +1,6 @@
 """A door's cap on its connections: which one makes room for a newcomer, what a connection it
 cannot take is told, and how one is ended while an answer is still unsent. One place for the
-aiohttp doors (boxd/connection_guard.py) and the broker's own (boxd/broker/http_server.py)."""
+aiohttp doors (boxd/doors/connection_guard.py) and the broker's own (boxd/broker/http_server.py)."""
 
 import asyncio
 import logging
@@ -10,8 +10,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar, cast
 
-from boxd.connection_limits import Bounds
-from boxd.paced_log import LOG_SECONDS
+from boxd.doors.connection_limits import Bounds
+from boxd.doors.paced_log import LOG_SECONDS
 
 log = logging.getLogger(__name__)
 
