@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from boxd.broker.egress import Egress
+from boxd.broker.egress.proxies import Egress
 from boxd.net.address_screen import never_reached
 from boxd.net.egress_target import IPAddress
 

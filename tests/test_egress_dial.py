@@ -4,14 +4,14 @@ import socket
 
 import pytest
 
-from boxd.broker.egress_dial import (
+from boxd.broker.egress.dial import (
     Dialer,
     RecentAnswers,
     Refused,
     Unreachable,
     system_resolver,
 )
-from boxd.broker.own_addresses import (
+from boxd.broker.egress.own_addresses import (
     RecentOwnAddresses,
     own_addresses,
     parse_fib_trie,

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from boxd.broker.refusal_log import RefusalLog, host_of
+from boxd.broker.egress.refusal_log import RefusalLog, host_of
 from boxd.errors import BoxError, Problem
 from boxd.wire.models.broker_calls import NetRefusal
 

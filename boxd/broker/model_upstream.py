@@ -17,8 +17,8 @@ import socket
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from boxd.broker.egress_dial import RecentAnswers, system_resolver
-from boxd.broker.own_addresses import RecentOwnAddresses
+from boxd.broker.egress.dial import RecentAnswers, system_resolver
+from boxd.broker.egress.own_addresses import RecentOwnAddresses
 from boxd.net.address_screen import (
     LISTED,
     never_reached,

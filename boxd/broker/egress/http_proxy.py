@@ -11,10 +11,10 @@ import errno
 import logging
 import socket
 
-from boxd.broker.egress_dial import Dialer, Refusal, Refused, Unreachable
-from boxd.broker.pipe import FirstWords, pipe
-from boxd.broker.proxy_request import BadRequest, parse_request, read_head
-from boxd.broker.socket_reader import SocketReader
+from boxd.broker.egress.dial import Dialer, Refusal, Refused, Unreachable
+from boxd.broker.egress.pipe import FirstWords, pipe
+from boxd.broker.egress.proxy_request import BadRequest, parse_request, read_head
+from boxd.broker.egress.socket_reader import SocketReader
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import asyncio
 import re
 from dataclasses import dataclass
 
-from boxd.broker.socket_reader import SocketReader
+from boxd.broker.egress.socket_reader import SocketReader
 from boxd.doors.connection_limits import HEAD_SECONDS
 from boxd.net.egress_target import BadTarget, Target, parse_authority
 

@@ -13,9 +13,9 @@ import logging
 import socket
 import struct
 
-from boxd.broker.egress_dial import Dialer, Refusal, Refused, Unreachable
-from boxd.broker.pipe import FirstWords, pipe
-from boxd.broker.socket_reader import SocketReader
+from boxd.broker.egress.dial import Dialer, Refusal, Refused, Unreachable
+from boxd.broker.egress.pipe import FirstWords, pipe
+from boxd.broker.egress.socket_reader import SocketReader
 from boxd.doors.connection_limits import HEAD_SECONDS
 from boxd.doors.paced_log import PacedLog
 from boxd.net.egress_target import MAX_NAME, Target, make_target

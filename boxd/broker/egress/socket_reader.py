@@ -1,6 +1,6 @@
 """Reading the first bytes of a proxy connection (a request head, a SOCKS greeting) straight from
 its socket, with the event loop's sock_recv: no transport or stream to build for a connection
-whose bytes, once it is a tunnel, never pass through Python again (boxd.broker.pipe).
+whose bytes, once it is a tunnel, never pass through Python again (boxd.broker.egress.pipe).
 
 Whatever was read past what the proxy asked for is kept, and handed to the tunnel to send first.
 """

@@ -12,10 +12,10 @@ import socket
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from boxd.broker.egress_dial import Dialer, Refusal, Resolver
-from boxd.broker.http_proxy import HttpProxy
-from boxd.broker.pipe import tcp_socket
-from boxd.broker.socks5 import Socks5Proxy
+from boxd.broker.egress.dial import Dialer, Refusal, Resolver
+from boxd.broker.egress.http_proxy import HttpProxy
+from boxd.broker.egress.pipe import tcp_socket
+from boxd.broker.egress.socks5 import Socks5Proxy
 from boxd.doors.connection_limits import EGRESS_CONNECTIONS, LISTEN_BACKLOG, TURNED_AWAY
 from boxd.net.address_screen import AddressCheck, never_reached
 from boxd.net.egress_target import IPAddress
@@ -26,7 +26,7 @@ __all__ = ["Egress", "IPAddress", "Refusal", "Resolver", "task_hosts"]
 log = logging.getLogger(__name__)
 
 # Connections open at once through both proxies (boxd/doors/connection_limits.py). Each holds two
-# sockets and two kernel pipes (boxd/broker/pipe.py), so a task that opened them without end
+# sockets and two kernel pipes (boxd/broker/egress/pipe.py), so a task that opened them without end
 # would wear the broker down.
 MAX_CONNECTIONS = EGRESS_CONNECTIONS
 # What accept(2) fails with when the process or the system is out of descriptors or memory:
@@ -120,7 +120,8 @@ class Egress:
 class _Listener:
     """Accepts connections on a listening socket straight from the event loop's readiness
     callback, and hands each to `serve`: no asyncio transport or stream is built for them, as a
-    tunnel's bytes go from socket to socket (boxd.broker.pipe), and no task waits on accept."""
+    tunnel's bytes go from socket to socket (boxd.broker.egress.pipe), and no task waits on
+    accept."""
 
     def __init__(self, sock: socket.socket, serve: Callable[[socket.socket], None]) -> None:
         self.sock = sock

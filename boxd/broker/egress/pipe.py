@@ -64,7 +64,7 @@ def tcp_socket(sock: socket.socket) -> socket.socket:
 
 class FirstWords:
     """What the task is told before its tunnel's bytes (a proxy's 200, SOCKS5's success),
-    sent the moment the target answers (boxd.broker.connect); what the socket did not take at
+    sent the moment the target answers (boxd.broker.egress.connect); what the socket did not take at
     once stays in `unsent`, for the pipe to send first."""
 
     def __init__(self, sock: socket.socket, words: bytes) -> None:

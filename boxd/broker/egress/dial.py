@@ -12,9 +12,9 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 
-from boxd.broker.connect import connect
-from boxd.broker.own_addresses import RecentOwnAddresses
-from boxd.broker.pipe import tcp_socket
+from boxd.broker.egress.connect import connect
+from boxd.broker.egress.own_addresses import RecentOwnAddresses
+from boxd.broker.egress.pipe import tcp_socket
 from boxd.net.address_screen import (
     AddressCheck,
     never_reached,
@@ -164,7 +164,7 @@ class Dialer:
     ) -> socket.socket:
         """A connected socket to the target, or Refused, or Unreachable (its message says why,
         after "could not connect to <target>: "). `on_open` runs the moment the connection is
-        made, from the event loop's readiness callback (boxd.broker.connect), before this
+        made, from the event loop's readiness callback (boxd.broker.egress.connect), before this
         returns: a proxy's answer to the task goes out a turn of the loop sooner."""
         failure = Unreachable("it did not answer")
         opened = False
