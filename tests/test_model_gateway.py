@@ -19,9 +19,9 @@ import pytest
 from aiohttp import web
 from dbus_fast.aio import MessageBus
 
-from boxd.broker import model_gateway
-from boxd.broker.model_gateway import MAX_IN_FLIGHT, MAX_REQUEST, ModelGateway, ModelKey
-from boxd.broker.model_usage import MAX_LINE, JsonUsage, StreamUsage
+from boxd.broker.model import gateway as model_gateway
+from boxd.broker.model.gateway import MAX_IN_FLIGHT, MAX_REQUEST, ModelGateway, ModelKey
+from boxd.broker.model.usage import MAX_LINE, JsonUsage, StreamUsage
 from boxd.errors import BoxError, Problem
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.model_requests import ModelRequests

@@ -34,7 +34,7 @@ from boxd.wire.ids import check_task_id
 
 if TYPE_CHECKING:
     from boxd.broker.egress.proxies import Egress
-    from boxd.broker.model_gateway import ModelGateway
+    from boxd.broker.model.gateway import ModelGateway
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def _egress_kind() -> "type[Egress]":
 
 
 def _gateway_kind() -> "type[ModelGateway]":
-    from boxd.broker.model_gateway import ModelGateway
+    from boxd.broker.model.gateway import ModelGateway
 
     return ModelGateway
 

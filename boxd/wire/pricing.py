@@ -40,7 +40,7 @@ _HAIKU_3 = Price(input=0.25, output=1.25, cache_write=0.30, cache_read=0.03)
 # Anthropic's list prices (https://www.anthropic.com/pricing and the "Pricing" page of the
 # Claude docs) as known in February 2026; check them there before trusting a bill. Cache write
 # is the 5-minute cache write; the 1-hour one is twice the input price. Not modelled, because the
-# model gateway refuses what would incur them (boxd/broker/model_allowlist.py): the long-context
+# model gateway refuses what would incur them (boxd/broker/model/allowlist.py): the long-context
 # rates above 200k input tokens (the 1M-context beta), server tools (web search, code execution),
 # other service tiers, data residency; batch discounts (another endpoint).
 PRICES: dict[str, Price] = {

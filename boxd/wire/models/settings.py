@@ -47,7 +47,7 @@ def _model_base_url(value: object) -> str:
     """Where each task's model gateway sends model requests (it adds /v1/messages), with the
     model key: over https, or http to this machine's own loopback only (a proxy the owner runs
     here, a test's server), so the key never crosses a network in clear. Where the host's name
-    leads is screened as the gateway connects (boxd/broker/model_upstream.py)."""
+    leads is screened as the gateway connects (boxd/broker/model/upstream.py)."""
     like = f"an https URL like {DEFAULT_MODEL_BASE_URL}"
     if not isinstance(value, str):
         raise plain(f"modelBaseUrl must be {like}")

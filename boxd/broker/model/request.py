@@ -1,5 +1,5 @@
 """A model request as the gateway forwards it: read with bounded memory, checked against the
-allowlists (boxd.broker.model_allowlist), the task's model spliced in, and the most its input can
+allowlists (boxd.broker.model.allowlist), the task's model spliced in, and the most its input can
 cost, for the reservation made before it goes.
 
 Memory. A request may be 32 MiB (Anthropic's own limit), and decoding one whole into Python
@@ -20,7 +20,7 @@ four bytes a token, so the estimate is a token for every BYTES_PER_TOKEN bytes o
 images (an image is billed by its pixels: IMAGE_TOKENS at most), capped at the model's context;
 a request with a PDF in it (billed by its pages) is estimated at the whole context.
 A request whose input is denser than that is charged what it really cost as soon as the reply's
-`message_start` says so (boxd.broker.model_gateway).
+`message_start` says so (boxd.broker.model.gateway).
 """
 
 import codecs
@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from boxd.broker.model_allowlist import (
+from boxd.broker.model.allowlist import (
     IMAGE_TOKENS,
     Refused,
     Shape,

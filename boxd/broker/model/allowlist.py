@@ -12,7 +12,7 @@ rates; the 1M-token context at long-context rates. So each request is held to al
 top-level fields, tool kinds (tools the client runs), content blocks and sources, and
 `anthropic-beta` values; what is refused is named in the refusal.
 
-Values are checked as boxd.broker.model_request decoded them: its strings are the body's bytes
+Values are checked as boxd.broker.model.request decoded them: its strings are the body's bytes
 read as Latin-1 (every JSON name checked here is ASCII, so they compare as they should), and
 `shown` turns one back into the text the client sent, for a refusal's words.
 """

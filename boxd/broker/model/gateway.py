@@ -4,7 +4,7 @@ key never enters the sandbox.
 
 For each `POST /v1/messages` it:
 - reads the body with bounded memory and checks it against the allowlists of what a client model
-  request needs (boxd.broker.model_request, model_allowlist): refused in words that name what;
+  request needs (boxd.broker.model.request, model_allowlist): refused in words that name what;
 - drops whatever key or authorization the worker sent and adds the vault's model key
   (boxd.wire.model_key), which only the broker can read;
 - runs the request on the task's model, whatever model it names;
@@ -15,7 +15,7 @@ For each `POST /v1/messages` it:
   (Droid's retries of a request that got no 200 go again under it); no answer in time is a 529
   that Droid retries;
 - forwards it to the upstream (settings' modelBaseUrl, its address screened:
-  boxd.broker.model_upstream), whatever the task's hosts say, and passes the reply back as it
+  boxd.broker.model.upstream), whatever the task's hosts say, and passes the reply back as it
   arrives, chunk by chunk;
 - meters every reply the upstream delivers, whatever the worker does with its connection: the
   exchange with the upstream is a job of its own that reads on to the end (within DRAIN_BYTES
@@ -47,15 +47,15 @@ from aiohttp import web
 
 from boxd.broker.credentials import read_secrets
 from boxd.broker.manager_link import Manager, Waiter
-from boxd.broker.model_allowlist import Refused
-from boxd.broker.model_request import (
+from boxd.broker.model.allowlist import Refused
+from boxd.broker.model.request import (
     ModelRequest,
     NotAnObject,
     TooDense,
     read_request,
 )
-from boxd.broker.model_upstream import ScreenedResolver, UpstreamRefused
-from boxd.broker.model_usage import JsonUsage, StreamUsage
+from boxd.broker.model.upstream import ScreenedResolver, UpstreamRefused
+from boxd.broker.model.usage import JsonUsage, StreamUsage
 from boxd.doors.connection_guard import Guard
 from boxd.doors.connection_limits import MODEL_GATEWAY_CONNECTIONS, Bounds
 from boxd.errors import BoxError, Problem
