@@ -10,7 +10,7 @@ broadcast, reserved).
 carrier-grade NAT, IPv6 unique-local and site-local, and the protocol blocks local to a network.
 A name a task's hosts allow may resolve to anything its DNS says, so a name that resolves to one
 of these is refused; the owner who wants the task to reach a private address lists that address
-itself, and the Dialer then lets it through (see egress_dial).
+itself, and the Dialer then lets it through (see boxd.broker.egress.dial).
 
 Documentation (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24, 2001:db8::/32) and benchmarking
 (198.18.0.0/15, 2001:2::/48) blocks are neither: no network numbers its own hosts from them by

@@ -4,7 +4,7 @@ key never enters the sandbox.
 
 For each `POST /v1/messages` it:
 - reads the body with bounded memory and checks it against the allowlists of what a client model
-  request needs (boxd.broker.model.request, model_allowlist): refused in words that name what;
+  request needs (boxd.broker.model.request, allowlist): refused in words that name what;
 - drops whatever key or authorization the worker sent and adds the vault's model key
   (boxd.wire.model_key), which only the broker can read;
 - runs the request on the task's model, whatever model it names;
