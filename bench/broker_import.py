@@ -58,20 +58,25 @@ imported = time.perf_counter()
 memory = private_kib()
 dirty = private_kib(("Private_Dirty:",))
 
-from boxd.approval import AskRequest
 from boxd.broker.calls import CallRequest
+try:
+    from boxd.wire.approval import AskRequest
+    from boxd.wire.step import Step
+except ImportError:
+    # A checkout from before boxd's shared modules had folders (--against one).
+    from boxd.approval import AskRequest
+    from boxd.step import Step
 try:
     from boxd.apps.registry import find_tool
 except ImportError:
     # A broker that looks up no tool: its app's runner does (boxd/apps/runner.py).
     find_tool = None
-from boxd.step import Step
 
 STEP = b'{"text": "read the files", "data": {"n": 1}}'
 ASK = b'{"question": "May I?", "key": "k1", "costCents": 5}'
 CALL = b'{"tool": "echo.say", "input": {"text": "hi"}, "key": "k"}'
 if hasattr(Step, "read"):
-    # Read by boxd.json_reader, as the broker reads them now.
+    # Read by boxd.reading.json_reader, as the broker reads them now.
     step = lambda: Step.read(STEP).json()
     ask = lambda: AskRequest.read(ASK)
     call = lambda: CallRequest.read(CALL)

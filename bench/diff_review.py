@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from boxd.manager.diffs import diff_page
-from boxd.strict_json import size
-from boxd.task_diff import MAX_DIFF_FILES, MAX_DIFF_READ
+from boxd.reading.strict_json import size
+from boxd.wire.models.task_diff import MAX_DIFF_FILES, MAX_DIFF_READ
 
 
 def _review(layer: Path, base: Path) -> int:

@@ -1,6 +1,7 @@
 """How much a task's egress proxy costs: a 100 MB download and connection set-up through boxd's
-HTTP proxy (boxd.broker.egress), next to the same without a proxy, and, when it is installed,
-through the HTTP proxy of Anthropic's sandbox runtime (`@anthropic-ai/sandbox-runtime`, srt).
+HTTP proxy (boxd.broker.egress.proxies), next to the same without a proxy, and, when it is
+installed, through the HTTP proxy of Anthropic's sandbox runtime (`@anthropic-ai/sandbox-runtime`,
+srt).
 
 Run from the repository: `python -m bench.egress` (add `--srt DIR`, the folder `npm install
 @anthropic-ai/sandbox-runtime` was run in, to include srt; without it, it looks in
@@ -114,9 +115,9 @@ def serve_origin() -> None:
 
 
 async def serve_egress() -> None:
-    from boxd.broker.address_screen import never_reached
-    from boxd.broker.egress import Egress, IPAddress
-    from boxd.broker.own_addresses import RecentOwnAddresses
+    from boxd.broker.egress.own_addresses import RecentOwnAddresses
+    from boxd.broker.egress.proxies import Egress, IPAddress
+    from boxd.net.address_screen import never_reached
 
     loopback = ipaddress.IPv4Address("127.0.0.1")
 

@@ -9,7 +9,7 @@ Run from the repository: `python -m bench.http_reader` (a few seconds, no machin
 import time
 
 from boxd.broker.http_request import LONGEST_HEAD, RequestReader
-from boxd.strict_json import MAX_BODY
+from boxd.reading.strict_json import MAX_BODY
 
 
 def _cpu(reader: RequestReader, pieces: list[bytes]) -> float:

@@ -47,7 +47,7 @@ from typing import Any
 import aiohttp
 
 from boxd.manager.netns import netns_path
-from boxd.settings import MAX_RUNNING_TASKS
+from boxd.wire.models.settings import MAX_RUNNING_TASKS
 
 BOX_HOME = Path("/var/lib/box")
 DATABASE = BOX_HOME / "box.db"

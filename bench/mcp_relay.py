@@ -11,7 +11,7 @@ Run from the repository, no root: `python -m bench.mcp_relay [--runs N]`. Timed,
   stdio transport, one fixed tool, no broker at all): a floor for any relay built on the SDK;
 - and, to see where time goes, processes that only import and exit: Python with json and
   asyncio (the floor of any Python server), aiohttp (what the workers' broker client uses),
-  boxd.key_use (pydantic), and the SDK's server modules.
+  boxd.wire.models.key_use (pydantic), and the SDK's server modules.
 
 Printed: median, p10 and p90 in milliseconds of each, and the SDK's median over the relay's.
 """
@@ -40,7 +40,7 @@ SERVERS = {
 IMPORTS = {
     "import json, asyncio": "json, asyncio",
     "import aiohttp": "aiohttp",
-    "import boxd.key_use": "boxd.key_use",
+    "import boxd.wire.models.key_use": "boxd.wire.models.key_use",
     "import mcp.server.lowlevel, .stdio": "mcp.server.lowlevel, mcp.server.stdio",
 }
 TOOLS = ("wallet.pay", "wallet.balance", "echo.say")

@@ -30,7 +30,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from boxd.broker.model_gateway import ModelGateway, ModelKey
+from boxd.broker.model.gateway import ModelGateway, ModelKey
 
 MODEL = "claude-sonnet-4-6"
 COUNT = 200

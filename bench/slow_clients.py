@@ -1,5 +1,5 @@
 """How long slow and silent clients hold the box's doors, and how many it keeps: the bounds of
-boxd/connection_limits.py, measured from the attacker's side in a real box.
+boxd/doors/connection_limits.py, measured from the attacker's side in a real box.
 
 Run as root from the repository: `.venv/bin/python -m bench.slow_clients`. It boots a test
 machine, installs this checkout, starts a fake task and attacks the gateway (127.0.0.1:7700) and
@@ -53,7 +53,7 @@ def table(name: str, found: dict[str, Any], bound: dict[str, float], cap: int) -
 
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from boxd.connection_limits import (
+    from boxd.doors.connection_limits import (
         BODY_SECONDS,
         BROKER_CONNECTIONS,
         GATEWAY_CONNECTIONS,

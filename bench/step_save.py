@@ -25,10 +25,19 @@ def measure(steps: int) -> None:
     """In this checkout: one line per prompt length."""
     import sqlite3
 
-    from boxd.event import EventKind
-    from boxd.manager.ledger import Ledger
     from boxd.manager.store import _SCHEMA
-    from boxd.task import Task, TaskState
+
+    try:
+        from boxd.manager.ledger import Ledger
+        from boxd.wire.event import EventKind
+        from boxd.wire.models.task import Task, TaskState
+    except ModuleNotFoundError:
+        # A checkout from before the ledger and boxd's shared modules had modules of their own
+        # (--against one).
+        from boxd.event import EventKind  # type: ignore[import-not-found,no-redef]
+        from boxd.task import Task, TaskState  # type: ignore[import-not-found,no-redef]
+
+        from boxd.manager.store import Ledger  # type: ignore[attr-defined,no-redef]
 
     with tempfile.TemporaryDirectory(prefix="bench-step-save-") as scratch:
         for length in PROMPTS:

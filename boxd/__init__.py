@@ -3,10 +3,10 @@
 import os
 import sys
 
-from boxd import late_ssl, pydantic_no_plugins
+from boxd.startup import late_ssl, pydantic_no_plugins
 
 # Before anything imports asyncio: it comes without ssl, which is loaded on its first import
-# (boxd/late_ssl.py says why and how).
+# (boxd/startup/late_ssl.py says why and how).
 late_ssl.import_asyncio_without_ssl()
 
 # pydantic loads, at the first model any process builds, every installed distribution's

@@ -29,7 +29,7 @@ def main() -> None:
 
             web()
         elif arguments.command == "droid-install":
-            from boxd.droid_installer import main as droid_install
+            from boxd.droid.installer import main as droid_install
 
             droid_install()
         elif arguments.command == "app":

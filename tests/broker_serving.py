@@ -8,7 +8,7 @@ from pathlib import Path
 
 from boxd.broker.app import Broker
 from boxd.broker.http_server import HttpServer
-from boxd.connection_limits import BROKER_CONNECTIONS, Bounds
+from boxd.doors.connection_limits import BROKER_CONNECTIONS, Bounds
 
 
 @asynccontextmanager

@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from boxd.broker.address_screen import never_reached
-from boxd.broker.egress import Egress
-from boxd.broker.egress_target import IPAddress
+from boxd.broker.egress.proxies import Egress
+from boxd.net.address_screen import never_reached
+from boxd.net.egress_target import IPAddress
 
 LOOPBACK = ipaddress.IPv4Address("127.0.0.1")
 

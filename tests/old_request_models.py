@@ -1,5 +1,5 @@
 """The broker's request models as they were in pydantic, before the broker read its requests
-with boxd.json_reader: kept here only as the oracle the reader is compared with
+with boxd.reading.json_reader: kept here only as the oracle the reader is compared with
 (tests/test_request_reader.py), word for word, and for the schemas the fuzz tests draw bodies
 from (tests/test_fuzz_broker.py). Copied from boxd as it was, not from what it is now."""
 
@@ -17,7 +17,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from boxd.strict_json import size
+from boxd.reading.strict_json import size
 
 MAX_CENTS = 1_000_000_000
 MAX_TOKENS = 1_000_000_000

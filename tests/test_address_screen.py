@@ -4,8 +4,8 @@ import ipaddress
 
 import pytest
 
-from boxd.broker.address_screen import never_reached, own_address_refusal, private_network
-from boxd.broker.egress_target import IPAddress
+from boxd.net.address_screen import never_reached, own_address_refusal, private_network
+from boxd.net.egress_target import IPAddress
 
 
 def address(text: str) -> IPAddress:

@@ -1,7 +1,7 @@
 """maxRunningTasks: places go to queued tasks in the order they came."""
 
 from boxd.manager.admission import next_to_start
-from boxd.task import Task
+from boxd.wire.models.task import Task
 from tests.test_store import a_task
 
 

@@ -20,7 +20,7 @@ from boxd.apps.wire import too_large
 from boxd.broker import app_link
 from boxd.broker.app import make_broker
 from boxd.broker.app_link import Apps, cut_off, not_installed
-from boxd.caps import MAX_DATA
+from boxd.reading.caps import MAX_DATA
 from tests.app_serving import runners, sockets
 from tests.broker_serving import serving
 from tests.test_broker_and_fake_worker import MemoryLog, MemoryWaiter, until

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, StrictInt
 
 from boxd.apps import app_server
 from boxd.apps.runner import Runner, tool_full
-from boxd.caps import MAX_DATA
+from boxd.reading.caps import MAX_DATA
 from boxd.sdk import App, Context, Tool, ToolError
 
 TASK = {"id": "t000000001"}

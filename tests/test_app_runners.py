@@ -124,7 +124,7 @@ async def test_a_runner_is_stopped_when_its_apps_secret_changes(
 
 
 def test_an_apps_name_is_one_its_units_and_user_can_take() -> None:
-    from boxd.secret_names import belongs_to, is_app_name
+    from boxd.wire.secret_names import belongs_to, is_app_name
 
     assert all(is_app_name(name) for name in ("mail", "my-app", "a" * 23, "x9"))
     assert not any(is_app_name(n) for n in ("box", "Mail", "a" * 24, "9x", "a_b", "a.b", ""))

@@ -6,7 +6,6 @@ import pytest
 from dbus_fast import Message
 from dbus_fast.aio import MessageBus
 
-from boxd.caller import Role
 from boxd.dbus import interface as api
 from boxd.errors import BoxError
 from boxd.manager import authorize
@@ -14,6 +13,7 @@ from boxd.manager.authorize import REMEMBERED_BROKERS, Authorizer
 from boxd.manager.screen_sessions import ScreenSessions
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd
+from boxd.wire.caller import Role
 
 
 class Units:

@@ -18,7 +18,14 @@ from aiohttp import web
 from boxd.broker.app import make_broker
 from boxd.broker.app_link import Apps
 from boxd.errors import BoxError, Problem
-from boxd.key_use import CallUse, QuestionUse, Use, first_refusal, input_hash, logged_call_use
+from boxd.wire.models.key_use import (
+    CallUse,
+    QuestionUse,
+    Use,
+    first_refusal,
+    input_hash,
+    logged_call_use,
+)
 from boxd.workers import fake
 from boxd.workers.broker_client import BrokerClient, BrokerRefused
 from tests.app_serving import runners, sockets
@@ -117,7 +124,7 @@ class MemoryLog:
         return f"{self.task['id']}.{key}"
 
     def refuse(self, key: str, wanted: Use) -> None:
-        """The manager's rule: a key names one call or one question (boxd.key_use)."""
+        """The manager's rule: a key names one call or one question (boxd.wire.models.key_use)."""
         taken: list[Use] = []
         approval = self.approvals.get(self.approval_id(key))
         if approval is not None:

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from boxd.broker.main import fetch_task
+from boxd.doors.socket_activation import Door
 from boxd.errors import BoxError, Problem, die
-from boxd.socket_activation import Door
 
 TASK = {"id": "t000000001", "title": "x"}
 

@@ -32,8 +32,8 @@ from boxd.broker.http_request import (
     RequestReader,
 )
 from boxd.broker.http_server import Answer, HttpServer, Routes, json_answer, whole_answer
-from boxd.connection_limits import Bounds
-from boxd.strict_json import MAX_BODY, TOO_LARGE
+from boxd.doors.connection_limits import Bounds
+from boxd.reading.strict_json import MAX_BODY, TOO_LARGE
 from tests.test_connection_guard import status_of
 
 TOO_LONG = LINE_TOO_LONG.words

@@ -20,14 +20,14 @@ import pytest
 
 from boxd.broker.app import Broker
 from boxd.broker.calls import Calls
+from boxd.broker.egress.refusal_log import RefusalLog
 from boxd.broker.http_request import Request
 from boxd.broker.http_server import Answer, HttpServer, Routes, json_answer
 from boxd.broker.idle import IDLE_VARIABLE, IdleWatch, idle_seconds
 from boxd.broker.main import LateDoors
-from boxd.broker.refusal_log import RefusalLog
-from boxd.connection_limits import Bounds
-from boxd.idle_time import DEFAULT_IDLE_MS, SHORTEST_IDLE_MS
-from boxd.socket_activation import Door
+from boxd.doors.connection_limits import Bounds
+from boxd.doors.idle_time import DEFAULT_IDLE_MS, SHORTEST_IDLE_MS
+from boxd.doors.socket_activation import Door
 from tests.test_broker_and_fake_worker import MemoryLog, MemoryWaiter, until
 from tests.test_broker_stopping import Gate, broker, post
 

@@ -1,7 +1,7 @@
 """A broker starts with every task and on the first request after it exited idle, so what it
 imports is on that path: not the manager's models, the App SDK, the tools' models, nor pydantic
-at all. It reads its requests with boxd.json_reader, so a task that logs steps, asks, and says
-its costs never loads pydantic; and a tool runs in its app's runner (box-app@.service), so a
+at all. It reads its requests with boxd.reading.json_reader, so a task that logs steps, asks, and
+says its costs never loads pydantic; and a tool runs in its app's runner (box-app@.service), so a
 broker that calls tools loads no app, no App SDK and no pydantic either."""
 
 import json
@@ -143,18 +143,20 @@ def _look() -> dict[str, object]:
 def test_the_broker_imports_no_model_of_the_manager_nor_the_apps_nor_pydantic() -> None:
     modules = _look()["imported"]
     assert isinstance(modules, list)
+    # The pydantic half of the wire, whole (boxd/wire/__init__.py).
+    assert [name for name in modules if name.startswith("boxd.wire.models.")] == []
     for name in (
-        "boxd.approval_record",
-        "boxd.event_record",
-        "boxd.key_use",
+        "boxd.wire.models.approval_record",
+        "boxd.wire.models.event_record",
+        "boxd.wire.models.key_use",
         "boxd.sdk",
         "boxd.apps.echo",
-        "boxd.task",
-        "boxd.task_request",
+        "boxd.wire.models.task",
+        "boxd.wire.models.task_request",
         "boxd.manager",
-        "boxd.broker_wire",
-        "boxd.plain_errors",
-        # Its requests are read by boxd.json_reader: pydantic and its model machinery were
+        "boxd.wire.models.broker_calls",
+        "boxd.wire.models.plain_errors",
+        # Its requests are read by boxd.reading.json_reader: pydantic and its model machinery were
         # ~22 ms and some 7.5 MiB of each broker's own heap.
         "pydantic",
         "pydantic_core",
@@ -162,12 +164,13 @@ def test_the_broker_imports_no_model_of_the_manager_nor_the_apps_nor_pydantic() 
         # The installed packages' entry points are read by the manager and the apps' runners.
         "importlib.metadata",
         "boxd.apps.entry_points",
-        # The broker keeps no database: boxd.full_disk's check does not load SQLite.
+        # The broker keeps no database: boxd.errors.is_full does not load SQLite.
         "sqlite3",
         # Its own HTTP server (boxd/broker/http_server.py): aiohttp cost each broker 180 ms to
         # import and 13 MiB; the model gateway imports it on its first connection.
         "aiohttp",
-        # asyncio comes without it (boxd/late_ssl.py): 0.5 MiB of a broker that speaks no TLS.
+        # asyncio comes without it (boxd/startup/late_ssl.py): 0.5 MiB of a broker that speaks no
+        # TLS.
         "ssl",
     ):
         assert name not in modules, f"the broker imports {name} as it starts"

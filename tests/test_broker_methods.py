@@ -11,17 +11,17 @@ import pytest
 from dbus_fast import Message
 from dbus_fast.aio import MessageBus
 
-from boxd.approval import ApprovalState
-from boxd.caller import Caller, Role
 from boxd.errors import BoxError
-from boxd.event import EventKind
-from boxd.key_use import input_hash
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.group_commit import Flush
 from boxd.manager.records import Records
 from boxd.manager.store import Store
-from boxd.task import TaskState
+from boxd.wire.approval import ApprovalState
+from boxd.wire.caller import Caller, Role
+from boxd.wire.event import EventKind
+from boxd.wire.models.key_use import input_hash
+from boxd.wire.models.task import TaskState
 from tests.test_store import a_task
 
 BROKER = Caller(Role.BROKER, ":1.7", task="t000000001")

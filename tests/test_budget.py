@@ -3,7 +3,7 @@
 from typing import Any
 
 from boxd.broker.budget import why_ask
-from boxd.task_budget import budget_cents
+from boxd.wire.task_budget import budget_cents
 
 
 def task(budget: int = 100, autonomy: str | None = None) -> dict[str, Any]:

@@ -4,14 +4,14 @@ import json
 
 import pytest
 
-from boxd.approval import AskRequest
 from boxd.broker.app import CostRequest, UsageRequest
-from boxd.broker_wire import CallResult, CallStart, CostRecord
-from boxd.caps import MAX_CENTS, MAX_DATA, MAX_STEP_TEXT, MAX_TOKENS, MAX_TOOLS
 from boxd.errors import BoxError
-from boxd.plain_errors import parse
-from boxd.step import Step
-from boxd.task_request import parse_task_request
+from boxd.reading.caps import MAX_CENTS, MAX_DATA, MAX_STEP_TEXT, MAX_TOKENS, MAX_TOOLS
+from boxd.wire.approval import AskRequest
+from boxd.wire.models.broker_calls import CallResult, CallStart, CostRecord
+from boxd.wire.models.plain_errors import parse
+from boxd.wire.models.task_request import parse_task_request
+from boxd.wire.step import Step
 
 
 def refusal(model: type, body: object) -> str:

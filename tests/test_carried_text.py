@@ -11,12 +11,12 @@ import pytest
 from dbus_fast import Message, MessageType
 from dbus_fast.aio import MessageBus
 
-from boxd.caller import Caller, Role
 from boxd.dbus.carried_text import carried
 from boxd.dbus.interface import BUS_NAME, CREATE_TASK, MANAGER, ROOT_PATH, TASK, Bound, task_path
 from boxd.dbus.server import Server
 from boxd.dbus.task_object import TaskObject
-from boxd.strict_json import loads
+from boxd.reading.strict_json import loads
+from boxd.wire.caller import Caller, Role
 from tests.dbus_daemon import bus_address
 from tests.test_store import a_task
 

@@ -6,12 +6,12 @@ from contextlib import closing, contextmanager
 
 import pytest
 
-from boxd.broker import egress_dial
-from boxd.broker.connect import connect
-from boxd.broker.egress_dial import Dialer, Unreachable
-from boxd.broker.egress_target import parse_authority
-from boxd.broker.host_rules import HostRules
-from boxd.broker.pipe import FirstWords, tcp_socket
+from boxd.broker.egress import dial as egress_dial
+from boxd.broker.egress.connect import connect
+from boxd.broker.egress.dial import Dialer, Unreachable
+from boxd.broker.egress.pipe import FirstWords, tcp_socket
+from boxd.net.egress_target import parse_authority
+from boxd.net.host_rules import HostRules
 from tests.egress_fixtures import LOOPBACK, loopback_allowed, no_own_addresses, resolver_to
 
 

@@ -1,8 +1,9 @@
-"""Slow, silent and crowding clients against a server the guard keeps (boxd/connection_guard.py,
-which serves the gateway and the model gateway with aiohttp) and against a broker's own server
-(boxd/broker/http_server.py), which keeps the same bounds: each attack runs against both, with
-the bounds shortened so it ends in a fraction of a second (tests/vm/test_slow_clients.py attacks
-the real doors with the bounds of boxd/connection_limits.py, in a real box)."""
+"""Slow, silent and crowding clients against a server the guard keeps
+(boxd/doors/connection_guard.py, which serves the gateway and the model gateway with aiohttp) and
+against a broker's own server (boxd/broker/http_server.py), which keeps the same bounds: each attack
+runs against both, with the bounds shortened so it ends in a fraction of a second
+(tests/vm/test_slow_clients.py attacks the real doors with the bounds of
+boxd/doors/connection_limits.py, in a real box)."""
 
 import asyncio
 import json
@@ -20,10 +21,10 @@ from aiohttp import web
 
 from boxd.broker.http_request import Request
 from boxd.broker.http_server import Answer, HttpServer, Routes, json_answer
-from boxd.broker.model_gateway import api_error_words
-from boxd.connection_guard import Guard
-from boxd.connection_limits import Bounds, body_words, busy_words
-from boxd.json_errors import error
+from boxd.broker.model.gateway import api_error_words
+from boxd.doors.connection_guard import Guard
+from boxd.doors.connection_limits import Bounds, body_words, busy_words
+from boxd.doors.json_errors import error
 
 HEAD = 0.5
 BODY = 0.5

@@ -2,7 +2,6 @@ from typing import Any
 
 from dbus_fast.introspection import Node
 
-from boxd.caller import Caller, Role
 from boxd.dbus.interface import (
     BROKER,
     GATEWAY,
@@ -14,6 +13,7 @@ from boxd.dbus.interface import (
     introspection_xml,
 )
 from boxd.manager.box import Box
+from boxd.wire.caller import Caller, Role
 
 
 def test_introspection_is_valid_and_complete() -> None:

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from boxd.caller import OWNER_ONLY, Role
 from boxd.cli import show
 from boxd.dbus import interface as api
 from boxd.dbus.client import GatewayClient
@@ -22,9 +21,10 @@ from boxd.errors import BoxError, Problem, die
 from boxd.manager import diffs, text_diff
 from boxd.manager.diffs import KEEP_SKIPS, Marks, diff_page, shown_name
 from boxd.manager.text_diff import unified
-from boxd.strict_json import size
-from boxd.task_diff import MAX_DIFF_FILES, MAX_DIFF_READ, MAX_DIFF_TEXT, FileChange
+from boxd.reading.strict_json import size
 from boxd.web.app import make_app
+from boxd.wire.caller import OWNER_ONLY, Role
+from boxd.wire.models.task_diff import MAX_DIFF_FILES, MAX_DIFF_READ, MAX_DIFF_TEXT, FileChange
 
 _OPAQUE = "user.test.opaque"
 

@@ -14,7 +14,7 @@ import pytest
 
 from boxd.errors import BoxError
 from boxd.manager import disk_quota
-from boxd.settings import MIB, Settings, change_settings
+from boxd.wire.models.settings import MIB, Settings, change_settings
 
 
 class FakeKernel:

@@ -3,7 +3,7 @@ model (`droid.session_notification`'s `notification`, with its `sessionId`)."""
 
 from typing import Any
 
-from boxd.caps import MAX_STEP_TEXT
+from boxd.reading.caps import MAX_STEP_TEXT
 from boxd.workers.droid_events import Kind, Notifications, api_words, last_session, tool_name
 
 SESSION = "07821474-dc48-4a8f-8f70-04ef5bed23ca"

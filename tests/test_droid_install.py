@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from boxd.droid_installer import failure_reason
+from boxd.droid.installer import failure_reason
 from boxd.manager import droid_install
 from boxd.manager.admission import next_to_start
 from boxd.manager.droid_install import (
@@ -18,7 +18,7 @@ from boxd.manager.droid_install import (
     sort_queue,
 )
 from boxd.manager.systemd import CLD_EXITED, CLD_KILLED, SystemdError, UnitStatus
-from boxd.task import Task
+from boxd.wire.models.task import Task
 from tests.test_store import a_task
 
 PENDING = UnitStatus("inactive", "dead", "success", 0, 0, job_pending=True)

@@ -11,9 +11,10 @@ from typing import IO
 
 import pytest
 
-from boxd import droid_installer, droid_release
-from boxd.droid_installer import InstallError, failure_reason, install
-from boxd.droid_release import BINARY_IN_PACKAGE, VERSION, tarball_url
+from boxd.droid import installer as droid_installer
+from boxd.droid import release as droid_release
+from boxd.droid.installer import InstallError, failure_reason, install
+from boxd.droid.release import BINARY_IN_PACKAGE, VERSION, tarball_url
 
 BINARY = b"\x7fELF droid, as if " * 1000
 REGISTRY = "https://registry.example"

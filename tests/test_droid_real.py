@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from boxd.droid_release import droid_binary
+from boxd.droid.release import droid_binary
 from boxd.workers.droid import DroidFailed, run
 from boxd.workers.droid_answers import YES
 from boxd.workers.droid_config import RESUME_PROMPT

@@ -1,9 +1,9 @@
 import pytest
 
-from boxd.broker.egress import task_hosts
-from boxd.broker.proxy_environment import proxy_environment
-from boxd.task import Task, TaskState
-from boxd.task_request import Autonomy, DroidOptions
+from boxd.broker.egress.proxies import task_hosts
+from boxd.net.proxy_environment import proxy_environment
+from boxd.wire.models.task import Task, TaskState
+from boxd.wire.models.task_request import Autonomy, DroidOptions
 
 HOSTS = ["example.com", "*.example.org:8443"]
 

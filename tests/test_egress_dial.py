@@ -4,21 +4,21 @@ import socket
 
 import pytest
 
-from boxd.broker.egress_dial import (
+from boxd.broker.egress.dial import (
     Dialer,
     RecentAnswers,
     Refused,
     Unreachable,
     system_resolver,
 )
-from boxd.broker.egress_target import IPAddress, make_target, parse_authority
-from boxd.broker.host_rules import HostRules
-from boxd.broker.own_addresses import (
+from boxd.broker.egress.own_addresses import (
     RecentOwnAddresses,
     own_addresses,
     parse_fib_trie,
     parse_if_inet6,
 )
+from boxd.net.egress_target import IPAddress, make_target, parse_authority
+from boxd.net.host_rules import HostRules
 from tests.egress_fixtures import LOOPBACK, echo, loopback_allowed, resolver_to, server
 
 PUBLIC = ipaddress.IPv4Address("93.184.216.34")

@@ -1,4 +1,4 @@
-"""boxd.full_disk.is_full knows a full disk whichever layer says so."""
+"""boxd.errors.is_full knows a full disk whichever layer says so."""
 
 import errno
 import sqlite3
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from boxd.full_disk import is_full
+from boxd.errors import is_full
 
 
 def test_sqlites_full_database_is_a_full_disk(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd
 from boxd.manager.task_os import TaskOS
 from boxd.paths import task_dir, task_own_home
-from boxd.task import Task, TaskState
+from boxd.wire.models.task import Task, TaskState
 from tests.test_store import a_task
 
 TASK = "t000000001"

@@ -1,7 +1,7 @@
 """Garbage at every route of a task's broker (boxd/broker/app.py, docs/spec/broker-api.txt), the
 real broker on a real Unix socket, served as its unit serves it, with the manager kept in memory
 as the broker's other tests keep it: bodies from the schemas of the routes' requests (the pydantic
-models they were read with before boxd.json_reader, tests/old_request_models.py), broken
+models they were read with before boxd.reading.json_reader, tests/old_request_models.py), broken
 (tests/fuzz_bodies.py),
 odd paths and content types. Never a 5xx; every refusal {"error": "..."} in plain words (400,
 as the spec says); the broker still answering afterwards. tests/vm/test_fuzz.py runs a real

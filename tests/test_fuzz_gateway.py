@@ -25,16 +25,16 @@ from yarl import URL
 
 from boxd.dbus.client import GatewayClient
 from boxd.errors import BoxError, Problem, die
-from boxd.ids import check_task_id
 from boxd.manager import pairing, vault, workspaces
 from boxd.manager.tokens import token_role
-from boxd.settings import Settings, change_settings
-from boxd.strict_json import loads
-from boxd.task_request import parse_task_request
-from boxd.token_limits import parse_limits
+from boxd.reading.strict_json import loads
 from boxd.web.app import make_app
 from boxd.web.event_stream import EVENTS_PATH
 from boxd.web.openapi import ROUTES, Route
+from boxd.wire.ids import check_task_id
+from boxd.wire.models.settings import Settings, change_settings
+from boxd.wire.models.task_request import parse_task_request
+from boxd.wire.models.token_limits import parse_limits
 from tests.fuzz_bodies import FUZZ, Body, broken_bodies, fill_path, segments, send
 
 OWNER = "box_owner"

@@ -4,9 +4,9 @@
   (`PUT /api/vault/{name}` {"value": "a\\u0000b"}, `POST /api/approvals/%00`) made dbus-fast raise
   while marshalling the call: a 500. Refused in words naming the argument (boxd/dbus/client.py).
 - A request line over 8190 bytes (a long task id) got aiohttp's own text/plain 400 with the
-  parser's insides ("bytearray(b'/aaa...')"), not {"error": "..."} (boxd/http_refusals.py).
+  parser's insides ("bytearray(b'/aaa...')"), not {"error": "..."} (boxd/doors/http_refusals.py).
 - A body that is not in the Content-Encoding it names (gzip, deflate) raised while it was read:
-  a 500. A 400 in words now, and the connection closes, its rest unread (boxd/json_errors.py).
+  a 500. A 400 in words now, and the connection closes, its rest unread (boxd/doors/json_errors.py).
 - A key given twice in a JSON object was read as its last value: tests/test_strict_json.py."""
 
 from collections.abc import AsyncIterator
@@ -22,7 +22,7 @@ from yarl import URL
 from boxd.broker.app import make_broker
 from boxd.broker.app_link import Apps
 from boxd.dbus.client import GatewayClient
-from boxd.json_errors import json_errors
+from boxd.doors.json_errors import json_errors
 from boxd.web.app import make_app as make_gateway
 from tests.broker_serving import serving as serving_broker
 from tests.test_broker_and_fake_worker import MemoryLog, MemoryWaiter
@@ -138,7 +138,7 @@ async def test_a_body_a_route_does_not_read_leaves_no_traceback_in_the_log(
 async def test_an_answer_cut_off_mid_way_leaves_no_traceback_in_the_log(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A long answer written page by page (GET /task, boxd.json_pages) whose connection breaks
+    """A long answer written page by page (GET /task, boxd.doors.json_pages) whose connection breaks
     once it has begun: the client hung up, or the answer was cut off on purpose. No fault of the
     server's, yet aiohttp logged each as "Error handling request" with a traceback, which the VM
     fuzz (tests/vm/test_fuzz.py) found in a broker's journal."""

@@ -1,8 +1,8 @@
 import pytest
 
-from boxd.broker.egress_target import BadTarget, make_target, parse_authority
-from boxd.broker.host_rules import HostRules
 from boxd.errors import BoxError
+from boxd.net.egress_target import BadTarget, make_target, parse_authority
+from boxd.net.host_rules import HostRules
 
 
 def refusal(hosts: list[str], target: str) -> str | None:

@@ -1,7 +1,7 @@
 import pytest
 
 from boxd.errors import BoxError
-from boxd.hosts import check_host
+from boxd.net.hosts import check_host
 
 
 @pytest.mark.parametrize(

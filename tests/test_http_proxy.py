@@ -1,9 +1,9 @@
 import asyncio
 
-from boxd.broker.egress import Egress
-from boxd.broker.egress_target import IPAddress
-from boxd.broker.proxy_request import parse_request
-from boxd.connection_limits import TURNED_AWAY
+from boxd.broker.egress.proxies import Egress
+from boxd.broker.egress.proxy_request import parse_request
+from boxd.doors.connection_limits import TURNED_AWAY
+from boxd.net.egress_target import IPAddress
 from tests.egress_fixtures import LOOPBACK, echo, egress, free_port, listening, server
 
 

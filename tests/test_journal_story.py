@@ -1,6 +1,6 @@
-from boxd.event import EventKind
-from boxd.event_record import Event
 from boxd.manager.journal import story
+from boxd.wire.event import EventKind
+from boxd.wire.models.event_record import Event
 
 
 def test_a_refusal_reads_as_a_sentence() -> None:

@@ -2,9 +2,9 @@
 
 import hashlib
 
-from boxd.approval import ApprovalState
-from boxd.approval_record import Approval
-from boxd.key_use import (
+from boxd.wire.approval import ApprovalState
+from boxd.wire.models.approval_record import Approval
+from boxd.wire.models.key_use import (
     CallUse,
     ModelUse,
     QuestionUse,

@@ -1,5 +1,5 @@
-"""asyncio imported without ssl (boxd/late_ssl.py): a boxd process that speaks no TLS never loads
-ssl, and one that does gets from asyncio all it would have had. Each case runs in a process of
+"""asyncio imported without ssl (boxd/startup/late_ssl.py): a boxd process that speaks no TLS never
+loads ssl, and one that does gets from asyncio all it would have had. Each case runs in a process of
 its own, as what is imported first is the point."""
 
 import json
@@ -68,7 +68,7 @@ def test_once_ssl_came_asyncio_s_tls_protocol_is_its_own_again() -> None:
         "import ssl\n"
         "print(asyncio.sslproto.SSLProtocol.__init__.__module__)"
     )
-    assert found.split() == ["boxd.late_ssl", "asyncio.sslproto"]
+    assert found.split() == ["boxd.startup.late_ssl", "asyncio.sslproto"]
 
 
 def test_a_look_for_ssl_that_does_not_load_it_leaves_asyncio_to_be_told() -> None:
@@ -103,7 +103,7 @@ def test_threads_running_before_boxd_get_no_hold() -> None:
 def test_a_second_finder_for_ssl_does_not_ask_the_first() -> None:
     found = _run(
         "import sys, boxd\n"
-        "from boxd.late_ssl import _SslFinder\n"
+        "from boxd.startup.late_ssl import _SslFinder\n"
         "sys.meta_path.insert(0, _SslFinder())\n"
         "import ssl, asyncio.sslproto\n"
         "print(asyncio.sslproto.ssl is ssl)"

@@ -14,7 +14,6 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 from dbus_fast import Message, Variant
 
-from boxd.caller import OWNER_ONLY, Role
 from boxd.dbus.client import GatewayClient
 from boxd.dbus.interface import (
     APPROVAL_ASKED,
@@ -31,6 +30,7 @@ from boxd.web.app import make_app
 from boxd.web.event_stream import CHECK_METHOD, Timing
 from boxd.web.live_events import RULE, TOO_MANY, LiveEvent, LiveEvents, Subscription, translate
 from boxd.web.screen_session import NO_TOKEN, SESSION_ENDED
+from boxd.wire.caller import OWNER_ONLY, Role
 from tests.fake_bus import FakeBus, owner_changed, signal
 from tests.test_signal_senders import BOXD, NEW_BOXD, STRANGER, TASK_ID, event
 

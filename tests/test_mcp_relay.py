@@ -16,9 +16,9 @@ from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from boxd.approval import MAX_KEY
 from boxd.broker.app import make_broker
-from boxd.canonical_json import input_hash
+from boxd.reading.canonical_json import input_hash
+from boxd.wire.approval import MAX_KEY
 from boxd.workers.mcp import lines
 from boxd.workers.mcp_tools import KEY_TOOL_CHARS, ask_key, call_key
 from boxd.workers.unix_http import MAX_ANSWER
@@ -83,7 +83,7 @@ def test_the_relay_imports_nothing_heavy() -> None:
     probe = (
         "import sys, boxd.workers.mcp; "
         # A package's modules come with the package itself; boxd's stand-in for pydantic's
-        # plugin loader (boxd/pydantic_no_plugins.py) is kept under pydantic's name alone.
+        # plugin loader (boxd/startup/pydantic_no_plugins.py) is kept under pydantic's name alone.
         "print(sorted(set(sys.modules) & {'aiohttp', 'pydantic', 'mcp'}))"
     )
     shown = subprocess.run([*RELAY[:2], "-c", probe], capture_output=True, text=True, check=True)

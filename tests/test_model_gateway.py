@@ -19,21 +19,21 @@ import pytest
 from aiohttp import web
 from dbus_fast.aio import MessageBus
 
-from boxd.broker import model_gateway
-from boxd.broker.model_gateway import MAX_IN_FLIGHT, MAX_REQUEST, ModelGateway, ModelKey
-from boxd.broker.model_usage import MAX_LINE, JsonUsage, StreamUsage
-from boxd.caller import Caller, Role
+from boxd.broker.model import gateway as model_gateway
+from boxd.broker.model.gateway import MAX_IN_FLIGHT, MAX_REQUEST, ModelGateway, ModelKey
+from boxd.broker.model.usage import MAX_LINE, JsonUsage, StreamUsage
 from boxd.errors import BoxError, Problem
-from boxd.event import EventKind
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.model_requests import ModelRequests
 from boxd.manager.records import Records
 from boxd.manager.store import Store
-from boxd.model_key import KEY_REFUSED
-from boxd.pricing import Tokens, price_cents, reservation_cents
-from boxd.settings import Settings
-from boxd.task import TaskState
-from boxd.task_request import Autonomy, DroidOptions
+from boxd.wire.caller import Caller, Role
+from boxd.wire.event import EventKind
+from boxd.wire.model_key import KEY_REFUSED
+from boxd.wire.models.settings import Settings
+from boxd.wire.models.task import TaskState
+from boxd.wire.models.task_request import Autonomy, DroidOptions
+from boxd.wire.pricing import Tokens, price_cents, reservation_cents
 from tests.test_broker_methods import QuietBus
 from tests.test_model_requests import Presence
 from tests.test_store import a_task

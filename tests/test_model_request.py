@@ -1,4 +1,4 @@
-"""A model request as the gateway reads it (boxd.broker.model_request, model_allowlist): the
+"""A model request as the gateway reads it (boxd.broker.model.request, model_allowlist): the
 task's model spliced in and nothing else changed, what is refused and in which words, the
 estimate its reservation is made from, and the memory it takes to read."""
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from boxd.broker.model_allowlist import BETAS, Refused, check_betas
-from boxd.broker.model_request import (
+from boxd.broker.model.allowlist import BETAS, Refused, check_betas
+from boxd.broker.model.request import (
     CONTEXT_TOKENS,
     MAX_VALUES,
     ModelRequest,

@@ -12,19 +12,19 @@ from typing import Any, cast
 import pytest
 from dbus_fast.aio import MessageBus
 
-from boxd.approval import ApprovalState
-from boxd.caller import Caller, Role
 from boxd.errors import BoxError
-from boxd.event import EventKind
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.model_requests import ModelRequests, approval_key
 from boxd.manager.records import Records
 from boxd.manager.store import Store
-from boxd.pricing import Tokens, price_cents, reservation_cents
-from boxd.settings import Settings
-from boxd.task import TaskState
-from boxd.task_request import Autonomy, DroidOptions
+from boxd.wire.approval import ApprovalState
+from boxd.wire.caller import Caller, Role
+from boxd.wire.event import EventKind
+from boxd.wire.models.settings import Settings
+from boxd.wire.models.task import TaskState
+from boxd.wire.models.task_request import Autonomy, DroidOptions
+from boxd.wire.pricing import Tokens, price_cents, reservation_cents
 from tests.test_broker_methods import QuietBus, pay
 from tests.test_store import a_task
 

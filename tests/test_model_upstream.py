@@ -1,4 +1,4 @@
-"""Where the model key may go (boxd.broker.model_upstream): the address modelBaseUrl's host
+"""Where the model key may go (boxd.broker.model.upstream): the address modelBaseUrl's host
 resolves to, screened as a task's egress is, each time a connection is made."""
 
 import ipaddress
@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
-from boxd.broker import model_upstream
-from boxd.broker.model_upstream import ScreenedResolver, UpstreamRefused, refusal
+from boxd.broker.model import upstream as model_upstream
+from boxd.broker.model.upstream import ScreenedResolver, UpstreamRefused, refusal
 
 OWN = {ipaddress.ip_address("192.0.2.10")}
 

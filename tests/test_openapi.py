@@ -9,7 +9,7 @@ from openapi_schema_validator import OAS31Validator
 from openapi_spec_validator import validate
 
 from boxd.dbus.client import GatewayClient
-from boxd.full_disk import NO_ROOM_TO_START
+from boxd.errors import NO_ROOM_TO_START
 from boxd.web.app import make_app
 from boxd.web.openapi import OPENAPI_PATH, document
 

@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from boxd.paced_log import PacedLog
+from boxd.doors.paced_log import PacedLog
 
 log = logging.getLogger("tests.paced")
 

@@ -7,7 +7,7 @@ import pytest
 from boxd.dbus.client import whole
 from boxd.errors import BoxError
 from boxd.manager.pages import PAGE_CHARS, one_page, with_next
-from boxd.strict_json import size
+from boxd.reading.strict_json import size
 
 Row = tuple[int, dict[str, Any] | None]
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from boxd.caller import Caller, Role
 from boxd.errors import BoxError, Problem
 from boxd.manager import owner_process
 from boxd.manager.beneath import NotBeneath, open_path, parent_of
@@ -34,7 +33,8 @@ from boxd.manager.keep import KeepError, Places, keep, layer_changes, take_manif
 from boxd.manager.mirror import MirrorError, sync_mirror, sync_tree
 from boxd.manager.owner_process import OwnerProcess, as_owner_work
 from boxd.manager.pause import VARIABLE
-from boxd.task import Task, TaskState
+from boxd.wire.caller import Caller, Role
+from boxd.wire.models.task import Task, TaskState
 
 SOMEONE = 65534  # nobody: as root, folders must belong to someone else to be allowed
 # The account that asks for the tasks here, and owns their folders: nobody, when the tests run

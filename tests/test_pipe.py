@@ -1,5 +1,5 @@
-"""The tunnel's copy (boxd.broker.pipe) through a real Egress on 127.0.0.1: what a task sends and
-gets arrives whole and in order, a side that does not read holds the other back instead of
+"""The tunnel's copy (boxd.broker.egress.pipe) through a real Egress on 127.0.0.1: what a task sends
+and gets arrives whole and in order, a side that does not read holds the other back instead of
 making the broker buffer, and an error on one side ends both."""
 
 import asyncio
@@ -10,7 +10,7 @@ import socket
 import struct
 from pathlib import Path
 
-from boxd.broker.pipe import MOST_GROWN, PIPE_BYTES, _Direction
+from boxd.broker.egress.pipe import MOST_GROWN, PIPE_BYTES, _Direction
 from tests.egress_fixtures import egress, server
 
 # A client's receive buffer, asked small so the broker's side fills soon.

@@ -3,7 +3,7 @@ from typing import Any
 import pytest
 
 from boxd.errors import BoxError, Problem
-from boxd.pricing import PRICES, Tokens, price_cents
+from boxd.wire.pricing import PRICES, Tokens, price_cents
 
 
 def test_sonnet_example_from_the_broker_spec() -> None:

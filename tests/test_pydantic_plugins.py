@@ -84,13 +84,13 @@ def test_boxctl_loads_no_plugin(spy: Path) -> None:
 
 
 def test_pydantic_takes_from_its_plugin_loader_only_what_boxd_s_stands_in_for() -> None:
-    """boxd.pydantic_no_plugins replaces `pydantic.plugin._loader`: a pydantic that took
+    """boxd.startup.pydantic_no_plugins replaces `pydantic.plugin._loader`: a pydantic that took
     anything else from it, or called it otherwise, would fail here rather than in a box."""
     import inspect
     import re
     from importlib.util import find_spec, module_from_spec, spec_from_file_location
 
-    from boxd import pydantic_no_plugins
+    from boxd.startup import pydantic_no_plugins
 
     plugin = find_spec("pydantic.plugin")
     assert plugin is not None and plugin.submodule_search_locations is not None
@@ -116,7 +116,9 @@ def test_pydantic_takes_from_its_plugin_loader_only_what_boxd_s_stands_in_for() 
 
 def test_a_boxd_process_uses_boxd_s_loader_and_reads_no_package_metadata(spy: Path) -> None:
     code = (
-        "import sys\nimport boxd\n" + BUILD_A_MODEL + "from boxd import pydantic_no_plugins\n"
+        "import sys\nimport boxd\n"
+        + BUILD_A_MODEL
+        + "from boxd.startup import pydantic_no_plugins\n"
         "assert sys.modules['pydantic.plugin._loader'] is pydantic_no_plugins\n"
         "assert 'importlib.metadata' not in sys.modules, 'importlib.metadata was imported'\n"
     )

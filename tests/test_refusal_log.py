@@ -5,9 +5,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from boxd.broker.refusal_log import RefusalLog, host_of
-from boxd.broker_wire import NetRefusal
+from boxd.broker.egress.refusal_log import RefusalLog, host_of
 from boxd.errors import BoxError, Problem
+from boxd.wire.models.broker_calls import NetRefusal
 
 REASON = "it is not in this task's hosts"
 

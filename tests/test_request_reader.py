@@ -1,5 +1,5 @@
-"""The broker reads its request bodies without pydantic (boxd.json_reader): what it accepts and
-refuses, and the words of each refusal, are what the pydantic models said before
+"""The broker reads its request bodies without pydantic (boxd.reading.json_reader): what it accepts
+and refuses, and the words of each refusal, are what the pydantic models said before
 (tests/old_request_models.py, kept as the oracle), field by field and for generated garbage."""
 
 import json
@@ -11,13 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from boxd.approval import AskRequest
 from boxd.broker.app import CostRequest, UsageRequest
 from boxd.broker.calls import CallRequest
-from boxd.broker_wire import CallStart, Question
 from boxd.errors import BoxError, Problem
-from boxd.plain_errors import parse
-from boxd.step import Step
+from boxd.wire.approval import AskRequest
+from boxd.wire.models.broker_calls import CallStart, Question
+from boxd.wire.models.plain_errors import parse
+from boxd.wire.step import Step
 from tests import old_request_models as old
 from tests.fuzz_bodies import FUZZ, Pairs, Raw, broken_bodies, dump, wild
 
@@ -276,8 +276,8 @@ ASKS = [
 
 @pytest.mark.parametrize("body", ASKS)
 def test_the_managers_question_reads_an_ask_as_the_broker_does(body: dict[str, Any]) -> None:
-    # One rule, two readers: the broker's (boxd.json_reader) and the manager's record of it
-    # (boxd.broker_wire.Question, pydantic, built on the same checks).
+    # One rule, two readers: the broker's (boxd.reading.json_reader) and the manager's record of it
+    # (boxd.wire.models.broker_calls.Question, pydantic, built on the same checks).
     raw = json.dumps(body).encode()
     broker = _outcome(lambda raw: AskRequest.read(raw).json(), raw)
     manager = _outcome(

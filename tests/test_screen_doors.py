@@ -13,14 +13,14 @@ import pytest
 import segno
 from aiohttp.test_utils import TestClient, TestServer
 
-from boxd.caller import OWNER_ONLY, Role
 from boxd.dbus.client import GatewayClient
 from boxd.dbus.interface import GATEWAY, find_method
 from boxd.dbus.server import check_admitted
 from boxd.errors import Problem, die
-from boxd.pairing_qr import qr_svg, qr_text
 from boxd.web.app import make_app
 from boxd.web.screen_session import NO_TOKEN
+from boxd.wire.caller import OWNER_ONLY, Role
+from boxd.wire.pairing_qr import qr_svg, qr_text
 
 SESSION = "boxscreen_s"
 TOKENS = {

@@ -12,7 +12,6 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 import boxd.web
-from boxd.caller import LINK_USED, SCREEN_SESSION_SECONDS, Caller, Role
 from boxd.cli import open_screen
 from boxd.dbus.client import GatewayClient
 from boxd.errors import BoxError, Problem, die
@@ -22,6 +21,7 @@ from boxd.manager.tokens import token_hash
 from boxd.web.app import make_app
 from boxd.web.openapi import ROUTES
 from boxd.web.screen_session import NO_TOKEN, SESSION_ENDED, SESSION_PATH
+from boxd.wire.caller import LINK_USED, SCREEN_SESSION_SECONDS, Caller, Role
 
 OWNER = Caller(Role.OWNER, "alice", user="alice")
 

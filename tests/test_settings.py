@@ -3,7 +3,7 @@ import os
 import pytest
 
 from boxd.errors import BoxError
-from boxd.settings import (
+from boxd.wire.models.settings import (
     GIB,
     NetworkDefault,
     Settings,

@@ -3,7 +3,7 @@
 from typing import Any
 
 from boxd.cli import show
-from boxd.pairing_qr import qr_text
+from boxd.wire.pairing_qr import qr_text
 
 EVIL = "a\x1b[2Jb\rc\x07d\x9be\u202ef\u2028g\x00h\t"
 

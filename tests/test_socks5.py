@@ -175,7 +175,7 @@ async def test_connections_over_the_limit_are_logged_once_a_minute_with_a_count(
     in one line a minute after it (or as the broker stops)."""
     closed = "egress SOCKS connection closed: the task has 1 open, its most"
     crowd_size = 40
-    with caplog.at_level(logging.WARNING, logger="boxd.broker.socks5"):
+    with caplog.at_level(logging.WARNING, logger="boxd.broker.egress.socks5"):
         async with server(echo) as origin, egress(["example.com"], "socks") as proxy:
             proxy.egress.max_connections = 1
             code, _reader, writer = await socks(proxy.port, domain("example.com", origin))

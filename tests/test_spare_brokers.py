@@ -15,7 +15,6 @@ from typing import Any, cast
 import pytest
 from dbus_fast.aio import MessageBus
 
-from boxd.caller import Caller, Role
 from boxd.manager.box import Box
 from boxd.manager.spares import Spares
 from boxd.manager.store import Store
@@ -28,9 +27,10 @@ from boxd.manager.worker_unit import (
     task_slice,
     worker_unit,
 )
-from boxd.secret_names import BOX
-from boxd.settings import Settings
-from boxd.task import Task, TaskState
+from boxd.wire.caller import Caller, Role
+from boxd.wire.models.settings import Settings
+from boxd.wire.models.task import Task, TaskState
+from boxd.wire.secret_names import BOX
 from tests.test_store import a_task
 
 SPARE = "t000000001"

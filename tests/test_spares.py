@@ -4,9 +4,9 @@ and stops there, and what an earlier manager left is found for removal, never a 
 
 import asyncio
 
-from boxd.ids import is_task_id
 from boxd.manager.spares import Spares, leftovers
 from boxd.manager.users import FIRST_UID
+from boxd.wire.ids import is_task_id
 
 
 class Made:

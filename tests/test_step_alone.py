@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from boxd.caller import Caller, Role
 from boxd.errors import BoxError
-from boxd.event import EventKind
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.damaged import DAMAGED
 from boxd.manager.ledger import Ledger
 from boxd.manager.store import Store
-from boxd.task import Task, TaskState
+from boxd.wire.caller import Caller, Role
+from boxd.wire.event import EventKind
+from boxd.wire.models.task import Task, TaskState
 from tests.test_broker_methods import open_methods as open_running
 from tests.test_store import a_task
 

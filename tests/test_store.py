@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from boxd.approval import ApprovalState
-from boxd.approval_record import Approval
 from boxd.errors import BoxError, Problem
-from boxd.event import EventKind
 from boxd.manager import disk, group_commit
 from boxd.manager.damaged import DAMAGED, DAMAGED_STEP, DAMAGED_TITLE
 from boxd.manager.disk import RESERVE_BYTES
 from boxd.manager.group_commit import RECORD_FULL
 from boxd.manager.ledger import task_id_taken
 from boxd.manager.store import Store
-from boxd.settings import Settings
-from boxd.task import Task, TaskState
+from boxd.wire.approval import ApprovalState
+from boxd.wire.event import EventKind
+from boxd.wire.models.approval_record import Approval
+from boxd.wire.models.settings import Settings
+from boxd.wire.models.task import Task, TaskState
 
 
 def a_task(task_id: str = "t000000001") -> Task:

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from boxd.errors import BoxError, Problem
-from boxd.event import EventKind
-from boxd.event_record import Event
 from boxd.manager.group_commit import RECORD_FULL
 from boxd.manager.ledger import Ledger
 from boxd.manager.store import Store
+from boxd.wire.event import EventKind
+from boxd.wire.models.event_record import Event
 from tests.test_store import a_task
 
 HOLD_SECONDS = 10.0

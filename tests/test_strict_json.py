@@ -4,13 +4,13 @@ import json
 
 import pytest
 
-from boxd.approval_record import Answer
 from boxd.errors import BoxError, Problem
-from boxd.plain_errors import parse
-from boxd.settings import Settings
-from boxd.step import Step
-from boxd.strict_json import MAX_BODY, MAX_INTEGER, loads
-from boxd.task_request import parse_task_request
+from boxd.reading.strict_json import MAX_BODY, MAX_INTEGER, loads
+from boxd.wire.models.approval_record import Answer
+from boxd.wire.models.plain_errors import parse
+from boxd.wire.models.settings import Settings
+from boxd.wire.models.task_request import parse_task_request
+from boxd.wire.step import Step
 
 
 def refused(body: str | bytes) -> str:

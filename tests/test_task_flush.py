@@ -21,14 +21,14 @@ from typing import cast
 import pytest
 from dbus_fast.aio import MessageBus
 
-from boxd.caller import Caller, Role
 from boxd.errors import BoxError, Problem
-from boxd.event import EventKind
 from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.records import Records
 from boxd.manager.store import Store
 from boxd.manager.task_flush import STEP_NOT_FLUSHED, TaskFlush
-from boxd.task import TaskState
+from boxd.wire.caller import Caller, Role
+from boxd.wire.event import EventKind
+from boxd.wire.models.task import TaskState
 from tests.test_broker_methods import QuietBus
 from tests.test_store import a_task
 from tests.test_store_group_commit import HOLD_SECONDS, arrived, commits, thread_held

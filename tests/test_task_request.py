@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from boxd.errors import BoxError, Problem
-from boxd.task_request import Autonomy, parse_task_request
+from boxd.wire.models.task_request import Autonomy, parse_task_request
 
 
 def body(**fields: Any) -> str:

@@ -1,6 +1,7 @@
-"""The owner's limits on an app's or a member's token (boxd.token_limits), as such a token's
-holder would try to get past them: a budget, tool, host or workspace over what it was made with;
-a host rule wider than the allowed one; numbers that are not whole; limits that cannot be read."""
+"""The owner's limits on an app's or a member's token (boxd.wire.models.token_limits), as such a
+token's holder would try to get past them: a budget, tool, host or workspace over what it was made
+with; a host rule wider than the allowed one; numbers that are not whole; limits that cannot be
+read."""
 
 import json
 import sqlite3
@@ -9,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from boxd.caller import Caller, Role
 from boxd.cli.show import token_table
 from boxd.errors import BoxError, Problem
 from boxd.manager.box import allowed_for
 from boxd.manager.store import Store
 from boxd.manager.tokens import TokenRecord
-from boxd.owner_requests import NewToken
-from boxd.settings import NetworkDefault, Settings
-from boxd.task_request import TaskRequest
-from boxd.token_limits import DEFAULT, TokenLimits, check_task, parse_limits, within
+from boxd.wire.caller import Caller, Role
+from boxd.wire.models.owner_requests import NewToken
+from boxd.wire.models.settings import NetworkDefault, Settings
+from boxd.wire.models.task_request import TaskRequest
+from boxd.wire.models.token_limits import DEFAULT, TokenLimits, check_task, parse_limits, within
 
 WHO = "this member's token"
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from boxd.caller import Role
 from boxd.errors import BoxError, Problem
 from boxd.manager.tokens import MAX_NAME, check_member_id, token_role
+from boxd.wire.caller import Role
 
 
 def test_a_token_is_an_owners_an_apps_or_a_members_never_a_brokers() -> None:

@@ -14,8 +14,8 @@ from boxd.manager.worker_unit import (
     wake_signal,
     worker_properties,
 )
-from boxd.settings import Settings
-from boxd.task import Task, TaskState
+from boxd.wire.models.settings import Settings
+from boxd.wire.models.task import Task, TaskState
 from boxd.workers.ahead import WORKERS
 
 

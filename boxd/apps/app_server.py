@@ -20,9 +20,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from boxd import idle_time
 from boxd.apps.runner import Runner
 from boxd.apps.wire import MAX_LINE, line
+from boxd.doors import idle_time
 
 log = logging.getLogger(__name__)
 
@@ -162,9 +162,9 @@ def make_runner(name: str) -> Runner:
 
 
 async def run(name: str) -> None:
-    from boxd.secret_names import is_app_name
-    from boxd.socket_activation import passed_sockets
-    from boxd.stopping import until_stopped
+    from boxd.doors.socket_activation import passed_sockets
+    from boxd.doors.stopping import until_stopped
+    from boxd.wire.secret_names import is_app_name
 
     if not is_app_name(name):
         raise SystemExit(f"boxd app: {name!r} is not an app's name")

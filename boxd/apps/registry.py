@@ -9,7 +9,7 @@ box-app@<name>.service), as the app's own user.
 import logging
 from typing import TYPE_CHECKING
 
-from boxd.secret_names import APP_NAME_WORDS, BOX, is_app_name
+from boxd.wire.secret_names import APP_NAME_WORDS, BOX, is_app_name
 
 if TYPE_CHECKING:
     from boxd.apps.entry_points import EntryPoint

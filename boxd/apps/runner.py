@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from boxd.apps.wire import too_large
-from boxd.caps import MAX_DATA
-from boxd.full_disk import is_full
-from boxd.secret_names import belongs_to
-from boxd.strict_json import size
+from boxd.errors import is_full
+from boxd.reading.caps import MAX_DATA
+from boxd.reading.strict_json import size
+from boxd.wire.secret_names import belongs_to
 
 if TYPE_CHECKING:
     from boxd.sdk import App, Tool
@@ -126,7 +126,7 @@ class Runner:
         # Loaded with the app, whose input models are pydantic's.
         from pydantic import ValidationError
 
-        from boxd.plain_errors import describe
+        from boxd.wire.models.plain_errors import describe
 
         try:
             return tool.input.model_validate(given if given is not None else {})

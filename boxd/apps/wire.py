@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from boxd.caps import MAX_DATA, MAX_DATA_WORDS
+from boxd.reading.caps import MAX_DATA, MAX_DATA_WORDS
 
 SOCKETS = Path("/run/boxd-apps")
 # A run's input (MAX_DATA) with the task, or a tool's output (MAX_DATA), as JSON with room to

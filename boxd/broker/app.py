@@ -4,19 +4,19 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from boxd.approval import ApprovalState, AskRequest
 from boxd.broker.app_link import Apps
 from boxd.broker.calls import Calls
 from boxd.broker.http_request import Request
 from boxd.broker.http_server import Answer, Routes, json_answer
 from boxd.broker.manager_link import Manager, Waiter
-from boxd.caps import MAX_LABEL, cents_of, text
 from boxd.dbus.client import pages
+from boxd.doors.json_pages import pieces
 from boxd.errors import BoxError, Problem
-from boxd.json_pages import pieces
-from boxd.json_reader import body
-from boxd.pricing import Tokens, price_cents
-from boxd.step import Step
+from boxd.reading.caps import MAX_LABEL, cents_of, text
+from boxd.reading.json_reader import body
+from boxd.wire.approval import ApprovalState, AskRequest
+from boxd.wire.pricing import Tokens, price_cents
+from boxd.wire.step import Step
 
 _what = text("what", MAX_LABEL)
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from boxd.apps.wire import MAX_LINE, SOCKETS, line, socket_path, too_large
-from boxd.caps import MAX_DATA, MAX_ERROR
 from boxd.errors import Problem, die
-from boxd.secret_names import is_app_name
-from boxd.strict_json import size
+from boxd.reading.caps import MAX_DATA, MAX_ERROR
+from boxd.reading.strict_json import size
+from boxd.wire.secret_names import is_app_name
 
 
 class AppAway(Exception):

@@ -10,8 +10,8 @@ import asyncio
 import time
 from typing import Any
 
-from boxd.approval import ApprovalState
 from boxd.broker.manager_link import Manager
+from boxd.wire.approval import ApprovalState
 
 MAX_WAITING = 64
 

@@ -5,7 +5,7 @@ its budget."""
 import json
 from typing import Any
 
-from boxd.task_budget import autonomy, budget_cents
+from boxd.wire.task_budget import autonomy, budget_cents
 
 # The input shown in a call's question; the approval binds the whole input by its hash.
 MAX_SHOWN_INPUT = 300

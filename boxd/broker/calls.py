@@ -1,7 +1,7 @@
 """`POST /call`: a tool run with keys that make it happen once.
 
 - A key names one call (tool, input, cost) for good: the manager refuses it for anything else
-  (another call, a question) with a 400 before anything runs (boxd.key_use).
+  (another call, a question) with a 400 before anything runs (boxd.wire.models.key_use).
 - A key already answered in the log returns the logged result; the tool does not run again.
 - A key whose call was cut off (broker killed, power cut) runs again, with the same `ctx.key`.
 - The same tool with the same input while a first call is running or waiting shares that call:
@@ -20,14 +20,14 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
-from boxd.approval import ApprovalState, key
 from boxd.broker.app_link import Apps
 from boxd.broker.budget import why_ask
 from boxd.broker.manager_link import Manager, Waiter
-from boxd.canonical_json import input_hash
-from boxd.caps import MAX_LABEL, data, text
 from boxd.errors import Problem, die
-from boxd.json_reader import body as json_body
+from boxd.reading.canonical_json import input_hash
+from boxd.reading.caps import MAX_LABEL, data, text
+from boxd.reading.json_reader import body as json_body
+from boxd.wire.approval import ApprovalState, key
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ loop."""
 import os
 from pathlib import Path
 
-from boxd.secret_names import SECRET_NAME, credential_name
+from boxd.wire.secret_names import SECRET_NAME, credential_name
 
 
 def read_secrets(names: tuple[str, ...]) -> dict[str, str]:

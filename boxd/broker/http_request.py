@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from boxd.strict_json import MAX_BODY, TOO_LARGE
+from boxd.reading.strict_json import MAX_BODY, TOO_LARGE
 
 # aiohttp's own, which the broker's clients were written against.
 LONGEST_LINE = 8190

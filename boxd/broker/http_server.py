@@ -1,5 +1,5 @@
 """The broker's HTTP server: its routes (boxd/broker/app.py) on the task's broker socket, with
-slow and silent clients bounded as on every door (boxd/connection_limits.py).
+slow and silent clients bounded as on every door (boxd/doors/connection_limits.py).
 
 The broker is started on every task's start and on the first request after it exited idle, and
 one runs for every running task: aiohttp's server cost each about 180 ms to import (its client
@@ -22,8 +22,8 @@ from http import HTTPStatus
 from typing import Any, cast
 
 from boxd.broker.http_request import Head, Refusal, Request, RequestReader
-from boxd.connection_limits import LISTEN_BACKLOG, Bounds, body_words, busy_words
-from boxd.door_cap import Cap, Dropped
+from boxd.doors.connection_limits import LISTEN_BACKLOG, Bounds, body_words, busy_words
+from boxd.doors.door_cap import Cap, Dropped
 from boxd.errors import BoxError
 
 log = logging.getLogger(__name__)

@@ -32,8 +32,8 @@ import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from boxd import idle_time
-from boxd.socket_activation import Door
+from boxd.doors import idle_time
+from boxd.doors.socket_activation import Door
 
 IDLE_VARIABLE = "BOX_BROKER_IDLE_MS"
 # How often the broker looks, as a share of the idle time, and at most.

@@ -21,20 +21,20 @@ from typing import TYPE_CHECKING, Any
 from boxd.broker.app import make_broker
 from boxd.broker.app_link import Apps
 from boxd.broker.approvals import ApprovalWaiter
+from boxd.broker.egress.refusal_log import RefusalLog
 from boxd.broker.http_server import HttpServer
 from boxd.broker.idle import IdleWatch, idle_seconds
 from boxd.broker.manager_link import Manager, ManagerLink, Waiter
-from boxd.broker.refusal_log import RefusalLog
-from boxd.connection_limits import BROKER_CONNECTIONS, Bounds
 from boxd.dbus.client import connect_system_bus
+from boxd.doors.connection_limits import BROKER_CONNECTIONS, Bounds
+from boxd.doors.socket_activation import Door, passed_sockets
+from boxd.doors.stopping import until_stopped
 from boxd.errors import BoxError, Problem
-from boxd.ids import check_task_id
-from boxd.socket_activation import Door, passed_sockets
-from boxd.stopping import until_stopped
+from boxd.wire.ids import check_task_id
 
 if TYPE_CHECKING:
-    from boxd.broker.egress import Egress
-    from boxd.broker.model_gateway import ModelGateway
+    from boxd.broker.egress.proxies import Egress
+    from boxd.broker.model.gateway import ModelGateway
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +48,13 @@ DEFAULT_APPROVAL_WAIT_MS = 150_000
 
 
 def _egress_kind() -> "type[Egress]":
-    from boxd.broker.egress import Egress
+    from boxd.broker.egress.proxies import Egress
 
     return Egress
 
 
 def _gateway_kind() -> "type[ModelGateway]":
-    from boxd.broker.model_gateway import ModelGateway
+    from boxd.broker.model.gateway import ModelGateway
 
     return ModelGateway
 
@@ -108,7 +108,7 @@ class LateDoors:
     async def _egress(self) -> "Egress":
         kind = await asyncio.to_thread(_egress_kind)
         if self.egress is None:
-            from boxd.broker.egress import task_hosts
+            from boxd.broker.egress.proxies import task_hosts
 
             self.egress = kind(task_hosts(self._task), self._refusals)
         return self.egress

@@ -13,7 +13,7 @@ from boxd.dbus.bus_daemon import add_match
 from boxd.dbus.client import BoxClient, whole
 from boxd.dbus.interface import BUS_NAME, TASK, task_path
 from boxd.dbus.name_owner import NameOwner
-from boxd.task import TaskState
+from boxd.wire.models.task import TaskState
 
 ENDED = {state.value for state in TaskState if state.ended}
 

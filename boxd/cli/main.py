@@ -10,13 +10,13 @@ import sys
 from functools import partial
 from typing import Any
 
-from boxd.caller import Role
 from boxd.cli import show
 from boxd.cli.follow import follow
 from boxd.cli.open_screen import open_screen
 from boxd.dbus.client import BoxClient, connect_system_bus, pages, whole
 from boxd.dbus.interface import MANAGER
 from boxd.errors import BoxError, Problem, die
+from boxd.wire.caller import Role
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -11,7 +11,7 @@ import time
 import unicodedata
 from typing import Any
 
-from boxd.pairing_qr import qr_text
+from boxd.wire.pairing_qr import qr_text
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 # Unicode's control, format, separator, private, surrogate and unassigned characters.

@@ -15,7 +15,7 @@ from enum import StrEnum
 from dbus_fast import introspection as intr
 from dbus_fast.constants import ArgDirection
 
-from boxd.caller import Role
+from boxd.wire.caller import Role
 
 BUS_NAME = "org.boxd.Box1"
 ROOT_PATH = "/org/boxd/Box1"
@@ -164,9 +164,9 @@ REMOVE_WORKSPACE = Method("RemoveWorkspace", ("name",), "removed", _IN_PERSON)
 GET_SETTINGS = Method("GetSettings", (), "settings", _IN_PERSON)
 SET_SETTINGS = Method("SetSettings", ("changes",), "settings", _IN_PERSON)
 # The role is owner, app or member; a member's token is named by the member's id. An app's or
-# a member's carries limits, JSON (boxd.token_limits; "" for the defaults), its tasks are held
-# to. The owner in person makes them, as they pair devices; no token of a script, an app or a
-# member can.
+# a member's carries limits, JSON (boxd.wire.models.token_limits; "" for the defaults), its tasks
+# are held to. The owner in person makes them, as they pair devices; no token of a script, an app or
+# a member can.
 CREATE_TOKEN = Method("CreateToken", ("name", "role", "limits"), "token", _IN_PERSON)
 LIST_TOKENS = Method("ListTokens", (), "tokens", _OWNER)
 REVOKE_TOKEN = Method("RevokeToken", ("id",), "token", _OWNER)

@@ -15,10 +15,10 @@ from typing import Any
 from dbus_fast import ErrorType, Message, MessageFlag, MessageType
 from dbus_fast.aio import MessageBus
 
-from boxd.caller import OWNER_ONLY, Caller, Role
 from boxd.dbus.carried_text import carried
 from boxd.dbus.interface import GATEWAY, ROOT_PATH, Bound, Method, find_method, introspection_xml
 from boxd.errors import BoxError, Problem, die
+from boxd.wire.caller import OWNER_ONLY, Caller, Role
 
 log = logging.getLogger(__name__)
 

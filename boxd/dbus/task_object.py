@@ -10,8 +10,8 @@ from dbus_fast.service import ServiceInterface, dbus_property, dbus_signal
 
 from boxd.dbus.carried_text import carried
 from boxd.dbus.interface import TASK
-from boxd.event_record import Event
-from boxd.task import Task
+from boxd.wire.models.event_record import Event
+from boxd.wire.models.task import Task
 
 
 def _properties(task: Task) -> dict[str, Any]:

@@ -3,7 +3,7 @@ waiting) at once, and places go to queued tasks in the order they came."""
 
 from collections.abc import Iterable
 
-from boxd.task import Task
+from boxd.wire.models.task import Task
 
 
 def next_to_start(queued: Iterable[Task], holding: set[str], limit: int) -> list[Task]:

@@ -6,15 +6,15 @@ import asyncio
 import time
 from typing import Any
 
-from boxd.approval import ApprovalState
-from boxd.approval_record import Approval
-from boxd.caller import Caller
 from boxd.errors import Problem, die
-from boxd.event import EventKind
-from boxd.ids import check_task_id
 from boxd.manager.pages import one_page, with_next
 from boxd.manager.records import Records
-from boxd.task import Task, TaskState
+from boxd.wire.approval import ApprovalState
+from boxd.wire.caller import Caller
+from boxd.wire.event import EventKind
+from boxd.wire.ids import check_task_id
+from boxd.wire.models.approval_record import Approval
+from boxd.wire.models.task import Task, TaskState
 
 # The longest one WaitApproval waits: a broker that waits longer asks again.
 MAX_WAIT_MS = 600_000

@@ -4,11 +4,11 @@
 from dbus_fast import Message
 from dbus_fast.aio import MessageBus
 
-from boxd.approval_record import Approval
 from boxd.dbus import interface as api
-from boxd.event import EventKind
 from boxd.manager.ledger import Ledger
-from boxd.task import Task, TaskState
+from boxd.wire.event import EventKind
+from boxd.wire.models.approval_record import Approval
+from boxd.wire.models.task import Task, TaskState
 
 
 def record_approval(ledger: Ledger, task: Task, approval: Approval) -> None:

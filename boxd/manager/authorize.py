@@ -6,7 +6,6 @@ from collections import OrderedDict
 from dbus_fast import Message
 from dbus_fast.aio import MessageBus
 
-from boxd.caller import Caller, Role
 from boxd.dbus import interface as api
 from boxd.dbus.bus_daemon import connection_pid, connection_uid
 from boxd.dbus.polkit import check_authorization
@@ -17,7 +16,8 @@ from boxd.manager.systemd import Systemd
 from boxd.manager.tokens import DEVICE, token_hash
 from boxd.manager.users import user_name
 from boxd.manager.worker_unit import broker_service_unit
-from boxd.settings import MAX_RUNNING_TASKS
+from boxd.wire.caller import Caller, Role
+from boxd.wire.models.settings import MAX_RUNNING_TASKS
 
 # Brokers whose unit is remembered, the most recently seen: every running task's, and then some.
 # A broker forgotten is looked up again; one remembered for ever per broker ever started is a leak.

@@ -16,13 +16,8 @@ from typing import Any
 
 from dbus_fast.aio import MessageBus
 
-from boxd.caller import OWNER_ONLY, Caller, Role
-from boxd.claude_models import DEFAULT_MODEL, resolve_model
 from boxd.dbus import interface as api
-from boxd.errors import BoxError, Problem, die
-from boxd.event import EventKind
-from boxd.full_disk import NO_ROOM_TO_START, is_full
-from boxd.ids import new_task_id, task_user
+from boxd.errors import NO_ROOM_TO_START, BoxError, Problem, die, is_full
 from boxd.manager import at_rest
 from boxd.manager.app_runners import AppRunners
 from boxd.manager.approval_answers import ApprovalAnswers
@@ -46,11 +41,15 @@ from boxd.manager.systemd import Systemd
 from boxd.manager.task_os import TaskOS
 from boxd.manager.vault import Vault
 from boxd.manager.workspaces import PERSONAL, SHARED, Workspaces
-from boxd.model_key import KEY_REFUSED
-from boxd.settings import NetworkDefault, Settings
-from boxd.task import Task, TaskState
-from boxd.task_request import TaskRequest, Worker, parse_task_request
-from boxd.token_limits import DEFAULT, check_task, holder
+from boxd.wire.caller import OWNER_ONLY, Caller, Role
+from boxd.wire.claude_models import DEFAULT_MODEL, resolve_model
+from boxd.wire.event import EventKind
+from boxd.wire.ids import new_task_id, task_user
+from boxd.wire.model_key import KEY_REFUSED
+from boxd.wire.models.settings import NetworkDefault, Settings
+from boxd.wire.models.task import Task, TaskState
+from boxd.wire.models.task_request import TaskRequest, Worker, parse_task_request
+from boxd.wire.models.token_limits import DEFAULT, check_task, holder
 
 PHONE = "phone:"
 log = logging.getLogger(__name__)

@@ -5,29 +5,29 @@ only (boxd.manager.authorize checks its unit)."""
 import time
 from typing import Any
 
-from boxd.approval import ApprovalState, approval_id
-from boxd.approval_record import Approval
-from boxd.broker_wire import CallResult, CallStart, CostRecord, NetRefusal, Question
-from boxd.caller import Caller
 from boxd.errors import Problem, die
-from boxd.event import EventKind
-from boxd.event_record import Event
-from boxd.ids import check_task_id
-from boxd.key_use import (
-    CallUse,
-    QuestionUse,
-    Use,
-    input_hash,
-    logged_call_use,
-)
 from boxd.manager.asked import record_approval, tell_asked
 from boxd.manager.key_uses import used
 from boxd.manager.ledger import Ledger
 from boxd.manager.model_requests import model_reserved
 from boxd.manager.pages import one_page, with_next
 from boxd.manager.records import Records, found, running
-from boxd.plain_errors import parse
-from boxd.step import Step
+from boxd.wire.approval import ApprovalState, approval_id
+from boxd.wire.caller import Caller
+from boxd.wire.event import EventKind
+from boxd.wire.ids import check_task_id
+from boxd.wire.models.approval_record import Approval
+from boxd.wire.models.broker_calls import CallResult, CallStart, CostRecord, NetRefusal, Question
+from boxd.wire.models.event_record import Event
+from boxd.wire.models.key_use import (
+    CallUse,
+    QuestionUse,
+    Use,
+    input_hash,
+    logged_call_use,
+)
+from boxd.wire.models.plain_errors import parse
+from boxd.wire.step import Step
 
 
 class BrokerMethods:

@@ -8,10 +8,10 @@ import math
 import time
 from typing import Any
 
-from boxd.ids import task_user
 from boxd.manager.workspaces import NAME
-from boxd.task import Task, TaskState
-from boxd.task_request import MAX_TITLE
+from boxd.wire.ids import task_user
+from boxd.wire.models.task import Task, TaskState
+from boxd.wire.models.task_request import MAX_TITLE
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from boxd.manager.beneath import DIR_FLAGS, READ_FLAGS, lstat_at, open_dir, open
 from boxd.manager.keep import OPAQUE, is_whiteout
 from boxd.manager.pages import PAGE_CHARS, cursor
 from boxd.manager.text_diff import Slow, is_text, unified
-from boxd.strict_json import size
-from boxd.task_diff import (
+from boxd.reading.strict_json import size
+from boxd.wire.models.task_diff import (
     MAX_DIFF_FILES,
     MAX_DIFF_READ,
     PAGE_SECONDS,

@@ -12,12 +12,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from boxd.droid_installer import failure_reason
-from boxd.droid_release import VERSION, droid_binary
+from boxd.droid.installer import failure_reason
+from boxd.droid.release import VERSION, droid_binary
 from boxd.manager.last_words import last_words
 from boxd.manager.systemd import CLD_EXITED, CLD_KILLED, Systemd, SystemdError, UnitStatus
-from boxd.task import Task
-from boxd.task_request import Worker
+from boxd.wire.models.task import Task
+from boxd.wire.models.task_request import Worker
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from boxd.approval import TASK_ENDED, ApprovalState
 from boxd.errors import BoxError, Problem, die
-from boxd.event import EventKind
-from boxd.ids import task_user
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.background import Background
 from boxd.manager.disk import MIB, RESERVE_BYTES, full_words, stopped_words, tree_bytes
@@ -30,7 +27,10 @@ from boxd.manager.systemd import Systemd, SystemdError
 from boxd.manager.task_os import TaskOS
 from boxd.manager.worker_unit import broker_units, task_slice, worker_unit
 from boxd.paths import task_own_home
-from boxd.task import Review, Task, TaskState
+from boxd.wire.approval import TASK_ENDED, ApprovalState
+from boxd.wire.event import EventKind
+from boxd.wire.ids import task_user
+from boxd.wire.models.task import Review, Task, TaskState
 
 log = logging.getLogger(__name__)
 

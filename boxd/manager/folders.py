@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from boxd.caller import Caller
 from boxd.errors import Problem, die
 from boxd.manager.folder_stream import StreamError
 from boxd.manager.owner_process import OwnerError, OwnerProcess
 from boxd.manager.users import user_name
+from boxd.wire.caller import Caller
 
 # Never an agent's, wherever a link or a setting points: the system and its state.
 SYSTEM = tuple(

@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from boxd.errors import BoxError, Problem, die
-from boxd.full_disk import is_full
+from boxd.errors import BoxError, Problem, die, is_full
 from boxd.manager import at_rest
 from boxd.manager.disk import give_up_reserve, make_reserve, reserve_path
 

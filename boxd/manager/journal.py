@@ -8,8 +8,8 @@ import json
 
 from systemd import journal
 
-from boxd.event import EventKind
-from boxd.event_record import Event
+from boxd.wire.event import EventKind
+from boxd.wire.models.event_record import Event
 
 
 def story(event: Event) -> str:

@@ -1,13 +1,13 @@
 """What the record says a key of a task was used for: its approval and its `tool.call` line,
-judged by the key rule (boxd.key_use) against what it is wanted for now."""
+judged by the key rule (boxd.wire.models.key_use) against what it is wanted for now."""
 
 from typing import Any
 
-from boxd.approval import approval_id
-from boxd.approval_record import Approval
 from boxd.errors import Problem, die
-from boxd.key_use import Use, approval_use, first_refusal, logged_call_use
 from boxd.manager.ledger import Ledger
+from boxd.wire.approval import approval_id
+from boxd.wire.models.approval_record import Approval
+from boxd.wire.models.key_use import Use, approval_use, first_refusal, logged_call_use
 
 
 def used(

@@ -10,13 +10,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from boxd.approval_record import Approval
 from boxd.errors import BoxError, Problem, die
-from boxd.event_record import Event
-from boxd.ids import is_task_id
 from boxd.manager.damaged import DAMAGED_STEP, salvage
-from boxd.settings import Settings
-from boxd.task import Task
+from boxd.wire.ids import is_task_id
+from boxd.wire.models.approval_record import Approval
+from boxd.wire.models.event_record import Event
+from boxd.wire.models.settings import Settings
+from boxd.wire.models.task import Task
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,6 @@ from functools import partial
 from pathlib import Path
 
 from boxd.errors import BoxError, Problem, die
-from boxd.event import EventKind
-from boxd.ids import task_user
 from boxd.manager import at_rest, disk_quota
 from boxd.manager.admission import next_to_start
 from boxd.manager.approval_answers import ApprovalAnswers
@@ -39,11 +37,13 @@ from boxd.manager.worker_unit import (
     worker_properties,
     worker_unit,
 )
-from boxd.model_key import missing_key
 from boxd.paths import task_manifest, task_work_dir, workspaces_dir
-from boxd.settings import Settings
-from boxd.task import Task, TaskState
-from boxd.task_request import Worker
+from boxd.wire.event import EventKind
+from boxd.wire.ids import task_user
+from boxd.wire.model_key import missing_key
+from boxd.wire.models.settings import Settings
+from boxd.wire.models.task import Task, TaskState
+from boxd.wire.models.task_request import Worker
 
 log = logging.getLogger(__name__)
 

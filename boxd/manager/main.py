@@ -12,6 +12,7 @@ from boxd.dbus.gathered_writes import gathered
 from boxd.dbus.interface import BUS_NAME
 from boxd.dbus.patient_writes import patient
 from boxd.dbus.server import Server
+from boxd.doors.stopping import until_stopped
 from boxd.errors import Problem, die
 from boxd.manager.authorize import Authorizer
 from boxd.manager.box import Box
@@ -19,7 +20,6 @@ from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd
 from boxd.manager.task_flush import TaskFlush
 from boxd.paths import box_home, database_path, tasks_dir
-from boxd.stopping import until_stopped
 
 log = logging.getLogger("boxd")
 

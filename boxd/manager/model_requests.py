@@ -1,7 +1,7 @@
 """The money of a task's model requests, as the manager records it for the task's model gateway
-(boxd.broker.model_gateway).
+(boxd.broker.model.gateway).
 
-- `BeginModelRequest`: before a request goes, its worst case (boxd.pricing.reservation_cents:
+- `BeginModelRequest`: before a request goes, its worst case (boxd.wire.pricing.reservation_cents:
   the estimate of its input at the dearest rate it may be billed, and max_tokens at the output
   price) is reserved, counted with the task's other requests in flight, the calls its broker
   runs, and the calls that wait for the owner or were approved and not yet run. Where that would
@@ -31,23 +31,23 @@ from typing import Any, Protocol
 
 from dbus_fast.aio import MessageBus
 
-from boxd.approval import ApprovalState, approval_id
-from boxd.approval_record import Approval
-from boxd.broker_wire import CostRecord, ModelCost, ModelStart
-from boxd.caller import Caller
 from boxd.dbus.bus_daemon import bus_id, name_owner
 from boxd.errors import Problem, die
-from boxd.event import EventKind
-from boxd.ids import check_task_id
-from boxd.key_use import ModelUse
 from boxd.manager.asked import record_approval, tell_asked
 from boxd.manager.key_uses import used
 from boxd.manager.ledger import Ledger
 from boxd.manager.records import Records, found, running
-from boxd.plain_errors import parse
-from boxd.pricing import Tokens, price_cents, reservation_cents
-from boxd.task import Task
-from boxd.task_budget import spending_limit
+from boxd.wire.approval import ApprovalState, approval_id
+from boxd.wire.caller import Caller
+from boxd.wire.event import EventKind
+from boxd.wire.ids import check_task_id
+from boxd.wire.models.approval_record import Approval
+from boxd.wire.models.broker_calls import CostRecord, ModelCost, ModelStart
+from boxd.wire.models.key_use import ModelUse
+from boxd.wire.models.plain_errors import parse
+from boxd.wire.models.task import Task
+from boxd.wire.pricing import Tokens, price_cents, reservation_cents
+from boxd.wire.task_budget import spending_limit
 
 log = logging.getLogger(__name__)
 

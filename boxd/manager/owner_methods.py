@@ -6,7 +6,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from boxd.caller import Caller, Role
 from boxd.errors import Problem, die
 from boxd.manager import disk_quota
 from boxd.manager.app_runners import AppRunners
@@ -28,10 +27,11 @@ from boxd.manager.tokens import (
 )
 from boxd.manager.worker_unit import ALL_TASKS_SLICE, all_tasks_properties
 from boxd.manager.workspaces import PERSONAL, SHARED, Workspaces
-from boxd.settings import Settings, change_settings
-from boxd.strict_json import loads
-from boxd.task import TaskState
-from boxd.token_limits import TokenLimits, parse_limits
+from boxd.reading.strict_json import loads
+from boxd.wire.caller import Caller, Role
+from boxd.wire.models.settings import Settings, change_settings
+from boxd.wire.models.task import TaskState
+from boxd.wire.models.token_limits import TokenLimits, parse_limits
 
 log = logging.getLogger(__name__)
 

@@ -3,15 +3,15 @@ answer depends on fitting in one D-Bus message: dbus-daemon refuses a message ov
 max_message_size (32 MiB by default on the system bus), whatever the tasks logged.
 
 A page holds whole items up to PAGE_CHARS of JSON (one more if a single item is larger; every
-item is capped, see boxd/caps.py), and `next`, the cursor of the page after it, if there is one.
-The gateway, the broker and boxctl ask page after page and put the answer together.
+item is capped, see boxd/reading/caps.py), and `next`, the cursor of the page after it, if there is
+one. The gateway, the broker and boxctl ask page after page and put the answer together.
 """
 
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from boxd.errors import Problem, die
-from boxd.strict_json import size
+from boxd.reading.strict_json import size
 
 PAGE_CHARS = 4 * 1024 * 1024
 # Rows read from the store at a time while filling a page: a few at first, then as many as the

@@ -6,16 +6,16 @@ from typing import Any, TypeVar
 
 from dbus_fast.aio import MessageBus
 
-from boxd.approval_record import Approval
 from boxd.dbus import interface as api
 from boxd.dbus.task_object import TaskObject
 from boxd.errors import Problem, die
-from boxd.event_record import Event
-from boxd.ids import check_task_id
 from boxd.manager.keyed_locks import KeyedLocks
 from boxd.manager.ledger import Ledger
 from boxd.manager.store import Store
-from boxd.task import Task
+from boxd.wire.ids import check_task_id
+from boxd.wire.models.approval_record import Approval
+from boxd.wire.models.event_record import Event
+from boxd.wire.models.task import Task
 
 T = TypeVar("T")
 

@@ -7,9 +7,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from boxd.caller import Caller
 from boxd.errors import Problem, die
-from boxd.event import EventKind
 from boxd.manager.diffs import diff_page
 from boxd.manager.ending import Ending
 from boxd.manager.folders import asker_only, caller_uid, real_folders
@@ -20,7 +18,9 @@ from boxd.manager.pages import with_next
 from boxd.manager.records import Records
 from boxd.manager.store import Store
 from boxd.paths import task_manifest, workspaces_dir
-from boxd.task import Review, Task, TaskState
+from boxd.wire.caller import Caller
+from boxd.wire.event import EventKind
+from boxd.wire.models.task import Review, Task, TaskState
 
 UNDONE_WHILE_RUNNING = "Stopped by its owner, to undo it."
 

@@ -12,7 +12,7 @@ from dbus_fast import Variant
 
 from boxd.manager.netns import netns_path
 from boxd.paths import broker_socket, task_own_home, task_work_dir
-from boxd.settings import Settings
+from boxd.wire.models.settings import Settings
 
 # mount(2)'s MS_REC: what systemd sends for a BindPaths= entry without `norbind`.
 _MS_REC = 16384

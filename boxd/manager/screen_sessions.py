@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from boxd.caller import LINK_USED, SCREEN_SESSION_PREFIX, SCREEN_SESSION_SECONDS, Caller, Role
 from boxd.errors import Problem, die
 from boxd.manager.store import Store
 from boxd.manager.tokens import TokenRecord, token_hash
+from boxd.wire.caller import LINK_USED, SCREEN_SESSION_PREFIX, SCREEN_SESSION_SECONDS, Caller, Role
 
 LINK_SECONDS = 60
 LINK_PREFIX = "boxlink_"

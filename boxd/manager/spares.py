@@ -26,7 +26,6 @@ from pathlib import Path
 from dbus_fast import Variant
 
 from boxd.errors import Problem, die
-from boxd.ids import is_task_id, new_task_id, task_user
 from boxd.manager import at_rest
 from boxd.manager.at_once import at_once
 from boxd.manager.background import Background
@@ -38,8 +37,9 @@ from boxd.manager.users import FIRST_UID, LAST_UID, id_taken
 from boxd.manager.vault import Vault
 from boxd.manager.worker_unit import ahead_worker_properties, broker_units, task_slice, worker_unit
 from boxd.paths import task_dir, task_work_dir
-from boxd.settings import Settings
-from boxd.task import Task
+from boxd.wire.ids import is_task_id, new_task_id, task_user
+from boxd.wire.models.settings import Settings
+from boxd.wire.models.task import Task
 from boxd.workers.ahead import WAKES
 
 log = logging.getLogger(__name__)

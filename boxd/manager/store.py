@@ -11,11 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from boxd.approval import ApprovalState
-from boxd.approval_record import Approval
 from boxd.errors import Problem, die
-from boxd.event_record import Event
-from boxd.ids import is_task_id
 from boxd.manager import journal
 from boxd.manager.group_commit import GroupCommit
 from boxd.manager.ledger import (
@@ -30,8 +26,12 @@ from boxd.manager.ledger import (
     task_of_row,
 )
 from boxd.manager.tokens import TokenRecord
-from boxd.settings import Settings
-from boxd.task import Task, TaskState
+from boxd.wire.approval import ApprovalState
+from boxd.wire.ids import is_task_id
+from boxd.wire.models.approval_record import Approval
+from boxd.wire.models.event_record import Event
+from boxd.wire.models.settings import Settings
+from boxd.wire.models.task import Task, TaskState
 
 T = TypeVar("T")
 

@@ -18,8 +18,7 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from boxd.errors import BoxError, Problem
-from boxd.full_disk import is_full
+from boxd.errors import BoxError, Problem, is_full
 
 # A step refused because its files could not be flushed (the broker answers it with a 507).
 STEP_NOT_FLUSHED = (

@@ -8,9 +8,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from boxd.ids import task_user
 from boxd.manager import netns, task_home, users, worker_ahead
 from boxd.manager.disk import disk_full
+from boxd.wire.ids import task_user
 
 log = logging.getLogger(__name__)
 

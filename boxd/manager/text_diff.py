@@ -8,7 +8,7 @@ after MAX_DIFF_SECONDS. It reads two memfds of bytes, never a path a task contro
 import os
 import subprocess
 
-from boxd.task_diff import MAX_DIFF_SECONDS, MAX_DIFF_TEXT
+from boxd.wire.models.task_diff import MAX_DIFF_SECONDS, MAX_DIFF_TEXT
 
 DIFF = "/usr/bin/diff"
 

@@ -9,9 +9,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from boxd.caller import Role
 from boxd.errors import Problem, die
-from boxd.token_limits import DEFAULT, TokenLimits
+from boxd.wire.caller import Role
+from boxd.wire.models.token_limits import DEFAULT, TokenLimits
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The vault: the owner's secrets, one file each, encrypted by `systemd-creds` with the host's
-key, kept apart by whose they are (boxd.secret_names), so that systemd hands each process the
+key, kept apart by whose they are (boxd.wire.secret_names), so that systemd hands each process the
 secrets of one owner and nothing else:
 
 - `BOX_HOME/vault/box/<name>.cred`: the box's (the model keys), for the model gateway;
@@ -37,11 +37,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from pathlib import Path
 from typing import Any
 
-from boxd.caller import Caller
 from boxd.errors import Problem, die
 from boxd.manager.run import NotInstalled, run
-from boxd.model_key import KEY_NAMES
-from boxd.secret_names import BOX, SECRET_NAME, SUFFIX, belongs_to, credential_name, is_app_name
+from boxd.wire.caller import Caller
+from boxd.wire.model_key import KEY_NAMES
+from boxd.wire.secret_names import (
+    BOX,
+    SECRET_NAME,
+    SUFFIX,
+    belongs_to,
+    credential_name,
+    is_app_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +102,7 @@ class Vault:
         # How many times the vault's files have changed in this run, counted once the change is
         # made: a broker started ahead (a spare's) that saw an older count may hold old secrets.
         self.changes = 0
-        # Told, once a secret is set or removed, whose it was (boxd.secret_names.belongs_to):
+        # Told, once a secret is set or removed, whose it was (boxd.wire.secret_names.belongs_to):
         # the app's runner holds its secrets as they were when it started.
         self.changed: Callable[[str], Awaitable[None]] = _nothing
 

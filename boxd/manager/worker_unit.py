@@ -11,14 +11,14 @@ from pathlib import Path
 
 from dbus_fast import Variant
 
-from boxd.broker.proxy_environment import proxy_environment
-from boxd.ids import task_user
 from boxd.manager.netns import HTTP_PROXY_PORT, MODEL_GATEWAY_PORT, SOCKS_PROXY_PORT
 from boxd.manager.sandbox import sandbox_properties
+from boxd.net.proxy_environment import proxy_environment
 from boxd.paths import broker_socket, task_own_home, task_work_dir
-from boxd.settings import Settings
-from boxd.task import Task
-from boxd.task_request import Worker
+from boxd.wire.ids import task_user
+from boxd.wire.models.settings import Settings
+from boxd.wire.models.task import Task
+from boxd.wire.models.task_request import Worker
 from boxd.workers.ahead import WORKERS
 
 WORK_GROUP = "boxd-work"

@@ -6,14 +6,9 @@ from typing import Any
 
 from aiohttp import web
 
-from boxd.approval_record import Answer
 from boxd.dbus.client import GatewayClient, connect_system_bus, pages
+from boxd.doors.json_errors import MAX_BODY, json_errors
 from boxd.errors import Problem, die
-from boxd.json_errors import MAX_BODY, json_errors
-from boxd.owner_requests import NewPairing, NewToken, SecretValue, SettingsChanges
-from boxd.pairing_qr import qr_svg
-from boxd.pairing_request import PairRequest
-from boxd.plain_errors import parse
 from boxd.web.event_stream import EVENTS_PATH, Timing, serve_events
 from boxd.web.host_check import only_own_names
 from boxd.web.json_stream import stream
@@ -27,7 +22,17 @@ from boxd.web.screen_session import (
     screen_session,
     token_of,
 )
-from boxd.workspace_request import NewWorkspace
+from boxd.wire.models.approval_record import Answer
+from boxd.wire.models.owner_requests import (
+    NewPairing,
+    NewToken,
+    NewWorkspace,
+    PairRequest,
+    SecretValue,
+    SettingsChanges,
+)
+from boxd.wire.models.plain_errors import parse
+from boxd.wire.pairing_qr import qr_svg
 
 CLIENT = web.AppKey("client", GatewayClient)
 EVENTS = web.AppKey("events", LiveEvents)

@@ -17,8 +17,8 @@ import re
 
 from aiohttp import web
 
+from boxd.doors.json_errors import Handler
 from boxd.errors import Problem, die
-from boxd.json_errors import Handler
 
 # The whole header, strictly: one of the names, then at most a port of digits. A zone id
 # (`[::1%25lo]`), anything after the bracket (`[::1]x`) or a port that is not a number is not
@@ -43,7 +43,7 @@ def is_loopback_host(host: str | None) -> bool:
 @web.middleware
 async def only_own_names(request: web.Request, handler: Handler) -> web.StreamResponse:
     # A second Host header never gets here: aiohttp's parser refuses it (a 400 in words,
-    # boxd.http_refusals), as tests/test_host_check.py shows.
+    # boxd.doors.http_refusals), as tests/test_host_check.py shows.
     host = request.headers.get("Host")
     if not is_loopback_host(host):
         shown = repr(host[:100]) if host else "no host"

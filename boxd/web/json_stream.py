@@ -1,11 +1,11 @@
-"""The gateway's answers made of D-Bus pages (boxd/json_pages.py), written with aiohttp."""
+"""The gateway's answers made of D-Bus pages (boxd/doors/json_pages.py), written with aiohttp."""
 
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp import web
 
-from boxd.json_pages import pieces
+from boxd.doors.json_pages import pieces
 
 
 async def stream(
@@ -16,7 +16,7 @@ async def stream(
     status: int = 200,
 ) -> web.StreamResponse:
     """Answers `{...head(first page), key: [every page's items]}`, or the bare list when head
-    gives None, page by page (boxd/json_pages.py)."""
+    gives None, page by page (boxd/doors/json_pages.py)."""
     first = await anext(pages)
     response = web.StreamResponse(status=status)
     response.content_type = "application/json"

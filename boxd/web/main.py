@@ -3,8 +3,8 @@
 import asyncio
 import logging
 
-from boxd.connection_guard import serve
-from boxd.connection_limits import GATEWAY_CONNECTIONS
+from boxd.doors.connection_guard import serve
+from boxd.doors.connection_limits import GATEWAY_CONNECTIONS
 from boxd.web.app import make_app
 
 

@@ -12,17 +12,8 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from boxd.approval_record import Answer, Approval
-from boxd.caller import LINK_USED, OWNER_ONLY
-from boxd.full_disk import NO_ROOM_TO_START
-from boxd.owner_requests import NewPairing, NewToken, SecretValue, SettingsChanges
-from boxd.pairing_request import PairRequest
-from boxd.settings import Settings
-from boxd.strict_json import TOO_LARGE
-from boxd.task import Task
-from boxd.task_diff import TaskDiff
-from boxd.task_request import TaskRequest
-from boxd.token_limits import TokenLimits
+from boxd.errors import NO_ROOM_TO_START
+from boxd.reading.strict_json import TOO_LARGE
 from boxd.web.event_stream import EVENTS_PATH, HEARTBEAT_SECONDS
 from boxd.web.host_check import OTHER_ORIGIN
 from boxd.web.live_events import TOO_MANY
@@ -33,7 +24,21 @@ from boxd.web.screen_session import (
     SESSION_PATH,
     SessionRequest,
 )
-from boxd.workspace_request import NewWorkspace
+from boxd.wire.caller import LINK_USED, OWNER_ONLY
+from boxd.wire.models.approval_record import Answer, Approval
+from boxd.wire.models.owner_requests import (
+    NewPairing,
+    NewToken,
+    NewWorkspace,
+    PairRequest,
+    SecretValue,
+    SettingsChanges,
+)
+from boxd.wire.models.settings import Settings
+from boxd.wire.models.task import Task
+from boxd.wire.models.task_diff import TaskDiff
+from boxd.wire.models.task_request import TaskRequest
+from boxd.wire.models.token_limits import TokenLimits
 
 OPENAPI_PATH = "/api/openapi.json"
 _Mode = Literal["validation", "serialization"]

@@ -18,11 +18,11 @@ from urllib.parse import quote
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from boxd.caller import LINK_USED, SCREEN_SESSION_PREFIX, SCREEN_SESSION_SECONDS
 from boxd.dbus.client import GatewayClient
+from boxd.doors.json_errors import Handler
 from boxd.errors import BoxError, Problem, die
-from boxd.json_errors import Handler
-from boxd.plain_errors import parse
+from boxd.wire.caller import LINK_USED, SCREEN_SESSION_PREFIX, SCREEN_SESSION_SECONDS
+from boxd.wire.models.plain_errors import parse
 
 # Where boxd-web listens (units/boxd-web.socket); `boxctl open` builds its link on it.
 SCREEN_ADDRESS = "http://127.0.0.1:7700"

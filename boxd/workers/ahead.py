@@ -26,7 +26,7 @@ class Kind:
     wake: signal.Signals
 
 
-# By Worker's value (boxd/task_request.py).
+# By Worker's value (boxd/wire/models/task_request.py).
 WORKERS = {
     "fake": Kind("boxd.workers.fake", signal.SIGUSR1),
     "droid": Kind("boxd.workers.droid", signal.SIGUSR2),

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from boxd.droid_release import droid_binary
+from boxd.droid.release import droid_binary
 from boxd.workers.broker_client import BrokerClient, BrokerGarbled, BrokerGone, BrokerRefused
 from boxd.workers.droid_answers import Answers
 from boxd.workers.droid_config import (

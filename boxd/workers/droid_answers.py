@@ -18,8 +18,8 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from boxd.approval import MAX_QUESTION
-from boxd.canonical_json import input_hash
+from boxd.reading.canonical_json import input_hash
+from boxd.wire.approval import MAX_QUESTION
 from boxd.workers.droid_rpc import PermissionRequest, Question, ToolUse
 
 CANCEL = "cancel"

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from boxd.caps import MAX_STEP_TEXT
+from boxd.reading.caps import MAX_STEP_TEXT
 from boxd.workers.droid_config import MCP_PREFIX
 
 # What a tool step shows of the tool's input; the owner reads steps, not transcripts.

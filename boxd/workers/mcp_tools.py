@@ -18,11 +18,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from boxd.canonical_json import input_hash
+from boxd.reading.canonical_json import input_hash
 from boxd.workers.unix_http import BROKER_FAILURES
 
 ASK = "box_ask"
-# A tool name in a key: tool names may be 200 characters and so may a key (boxd.approval's
+# A tool name in a key: tool names may be 200 characters and so may a key (boxd.wire.approval's
 # MAX_KEY); a longer name is cut and told apart by a hash of it, so a key is at most
 # 4 + 64 + 1 + 64 + 1 + 20 = 154 characters.
 KEY_TOOL_CHARS = 64

@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from boxd.errors import Problem
-from boxd.strict_json import MAX_BODY
+from boxd.reading.strict_json import MAX_BODY
 from boxd.workers.broker_patience import FULL_PAUSE_SECONDS, Patience
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-from boxd.droid_installer import integrity_of
-from boxd.droid_release import DEFAULT_REGISTRY, INTEGRITY, VERSION, tarball_url
+from boxd.droid.installer import integrity_of
+from boxd.droid.release import DEFAULT_REGISTRY, INTEGRITY, VERSION, tarball_url
 
 from .image import _locked, log
 

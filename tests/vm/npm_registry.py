@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from boxd.droid_release import droid_binary
+from boxd.droid.release import droid_binary
 
 from .box_api import boxctl
 from .droid_cache import MACHINE_DIR

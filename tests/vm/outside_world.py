@@ -13,7 +13,7 @@ Never the real internet: test machines boot with a private network.
 
 The public face is in the benchmarking blocks (198.18.0.0/15, 2001:2::/48): egress lets a name
 resolve there, as it does to any public address, while it refuses a name that resolves to a
-private one (boxd/broker/address_screen.py). Each server answers `hello from PORT PATH` and
+private one (boxd/net/address_screen.py). Each server answers `hello from PORT PATH` and
 appends what it got to a log file, so a test can assert that something never arrived.
 """
 

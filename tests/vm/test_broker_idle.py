@@ -173,8 +173,8 @@ def test_an_approval_waiting_for_the_owner_keeps_the_broker_up(
 
 
 # A tunnel through the task's egress proxy, opened, then silent for three idle times and more,
-# then used: through the broker that opened it (bytes go by splice, boxd/broker/pipe.py, with no
-# request in hand on any HTTP door).
+# then used: through the broker that opened it (bytes go by splice, boxd/broker/egress/pipe.py, with
+# no request in hand on any HTTP door).
 HELD_TUNNEL = (
     "import os, socket, time, urllib.parse; "
     "proxy = urllib.parse.urlsplit(os.environ['HTTP_PROXY']); "

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from boxd.full_disk import NO_ROOM_TO_START
+from boxd.errors import NO_ROOM_TO_START
 from boxd.manager.box import STOPPED, stop_waits_for_room
 from boxd.manager.group_commit import RECORD_FULL
 from tests.vm.box_api import boxctl, finish, http, start_fake, wait_for_step

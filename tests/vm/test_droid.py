@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from boxd.droid_release import droid_binary
-from boxd.model_key import KEY_REFUSED
-from boxd.pricing import Tokens, price_cents
+from boxd.droid.release import droid_binary
+from boxd.wire.model_key import KEY_REFUSED
+from boxd.wire.pricing import Tokens, price_cents
 from tests.vm.box_api import (
     BROKER_UNIT,
     boxctl,

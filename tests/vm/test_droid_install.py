@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from boxd.droid_release import VERSION, droid_binary, tarball_url
+from boxd.droid.release import VERSION, droid_binary, tarball_url
 from tests.vm.box_api import boxctl, finish, http, start_fake
 from tests.vm.machine import Machine, booted_box
 from tests.vm.npm_registry import (

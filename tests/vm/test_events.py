@@ -10,8 +10,8 @@ import threading
 import time
 from typing import Any
 
-from boxd.caller import OWNER_ONLY
 from boxd.dbus.interface import BUS_NAME, ROOT_PATH
+from boxd.wire.caller import OWNER_ONLY
 from tests.vm.box_api import API, boxctl, finish, http, start_fake
 from tests.vm.machine import Machine, MachineProcess
 from tests.vm.test_signals import forge, main_pid

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from boxd.model_key import KEY_REFUSED, NO_KEY
-from boxd.pricing import Tokens, price_cents, reservation_cents
+from boxd.wire.model_key import KEY_REFUSED, NO_KEY
+from boxd.wire.pricing import Tokens, price_cents, reservation_cents
 from tests.vm.box_api import (
     BROKER_UNIT,
     boxctl,

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from boxd.broker.model_gateway import MAX_IN_FLIGHT, MAX_REQUEST
-from boxd.broker.model_request import BYTES_PER_TOKEN
-from boxd.pricing import reservation_cents
+from boxd.broker.model.gateway import MAX_IN_FLIGHT, MAX_REQUEST
+from boxd.broker.model.request import BYTES_PER_TOKEN
+from boxd.wire.pricing import reservation_cents
 from tests.vm.box_api import (
     BROKER_UNIT,
     boxctl,

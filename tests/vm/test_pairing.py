@@ -6,7 +6,7 @@ tests/test_pairing.py: a test machine cannot wait them out.)"""
 import json
 from typing import Any
 
-from boxd.caller import OWNER_ONLY
+from boxd.wire.caller import OWNER_ONLY
 from tests.vm.box_api import boxctl, finish, http, start_fake
 from tests.vm.machine import Machine
 

@@ -17,8 +17,8 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import WebDriverWait
 
-from boxd.caller import LINK_USED
 from boxd.web.screen_session import NO_TOKEN, SESSION_ENDED
+from boxd.wire.caller import LINK_USED
 from tests.vm.box_api import boxctl, finish, http, start_fake
 from tests.vm.browser import PHONE, browser, console_log, resize, screenshot
 from tests.vm.machine import Machine

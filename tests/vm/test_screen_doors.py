@@ -9,8 +9,8 @@ from typing import Any
 
 import segno
 
-from boxd.caller import OWNER_ONLY
 from boxd.web.screen_session import NO_TOKEN
+from boxd.wire.caller import OWNER_ONLY
 from tests.test_screen_doors import _modules
 from tests.vm.box_api import API, BOXCTL, boxctl, http
 from tests.vm.machine import Machine

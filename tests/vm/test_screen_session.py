@@ -7,8 +7,8 @@ import json
 import re
 from typing import Any
 
-from boxd.caller import LINK_USED, SCREEN_SESSION_SECONDS
 from boxd.web.screen_session import NO_TOKEN, SESSION_ENDED, SESSION_PATH
+from boxd.wire.caller import LINK_USED, SCREEN_SESSION_SECONDS
 from tests.vm.box_api import API, boxctl, http
 from tests.vm.machine import Machine
 

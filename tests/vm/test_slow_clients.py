@@ -1,5 +1,5 @@
 """Slow, silent and crowding clients on the gateway (127.0.0.1:7700) and on a task's broker
-socket, in a real box: each bad connection ends within its bound (boxd/connection_limits.py),
+socket, in a real box: each bad connection ends within its bound (boxd/doors/connection_limits.py),
 the service's descriptors stay within its cap, and a legitimate caller is answered meanwhile."""
 
 import json
@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from boxd.connection_limits import (
+from boxd.doors.connection_limits import (
     BODY_SECONDS,
     BROKER_CONNECTIONS,
     EGRESS_CONNECTIONS,

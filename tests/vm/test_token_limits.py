@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from boxd.caller import OWNER_ONLY
+from boxd.wire.caller import OWNER_ONLY
 from tests.vm.box_api import boxctl, finish, http, start_fake
 from tests.vm.browser import screenshot
 from tests.vm.machine import Machine

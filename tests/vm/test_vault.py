@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from boxd.caller import OWNER_ONLY
+from boxd.wire.caller import OWNER_ONLY
 from tests.vm.box_api import (
     BOXCTL,
     boxctl,

@@ -1,0 +1,192 @@
+"""`boxd droid-install`: puts the pinned Droid binary at `droid_binary()`, as
+boxd-droid-install.service runs it (the manager starts that unit when the binary is missing).
+
+The tarball is downloaded whole and checked against the pinned integrity before anything in it
+is read, so a registry, a mirror or a proxy that serves other bytes installs nothing. Of the
+package only the binary is taken, as a regular file of a sane size; it is written beside its
+final path and renamed there, so a half-written binary is never at that path.
+"""
+
+import base64
+import hashlib
+import os
+import shutil
+import sys
+import tarfile
+import tempfile
+import urllib.error
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+from boxd.droid import release as droid_release
+from boxd.droid.release import BINARY_IN_PACKAGE, DEFAULT_REGISTRY, INTEGRITY, VERSION
+
+REGISTRY_VARIABLE = "BOX_NPM_REGISTRY"
+# The published tarball is 114 MB and its binary 254 MB: several times that is no Droid.
+MAX_TARBALL_BYTES = 512 * 1024 * 1024
+MAX_BINARY_BYTES = 1024 * 1024 * 1024
+DOWNLOAD_TIMEOUT_SECONDS = 60.0
+_CHUNK = 1024 * 1024
+
+Opener = Callable[[str], IO[bytes]]
+
+
+_FAILED = f"Droid {VERSION} could not be installed: "
+
+
+class InstallError(Exception):
+    """Why Droid could not be installed, in words for the owner."""
+
+
+def failure_reason(line: str) -> str | None:
+    """The reason in the last line a failed install printed, for the manager to pass on."""
+    return line.removeprefix(_FAILED).rstrip(".") if line.startswith(_FAILED) else None
+
+
+def _open_url(url: str) -> IO[bytes]:
+    # Here, not at the top: the manager imports this module for failure_reason, and
+    # urllib.request brings http.client, email and ssl (boxd/startup/late_ssl.py), which it never
+    # uses.
+    import urllib.request
+
+    response: IO[bytes] = urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_SECONDS)
+    return response
+
+
+def registry() -> str:
+    chosen = os.environ.get(REGISTRY_VARIABLE, "").strip() or DEFAULT_REGISTRY
+    if not chosen.startswith(("https://", "http://")):
+        raise InstallError(
+            f"{REGISTRY_VARIABLE} must be an http:// or https:// address, not {chosen!r}"
+        )
+    return chosen
+
+
+def integrity_of(path: Path) -> str:
+    """The file's integrity as npm writes it: sha512-<base64 of the digest>."""
+    digest = hashlib.sha512()
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return "sha512-" + base64.b64encode(digest.digest()).decode()
+
+
+def download(url: str, into: Path, open_url: Opener = _open_url) -> None:
+    """Downloads `url` into the file `into`, refusing more than MAX_TARBALL_BYTES."""
+    try:
+        with open_url(url) as response, into.open("wb") as out:
+            size = 0
+            while chunk := response.read(_CHUNK):
+                size += len(chunk)
+                if size > MAX_TARBALL_BYTES:
+                    raise InstallError(
+                        f"{url} sent more than {MAX_TARBALL_BYTES // (1024 * 1024)} MB, "
+                        "far more than the Droid package"
+                    )
+                out.write(chunk)
+    except urllib.error.HTTPError as error:
+        raise InstallError(f"{url} answered {error.code} {error.reason}") from None
+    except urllib.error.URLError as error:
+        raise InstallError(f"{url} could not be reached: {error.reason}") from None
+    except (OSError, ValueError) as error:
+        raise InstallError(f"downloading {url} failed: {error}") from None
+
+
+def check_integrity(tarball: Path, url: str, expected: str = INTEGRITY) -> None:
+    found = integrity_of(tarball)
+    if found != expected:
+        # The digests are for the journal; the reason, which the owner reads, stays short.
+        print(f"boxd: {url} has integrity {found}, not {expected}", file=sys.stderr)
+        raise InstallError(f"{url} did not serve Droid {VERSION} as published (its sha512 differs)")
+
+
+def extract_binary(tarball: Path, target: Path) -> None:
+    """Writes the package's binary to `target` (a new file, its maker's, 0755). Takes that one
+    member only, and only as one regular file of a sane size: never a link, a device, or a
+    second member of the same name that tar would write over the first. Read as a stream, in
+    one pass: the binary is a quarter of a gigabyte."""
+    taken = 0
+    try:
+        with tarfile.open(tarball, "r|gz") as archive:
+            for member in archive:
+                if member.name != BINARY_IN_PACKAGE:
+                    continue
+                taken += 1
+                if taken > 1:
+                    raise InstallError(f"the package holds {BINARY_IN_PACKAGE} more than once")
+                _take(archive, member, target)
+    except (tarfile.TarError, EOFError, OSError) as error:
+        raise InstallError(f"the package cannot be unpacked: {error}") from None
+    if taken == 0:
+        raise InstallError(f"the package holds no {BINARY_IN_PACKAGE}")
+
+
+def _take(archive: tarfile.TarFile, member: tarfile.TarInfo, target: Path) -> None:
+    if not member.isreg():
+        raise InstallError(f"{BINARY_IN_PACKAGE} in the package is not a regular file")
+    if member.size > MAX_BINARY_BYTES:
+        raise InstallError(
+            f"{BINARY_IN_PACKAGE} in the package is {member.size} bytes, more than the "
+            f"{MAX_BINARY_BYTES} a Droid binary may be"
+        )
+    source = archive.extractfile(member)
+    if source is None:
+        raise InstallError(f"{BINARY_IN_PACKAGE} in the package cannot be read")
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o700)
+    with source, os.fdopen(fd, "wb") as out:
+        shutil.copyfileobj(source, out, _CHUNK)
+        out.flush()
+        # Made by root (the unit's user), so root's; read and run by every worker.
+        os.fchmod(out.fileno(), 0o755)
+        os.fsync(out.fileno())
+
+
+def install(
+    droid_dir: Path = droid_release.DROID_DIR,
+    registry_url: str | None = None,
+    open_url: Opener = _open_url,
+    integrity: str = INTEGRITY,
+) -> bool:
+    """Installs Droid unless it is already there. Returns whether it had to."""
+    final = droid_dir / VERSION / "droid"
+    if final.is_file():
+        return False
+    url = droid_release.tarball_url(registry_url or registry())
+    version_dir = final.parent
+    version_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+    # The download and the new binary live beside the final path, on the same file system, so
+    # the rename is atomic; a run cut short leaves only these behind, and they go next time.
+    for leftover in version_dir.glob(".droid-*"):
+        leftover.unlink(missing_ok=True)
+    for leftover in droid_dir.glob(".download-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=".download-", dir=droid_dir) as scratch:
+        tarball = Path(scratch) / "package.tgz"
+        download(url, tarball, open_url)
+        check_integrity(tarball, url, integrity)
+        partial = version_dir / f".droid-{os.getpid()}"
+        partial.unlink(missing_ok=True)
+        try:
+            extract_binary(tarball, partial)
+            partial.rename(final)
+        finally:
+            partial.unlink(missing_ok=True)
+    directory = os.open(version_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+    return True
+
+
+def main() -> None:
+    binary = droid_release.droid_binary()
+    try:
+        if install(droid_release.DROID_DIR):
+            print(f"boxd: Droid {VERSION} installed at {binary}", flush=True)
+        else:
+            print(f"boxd: Droid {VERSION} is already installed at {binary}", flush=True)
+    except InstallError as error:
+        print(_FAILED + str(error), file=sys.stderr, flush=True)
+        sys.exit(1)
