@@ -17,8 +17,6 @@ from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
 
 # `boxd.a.b` not inside a longer name (org.boxd.Box1, /opt/boxd.x), and `boxd/a/b.py`.
