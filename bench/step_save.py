@@ -37,7 +37,7 @@ def measure(steps: int) -> None:
         from boxd.event import EventKind  # type: ignore[import-not-found,no-redef]
         from boxd.task import Task, TaskState  # type: ignore[import-not-found,no-redef]
 
-        from boxd.manager.store import Ledger  # type: ignore[attr-defined,no-redef]
+        from boxd.manager.store import Ledger  # type: ignore[attr-defined]
 
     with tempfile.TemporaryDirectory(prefix="bench-step-save-") as scratch:
         for length in PROMPTS:
