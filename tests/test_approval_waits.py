@@ -30,22 +30,22 @@ async def test_the_answer_comes_to_the_waiting_call(
     box: tuple[BrokerMethods, ApprovalAnswers],
 ) -> None:
     methods, answers = box
-    asked = await methods.ask(BROKER, [TASK, QUESTION])
-    waiting = asyncio.create_task(answers.wait_approval(BROKER, [TASK, asked["id"], "5000"]))
+    asked = await methods.ask(BROKER, TASK, QUESTION)
+    waiting = asyncio.create_task(answers.wait_approval(BROKER, TASK, asked["id"], "5000"))
     await asyncio.sleep(0.05)
     assert not waiting.done()
-    await answers.answer_approval(OWNER, [asked["id"], True])
+    await answers.answer_approval(OWNER, asked["id"], True)
     assert await waiting == {"state": "approved"}
     # Asked again, answered at once.
-    assert await answers.wait_approval(BROKER, [TASK, asked["id"], "5000"]) == {"state": "approved"}
+    assert await answers.wait_approval(BROKER, TASK, asked["id"], "5000") == {"state": "approved"}
 
 
 async def test_no_answer_in_time_is_pending(box: tuple[BrokerMethods, ApprovalAnswers]) -> None:
     methods, answers = box
-    asked = await methods.ask(BROKER, [TASK, QUESTION])
-    assert await answers.wait_approval(BROKER, [TASK, asked["id"], "20"]) == {"state": "pending"}
-    await answers.answer_approval(OWNER, [asked["id"], False])
-    assert await answers.wait_approval(BROKER, [TASK, asked["id"], "0"]) == {"state": "denied"}
+    asked = await methods.ask(BROKER, TASK, QUESTION)
+    assert await answers.wait_approval(BROKER, TASK, asked["id"], "20") == {"state": "pending"}
+    await answers.answer_approval(OWNER, asked["id"], False)
+    assert await answers.wait_approval(BROKER, TASK, asked["id"], "0") == {"state": "denied"}
 
 
 @pytest.mark.parametrize(
@@ -61,9 +61,9 @@ async def test_only_the_tasks_own_approval_is_waited_for(
     box: tuple[BrokerMethods, ApprovalAnswers], args: list[str], problem: Problem, words: str
 ) -> None:
     methods, answers = box
-    await methods.ask(BROKER, [TASK, QUESTION])
+    await methods.ask(BROKER, TASK, QUESTION)
     with pytest.raises(BoxError) as caught:
-        await answers.wait_approval(BROKER, args)
+        await answers.wait_approval(BROKER, *args)
     assert caught.value.problem == problem and caught.value.message.startswith(words)
 
 

@@ -81,8 +81,8 @@ async def test_a_refusal_that_quotes_the_caller_is_answered(bus_address: str, bo
         async def authorize(message: Message, method: Bound) -> Caller:
             return Caller(Role.OWNER, message.sender or "")
 
-        async def create(caller: Caller, args: list[str]) -> object:
-            return loads(args[0])
+        async def create(caller: Caller, request: str) -> object:
+            return loads(request)
 
         server = Server(serving, authorize)
         server.handle(CREATE_TASK, create)

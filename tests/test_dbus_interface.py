@@ -1,18 +1,31 @@
 from typing import Any
 
+import pytest
 from dbus_fast.introspection import Node
 
 from boxd.dbus.interface import (
+    ANSWER_APPROVAL,
     BROKER,
     GATEWAY,
+    GET_TASK,
     MANAGER,
     METHODS,
+    WAIT_APPROVAL,
     Door,
+    Method,
     bound_methods,
     find_method,
     introspection_xml,
 )
+from boxd.dbus.server import Handler, check_handler
+from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.box import Box
+from boxd.manager.broker_methods import BrokerMethods
+from boxd.manager.model_requests import ModelRequests
+from boxd.manager.owner_methods import OwnerMethods
+from boxd.manager.review import ReviewMethods
+from boxd.manager.screen_sessions import ScreenSessions
+from boxd.manager.vault import Vault
 from boxd.wire.caller import Caller, Role
 
 
@@ -127,18 +140,48 @@ def find_method_strict(interface: str, name: str) -> Any:
     return found
 
 
-class _Anything:
-    def __getattr__(self, name: str) -> str:
-        return name
+def _routes() -> dict[Method, Handler]:
+    # routes() only names bound methods of the box and of its parts, so parts that are never
+    # opened show each handler's signature.
+    box: Any = Box.__new__(Box)
+    for name, kind in (
+        ("approvals", ApprovalAnswers),
+        ("broker", BrokerMethods),
+        ("vault", Vault),
+        ("screen", ScreenSessions),
+        ("model_requests", ModelRequests),
+        ("review", ReviewMethods),
+        ("owner", OwnerMethods),
+    ):
+        setattr(box, name, kind.__new__(kind))
+    return Box.routes(box)
 
 
 def test_every_method_has_a_handler_and_no_handler_is_undeclared() -> None:
-    # routes() only names bound methods of the box and of its parts.
-    box: Any = Box.__new__(Box)
-    box.approvals = box.broker = box.vault = box.screen = box.model_requests = _Anything()
-    box.review = box.owner = _Anything()
-    routes = Box.routes(box)
-    assert set(routes) == set(METHODS)
+    assert set(_routes()) == set(METHODS)
+
+
+def test_every_handler_takes_its_methods_arguments_by_name() -> None:
+    for method, handler in _routes().items():
+        check_handler(method, handler)
+
+
+def test_a_handler_whose_arguments_differ_from_the_table_is_refused() -> None:
+    async def get_task(caller: Caller, task: str, page: str) -> None: ...
+
+    async def answer(caller: Caller, approval_id: str, approved: str) -> None: ...
+
+    with pytest.raises(RuntimeError, match=r"get_task of GetTask takes \(caller: Caller, task"):
+        check_handler(GET_TASK, get_task)
+    with pytest.raises(RuntimeError, match=r"table says .*approved: bool"):
+        check_handler(ANSWER_APPROVAL, answer)
+
+
+def test_arguments_are_named_for_python_from_the_table() -> None:
+    assert GET_TASK.params == ("task_id", "page")
+    assert ANSWER_APPROVAL.params == ("approval_id", "approved")
+    assert ANSWER_APPROVAL.param_types == (str, bool)
+    assert WAIT_APPROVAL.params == ("task_id", "approval", "wait_ms")
 
 
 def test_the_screen_may_do_what_the_owners_token_may_and_more() -> None:

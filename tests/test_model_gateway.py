@@ -192,9 +192,9 @@ class Manager:
                 self.refused += 1
                 return self.task
             if member == "BeginModelRequest":
-                return await self.models.begin(BROKER, [TASK, *args])
+                return await self.models.begin(BROKER, TASK, *args)
             assert member == "LogModelCost", member
-            return await self.models.log_cost(BROKER, [TASK, *args])
+            return await self.models.log_cost(BROKER, TASK, *args)
         finally:
             self.tell()
 
@@ -213,7 +213,7 @@ class Manager:
         return [a.public() for a in await self.store.approvals(task_id=TASK)]
 
     async def answer(self, approval: dict[str, Any], approved: bool) -> None:
-        await self.answers.answer_approval(OWNER, [approval["id"], approved])
+        await self.answers.answer_approval(OWNER, approval["id"], approved)
         self.tell()
 
     async def open_requests(self) -> int:

@@ -47,12 +47,12 @@ async def _open(screen: ScreenSessions, code: str) -> dict[str, Any]:
     caller = screen.link_caller(code)
     if caller is None:
         die(Problem.UNAUTHORIZED, "a valid bearer token is required (boxctl token create)")
-    return await screen.open_session(caller, [])
+    return await screen.open_session(caller)
 
 
 async def test_a_link_opens_one_session_once(store: Store, tmp_path: Path) -> None:
     screen = ScreenSessions(store, Clock())
-    link = await screen.create_link(OWNER, [])
+    link = await screen.create_link(OWNER)
     assert link["expiresInSeconds"] == LINK_SECONDS
     session = (await _open(screen, link["code"]))["session"]
     found = await store.token(token_hash(session))
@@ -69,11 +69,11 @@ async def test_a_link_opens_one_session_once(store: Store, tmp_path: Path) -> No
 async def test_a_session_is_over_after_its_hours_and_removed(store: Store) -> None:
     wall = Clock()
     screen = ScreenSessions(store, Clock(), wall)
-    code = (await screen.create_link(OWNER, []))["code"]
+    code = (await screen.create_link(OWNER))["code"]
     caller = screen.link_caller(code)
     assert caller is not None
     wall.now = 5000.0
-    session = (await screen.open_session(caller, []))["session"]
+    session = (await screen.open_session(caller))["session"]
     found = await store.token(token_hash(session))
     assert found is not None
     found = replace(found, created=5000.0)
@@ -105,30 +105,30 @@ async def test_a_session_handed_out_as_a_cookie_before_ends_at_its_next_use(
 
 async def test_logging_out_ends_the_session_and_nothing_else(store: Store) -> None:
     screen = ScreenSessions(store, Clock())
-    code = (await screen.create_link(OWNER, []))["code"]
+    code = (await screen.create_link(OWNER))["code"]
     caller = screen.link_caller(code)
     assert caller is not None
-    session = (await screen.open_session(caller, []))["session"]
+    session = (await screen.open_session(caller))["session"]
     await store.add_token(token_hash("box_owner"), "scripts", "owner", "alice")
     as_screen = Caller(Role.SCREEN, SESSION_NAME, user="alice")
     # Only a screen's session is ended this way, not a token its caller happens to know.
     with pytest.raises(BoxError) as refused:
-        await screen.close_session(as_screen, ["box_owner"])
+        await screen.close_session(as_screen, "box_owner")
     assert refused.value.problem == Problem.NOT_FOUND
-    assert await screen.close_session(as_screen, [session]) == {"ended": True}
+    assert await screen.close_session(as_screen, session) == {"ended": True}
     assert [t.name for t in await store.tokens()] == ["scripts"]
     with pytest.raises(BoxError):
-        await screen.close_session(as_screen, [session])
+        await screen.close_session(as_screen, session)
 
 
 async def test_two_callers_racing_with_one_link_get_one_session(store: Store) -> None:
     screen = ScreenSessions(store, Clock())
-    code = (await screen.create_link(OWNER, []))["code"]
+    code = (await screen.create_link(OWNER))["code"]
     first, second = screen.link_caller(code), screen.link_caller(code)
     assert first is not None and second is not None
-    await screen.open_session(first, [])
+    await screen.open_session(first)
     with pytest.raises(BoxError) as lost:
-        await screen.open_session(second, [])
+        await screen.open_session(second)
     assert lost.value.message == LINK_USED
     assert len(await store.tokens()) == 1
 
@@ -136,21 +136,21 @@ async def test_two_callers_racing_with_one_link_get_one_session(store: Store) ->
 async def test_a_link_is_dead_after_a_minute(store: Store) -> None:
     clock = Clock()
     screen = ScreenSessions(store, clock)
-    code = (await screen.create_link(OWNER, []))["code"]
+    code = (await screen.create_link(OWNER))["code"]
     caller = screen.link_caller(code)
     clock.now += LINK_SECONDS
     assert screen.link_caller(code) is None
     # Even a caller let in just before the minute ended gets nothing after it.
     assert caller is not None
     with pytest.raises(BoxError) as late:
-        await screen.open_session(caller, [])
+        await screen.open_session(caller)
     assert late.value.message == LINK_USED
     assert await store.tokens() == []
 
 
 async def test_a_forged_code_is_no_caller(store: Store) -> None:
     screen = ScreenSessions(store, Clock())
-    await screen.create_link(OWNER, [])
+    await screen.create_link(OWNER)
     assert screen.link_caller("boxlink_forged") is None
     assert screen.link_caller("") is None
 

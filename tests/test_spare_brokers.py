@@ -253,7 +253,7 @@ async def test_a_secret_removed_while_the_task_starts_never_reaches_the_spares_b
 
     async def settings() -> Settings:
         # The store thread's trip, while the owner's removal runs to its end and is answered.
-        await box.vault.remove_secret(OWNER, ["ANTHROPIC_API_KEY"])
+        await box.vault.remove_secret(OWNER, "ANTHROPIC_API_KEY")
         said.append("owner told: removed")
         return Settings()
 
@@ -280,7 +280,7 @@ async def test_a_secret_removed_as_the_worker_starts_waits_for_the_start(
     removal: list[asyncio.Task[None]] = []
 
     async def remove() -> None:
-        await box.vault.remove_secret(OWNER, ["ANTHROPIC_API_KEY"])
+        await box.vault.remove_secret(OWNER, "ANTHROPIC_API_KEY")
         said.append("owner told: removed")
 
     async def signal_main(name: str, number: int) -> None:

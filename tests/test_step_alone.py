@@ -50,7 +50,7 @@ async def test_a_step_leaves_the_record_and_every_reader_sees_it(tmp_path: Path)
     )
     before, _ = raw(path)
     for number in range(3):
-        await methods.log_step(BROKER, [TASK, json.dumps({"text": f"step {number}"})])
+        await methods.log_step(BROKER, TASK, json.dumps({"text": f"step {number}"}))
     record, steps = raw(path)
     assert record == before
     assert steps == [(TASK, "step 2")]
@@ -75,13 +75,13 @@ async def test_a_step_leaves_the_record_and_every_reader_sees_it(tmp_path: Path)
 async def test_a_save_of_the_whole_record_takes_the_step_in(tmp_path: Path) -> None:
     path = tmp_path / "box.db"
     methods, _, store = await open_methods(path)
-    await methods.log_step(BROKER, [TASK, json.dumps({"text": "before the cost"})])
-    await methods.log_cost(BROKER, [TASK, json.dumps({"cents": 2, "what": "model"})])
+    await methods.log_step(BROKER, TASK, json.dumps({"text": "before the cost"}))
+    await methods.log_cost(BROKER, TASK, json.dumps({"cents": 2, "what": "model"}))
     record, steps = raw(path)
     assert json.loads(record)["step"] == "before the cost"
     assert json.loads(record)["costCents"] == 2
     assert steps == []
-    await methods.log_step(BROKER, [TASK, json.dumps({"text": "after the cost"})])
+    await methods.log_step(BROKER, TASK, json.dumps({"text": "after the cost"}))
     task = await store.task(TASK)
     assert task is not None
     assert (task.step, task.costCents) == ("after the cost", 2)
@@ -113,7 +113,7 @@ async def test_a_step_with_another_change_writes_the_whole_record(tmp_path: Path
 async def test_a_damaged_record_with_a_later_step_still_reads_as_failed(tmp_path: Path) -> None:
     path = tmp_path / "box.db"
     methods, _, store = await open_methods(path)
-    await methods.log_step(BROKER, [TASK, json.dumps({"text": "last words"})])
+    await methods.log_step(BROKER, TASK, json.dumps({"text": "last words"}))
     db = sqlite3.connect(path)
     db.execute("UPDATE tasks SET record = 'not json' WHERE id = ?", (TASK,))
     db.commit()
@@ -122,21 +122,21 @@ async def test_a_damaged_record_with_a_later_step_still_reads_as_failed(tmp_path
     assert isinstance(task, Task)
     assert (task.state, task.error) == (TaskState.FAILED, DAMAGED)
     with pytest.raises(BoxError, match="has ended"):
-        await methods.log_step(BROKER, [TASK, json.dumps({"text": "more"})])
+        await methods.log_step(BROKER, TASK, json.dumps({"text": "more"}))
     await store.close()
 
 
 async def test_a_step_after_the_task_ended_is_refused_and_not_kept(tmp_path: Path) -> None:
     path = tmp_path / "box.db"
     methods, _, store = await open_methods(path)
-    await methods.log_step(BROKER, [TASK, json.dumps({"text": "while running"})])
+    await methods.log_step(BROKER, TASK, json.dumps({"text": "while running"}))
     task = await store.task(TASK)
     assert task is not None
     await methods.records.record(
         task.model_copy(update={"state": TaskState.DONE}), EventKind.TASK_STATE, {"state": "done"}
     )
     with pytest.raises(BoxError, match="has ended"):
-        await methods.log_step(BROKER, [TASK, json.dumps({"text": "too late"})])
+        await methods.log_step(BROKER, TASK, json.dumps({"text": "too late"}))
     task = await store.task(TASK)
     assert task is not None and (task.state, task.step) == (TaskState.DONE, "while running")
     assert raw(path)[1] == []

@@ -70,7 +70,7 @@ class Box:
 
     async def step(self, task_id: str, text: str) -> dict[str, object]:
         broker = Caller(Role.BROKER, ":1.7", task=task_id)
-        return await self.methods.log_step(broker, [task_id, json.dumps({"text": text})])
+        return await self.methods.log_step(broker, task_id, json.dumps({"text": text}))
 
     async def steps(self, task_id: str) -> list[str]:
         return [str(e.data["text"]) for e in await self.store.events(task_id, EventKind.TASK_STEP)]

@@ -59,12 +59,10 @@ def files(directory: Path) -> list[str]:
 
 
 async def test_set_list_and_remove(vault: Vault, tmp_path: Path) -> None:
-    assert await vault.set_secret(OWNER, ["mail.password", VALUE]) == {"name": "mail.password"}
-    assert await vault.set_secret(OWNER, ["a-app.token_2", "x"]) == {"name": "a-app.token_2"}
-    assert await vault.set_secret(OWNER, ["ANTHROPIC_API_KEY", "k"]) == {
-        "name": "ANTHROPIC_API_KEY"
-    }
-    assert await vault.list_secrets(OWNER, []) == [
+    assert await vault.set_secret(OWNER, "mail.password", VALUE) == {"name": "mail.password"}
+    assert await vault.set_secret(OWNER, "a-app.token_2", "x") == {"name": "a-app.token_2"}
+    assert await vault.set_secret(OWNER, "ANTHROPIC_API_KEY", "k") == {"name": "ANTHROPIC_API_KEY"}
+    assert await vault.list_secrets(OWNER) == [
         {"name": "ANTHROPIC_API_KEY", "belongsTo": "box"},
         {"name": "a-app.token_2", "belongsTo": "a-app"},
         {"name": "mail.password", "belongsTo": "mail"},
@@ -83,9 +81,9 @@ async def test_set_list_and_remove(vault: Vault, tmp_path: Path) -> None:
     argv = (tmp_path / "bin" / "argv").read_text()
     assert VALUE not in argv
     assert "--name=vault_mail.password.cred - -" in argv
-    assert await vault.remove_secret(OWNER, ["a-app.token_2"]) == {"name": "a-app.token_2"}
-    assert await vault.remove_secret(OWNER, ["ANTHROPIC_API_KEY"]) == {"name": "ANTHROPIC_API_KEY"}
-    assert await vault.list_secrets(OWNER, []) == [{"name": "mail.password", "belongsTo": "mail"}]
+    assert await vault.remove_secret(OWNER, "a-app.token_2") == {"name": "a-app.token_2"}
+    assert await vault.remove_secret(OWNER, "ANTHROPIC_API_KEY") == {"name": "ANTHROPIC_API_KEY"}
+    assert await vault.list_secrets(OWNER) == [{"name": "mail.password", "belongsTo": "mail"}]
     assert files(vault.directory) == ["apps/mail/mail.password.cred"]
 
 
@@ -94,14 +92,14 @@ async def test_set_list_and_remove(vault: Vault, tmp_path: Path) -> None:
 )
 async def test_a_secret_that_belongs_to_no_one_is_refused(vault: Vault, name: str) -> None:
     with pytest.raises(BoxError) as caught:
-        await vault.set_secret(OWNER, [name, VALUE])
+        await vault.set_secret(OWNER, name, VALUE)
     assert caught.value.problem == Problem.INVALID
     assert caught.value.message == (
         f"{name} belongs to no app: a secret is an app's, named <app>.<name> like mail.password "
         "(only that app's tools get it), or one of the box's model keys (ANTHROPIC_API_KEY, "
         "FACTORY_API_KEY)"
     )
-    assert await vault.list_secrets(OWNER, []) == []
+    assert await vault.list_secrets(OWNER) == []
 
 
 async def test_the_runner_of_the_app_whose_secret_changed_is_told(vault: Vault) -> None:
@@ -111,9 +109,9 @@ async def test_the_runner_of_the_app_whose_secret_changed_is_told(vault: Vault) 
         told.append(owner)
 
     vault.changed = changed
-    await vault.set_secret(OWNER, ["mail.user", "box"])
-    await vault.set_secret(OWNER, ["FACTORY_API_KEY", "k"])
-    await vault.remove_secret(OWNER, ["mail.user"])
+    await vault.set_secret(OWNER, "mail.user", "box")
+    await vault.set_secret(OWNER, "FACTORY_API_KEY", "k")
+    await vault.remove_secret(OWNER, "mail.user")
     assert told == ["mail", "box", "mail"]
 
 
@@ -152,7 +150,7 @@ async def test_one_that_belongs_to_no_one_can_be_removed(tmp_path: Path) -> None
     (old / "GITHUB_TOKEN.cred").write_text("sealed")
     vault = Vault(tmp_path / "home")
     vault.open()
-    await vault.remove_secret(OWNER, ["GITHUB_TOKEN"])
+    await vault.remove_secret(OWNER, "GITHUB_TOKEN")
     assert vault.listing() == []
 
 
@@ -166,8 +164,8 @@ def test_a_file_put_in_another_owners_place_reaches_no_one(tmp_path: Path) -> No
 
 
 async def test_setting_again_replaces(vault: Vault) -> None:
-    await vault.set_secret(OWNER, ["mail.user", "old"])
-    await vault.set_secret(OWNER, ["mail.user", "new"])
+    await vault.set_secret(OWNER, "mail.user", "old")
+    await vault.set_secret(OWNER, "mail.user", "new")
     sealed = (vault.directory / "apps/mail/mail.user.cred").read_bytes()
     assert base64.b64decode(sealed).decode().endswith("\nnew")
     assert files(vault.directory) == ["apps/mail/mail.user.cred"]
@@ -175,7 +173,7 @@ async def test_setting_again_replaces(vault: Vault) -> None:
 
 async def test_removing_what_is_not_there(vault: Vault) -> None:
     with pytest.raises(BoxError) as caught:
-        await vault.remove_secret(OWNER, ["nothing.here"])
+        await vault.remove_secret(OWNER, "nothing.here")
     assert caught.value.problem == Problem.NOT_FOUND
     assert caught.value.message == "no secret nothing.here in the vault"
 
@@ -207,9 +205,9 @@ async def test_values_are_checked_without_being_repeated(vault: Vault) -> None:
     ]
     for value, problem, message in cases:
         with pytest.raises(BoxError) as caught:
-            await vault.set_secret(OWNER, ["a.k", value])
+            await vault.set_secret(OWNER, "a.k", value)
         assert (caught.value.problem, caught.value.message) == (problem, message)
-    assert await vault.list_secrets(OWNER, []) == []
+    assert await vault.list_secrets(OWNER) == []
 
 
 async def test_each_owners_secrets_stay_within_what_systemd_loads(vault: Vault) -> None:
@@ -217,17 +215,17 @@ async def test_each_owners_secrets_stay_within_what_systemd_loads(vault: Vault) 
     # 64 KiB load, 16 do not (seen with LoadCredentialEncrypted= on Debian 12). A unit loads
     # one owner's secrets.
     for number in range(15):
-        await vault.set_secret(OWNER, [f"a.s{number}", "v" * MAX_VALUE])
+        await vault.set_secret(OWNER, f"a.s{number}", "v" * MAX_VALUE)
     with pytest.raises(BoxError) as caught:
-        await vault.set_secret(OWNER, ["a.s15", "v" * MAX_VALUE])
+        await vault.set_secret(OWNER, "a.s15", "v" * MAX_VALUE)
     assert caught.value.problem == Problem.TOO_LARGE
     assert caught.value.message == (
         "app a's secrets would pass 1024 KiB in all with a.s15, more than systemd loads into "
         "one process; remove secrets you no longer need first"
     )
-    await vault.set_secret(OWNER, ["a.s0", "v" * MAX_VALUE])  # replacing one still fits
-    await vault.set_secret(OWNER, ["a.s15", "small"])
-    await vault.set_secret(OWNER, ["b.s15", "v" * MAX_VALUE])  # another app's own
+    await vault.set_secret(OWNER, "a.s0", "v" * MAX_VALUE)  # replacing one still fits
+    await vault.set_secret(OWNER, "a.s15", "small")
+    await vault.set_secret(OWNER, "b.s15", "v" * MAX_VALUE)  # another app's own
 
 
 @pytest.mark.parametrize(
@@ -242,27 +240,27 @@ async def test_a_failure_says_why_without_the_value(tmp_path: Path, script: str,
     vault = Vault(tmp_path / "home", encrypt=(str(failing),))
     vault.open()
     with pytest.raises(BoxError) as caught:
-        await vault.set_secret(OWNER, ["mail.password", VALUE])
+        await vault.set_secret(OWNER, "mail.password", VALUE)
     assert caught.value.problem == Problem.FAILED
     assert caught.value.message == (
         f"systemd-creds could not encrypt mail.password (exit status 1){why}"
     )
-    assert await vault.list_secrets(OWNER, []) == []
+    assert await vault.list_secrets(OWNER) == []
 
 
 async def test_a_missing_systemd_creds(tmp_path: Path) -> None:
     vault = Vault(tmp_path / "home", encrypt=(str(tmp_path / "no-such-program"),))
     vault.open()
     with pytest.raises(BoxError, match=r"cannot keep a.k: .*no-such-program is not installed"):
-        await vault.set_secret(OWNER, ["a.k", VALUE])
+        await vault.set_secret(OWNER, "a.k", VALUE)
 
 
 async def test_the_journal_names_secrets_and_never_their_values(
     vault: Vault, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.INFO, logger="boxd.manager.vault"):
-        await vault.set_secret(OWNER, ["mail.password", VALUE])
-        await vault.remove_secret(OWNER, ["mail.password"])
+        await vault.set_secret(OWNER, "mail.password", VALUE)
+        await vault.remove_secret(OWNER, "mail.password")
     assert caplog.messages == [
         "secret mail.password set by ann",
         "secret mail.password removed by ann",
@@ -312,14 +310,14 @@ async def test_each_change_is_counted_once_made_and_a_refused_one_is_not(vault: 
     # A spare's broker started ahead holds the vault of when it started: the manager tells it
     # is stale by this count (boxd/manager/spares.py).
     assert vault.changes == 0
-    await vault.set_secret(OWNER, ["mail.password", VALUE])
+    await vault.set_secret(OWNER, "mail.password", VALUE)
     assert vault.changes == 1
     with pytest.raises(BoxError):
-        await vault.set_secret(OWNER, ["mail.password", ""])
+        await vault.set_secret(OWNER, "mail.password", "")
     with pytest.raises(BoxError):
-        await vault.set_secret(OWNER, ["GITHUB_TOKEN", VALUE])
+        await vault.set_secret(OWNER, "GITHUB_TOKEN", VALUE)
     with pytest.raises(BoxError):
-        await vault.remove_secret(OWNER, ["no.such"])
+        await vault.remove_secret(OWNER, "no.such")
     assert vault.changes == 1
-    await vault.remove_secret(OWNER, ["mail.password"])
+    await vault.remove_secret(OWNER, "mail.password")
     assert vault.changes == 2

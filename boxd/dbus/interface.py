@@ -9,6 +9,7 @@ Bodies are JSON strings checked by the same pydantic models the HTTP API uses, s
 `boxctl` caller meets exactly the rules and messages an HTTP caller does.
 """
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -70,6 +71,10 @@ def door(interface: str, role: Role) -> Door | None:
     return None
 
 
+# The Python type a handler takes each D-Bus type as.
+_PYTHON_TYPES: dict[str, type] = {"s": str, "b": bool}
+
+
 @dataclass(frozen=True)
 class Method:
     name: str
@@ -77,6 +82,19 @@ class Method:
     args: tuple[str, ...]
     returns: str
     callers: frozenset[Door]
+    # What an argument named `id` is the id of: its handler's parameter is `<this>_id`.
+    id_of: str = "task"
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        """The names the handler takes the arguments by, after the caller: the D-Bus name in
+        snake_case (`waitMs` is `wait_ms`, `approved:b` is `approved`), `id` named for what it
+        is the id of (`task_id`, `approval_id`)."""
+        return tuple(_param(arg.partition(":")[0], self.id_of) for arg in self.args)
+
+    @property
+    def param_types(self) -> tuple[type, ...]:
+        return tuple(_PYTHON_TYPES[arg.partition(":")[2] or "s"] for arg in self.args)
 
     @property
     def interfaces(self) -> tuple[str, ...]:
@@ -99,6 +117,12 @@ class Method:
 
     def admits(self, interface: str, role: Role) -> bool:
         return door(interface, role) in self.callers
+
+
+def _param(name: str, id_of: str) -> str:
+    if name == "id":
+        return f"{id_of}_id"
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
 
 
 @dataclass(frozen=True)
@@ -157,7 +181,9 @@ KEEP_TASK = Method("KeepTask", ("id",), "task", _OWNER)
 # a task's files may hold what the owner's folders hold.
 DIFF_TASK = Method("DiffTask", ("id", "page"), "diff", _OWNER)
 LIST_APPROVALS = Method("ListApprovals", ("page",), "approvals", _OWNER)
-ANSWER_APPROVAL = Method("AnswerApproval", ("id", "approved:b"), "approval", _OWNER)
+ANSWER_APPROVAL = Method(
+    "AnswerApproval", ("id", "approved:b"), "approval", _OWNER, id_of="approval"
+)
 LIST_WORKSPACES = Method("ListWorkspaces", (), "workspaces", _OWNER)
 CREATE_WORKSPACE = Method("CreateWorkspace", ("name",), "workspace", _OWNER)
 REMOVE_WORKSPACE = Method("RemoveWorkspace", ("name",), "removed", _IN_PERSON)
@@ -169,7 +195,7 @@ SET_SETTINGS = Method("SetSettings", ("changes",), "settings", _IN_PERSON)
 # a member can.
 CREATE_TOKEN = Method("CreateToken", ("name", "role", "limits"), "token", _IN_PERSON)
 LIST_TOKENS = Method("ListTokens", (), "tokens", _OWNER)
-REVOKE_TOKEN = Method("RevokeToken", ("id",), "token", _OWNER)
+REVOKE_TOKEN = Method("RevokeToken", ("id",), "token", _OWNER, id_of="token")
 # Pairing: the owner makes a code for a device's name; a device exchanges it, once, within ten
 # minutes, for a token of its own (boxd.manager.pairing). On the gateway, the token is "".
 CREATE_PAIRING = Method("CreatePairing", ("name",), "pairing", _IN_PERSON)

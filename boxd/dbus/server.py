@@ -7,6 +7,7 @@ a person can act on.
 """
 
 import asyncio
+import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -22,7 +23,8 @@ from boxd.wire.caller import OWNER_ONLY, Caller, Role
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Caller, list[Any]], Awaitable[Any]]
+# Called as handler(caller, **arguments), each argument by its name in Method.params.
+Handler = Callable[..., Awaitable[Any]]
 Authorizer = Callable[[Message, Bound], Awaitable[Caller]]
 
 
@@ -36,16 +38,40 @@ def check_admitted(method: Bound, role: Role) -> None:
         die(Problem.FORBIDDEN, f"{method.name} is not open to {role} callers here")
 
 
+def check_handler(method: Method, handler: Handler) -> None:
+    """Refuses, once at start-up rather than at a call, a handler whose parameters after the
+    caller are not the method's arguments by name and type: renaming one on only one side of
+    the table fails here."""
+    wanted = [("caller", Caller), *zip(method.params, method.param_types, strict=True)]
+    found = [
+        (param.name, param.annotation)
+        for param in inspect.signature(handler, eval_str=True).parameters.values()
+    ]
+    if found != wanted:
+        name = getattr(handler, "__qualname__", repr(handler))
+        raise RuntimeError(
+            f"the handler {name} of {method.name} takes "
+            f"({', '.join(_shown(p) for p in found)}), but the method table says "
+            f"({', '.join(_shown(p) for p in wanted)})"
+        )
+
+
+def _shown(param: tuple[str, Any]) -> str:
+    name, kind = param
+    return f"{name}: {getattr(kind, '__name__', kind)}"
+
+
 class Server:
     def __init__(self, bus: MessageBus, authorize: Authorizer) -> None:
         self._bus = bus
         self._authorize = authorize
-        self._handlers: dict[Method, Handler] = {}
+        self._handlers: dict[Method, tuple[Handler, tuple[str, ...]]] = {}
         self._running: set[asyncio.Task[None]] = set()
         bus.add_message_handler(self._on_message)
 
     def handle(self, method: Method, handler: Handler) -> None:
-        self._handlers[method] = handler
+        check_handler(method, handler)
+        self._handlers[method] = (handler, method.params)
 
     def _on_message(self, message: Message) -> Message | bool | None:
         if message.message_type != MessageType.METHOD_CALL or message.path != ROOT_PATH:
@@ -74,7 +100,8 @@ class Server:
             caller = await self._authorize(message, method)
             check_admitted(method, caller.role)
             args = message.body[1:] if method.interface == GATEWAY else message.body
-            result = await self._handlers[method.method](caller, args)
+            handler, params = self._handlers[method.method]
+            result = await handler(caller, **dict(zip(params, args, strict=True)))
             reply = Message.new_method_return(message, "s", [json.dumps(result)])
         except BoxError as error:
             # Its words may quote what the caller sent, NUL or lone surrogate included.

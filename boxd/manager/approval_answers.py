@@ -20,7 +20,7 @@ from boxd.wire.models.task import Task, TaskState
 MAX_WAIT_MS = 600_000
 
 
-def wait_ms(text: str) -> int:
+def waiting_ms(text: str) -> int:
     if not text.isdigit() or int(text) > MAX_WAIT_MS:
         die(Problem.INVALID, f"waitMs is a whole number of milliseconds up to {MAX_WAIT_MS}")
     return int(text)
@@ -32,7 +32,7 @@ class ApprovalAnswers:
         # By approval id, the WaitApproval calls waiting for its answer.
         self._waiting: dict[str, set[asyncio.Future[str]]] = {}
 
-    async def list_approvals(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+    async def list_approvals(self, caller: Caller, page: str) -> dict[str, Any]:
         """One page of what waits for an answer, in the order asked (boxd.manager.pages)."""
 
         async def fetch(after: int | None, limit: int) -> list[tuple[int, dict[str, Any] | None]]:
@@ -41,14 +41,15 @@ class ApprovalAnswers:
             )
             return [(row, a.public() if a else None) for row, a in rows]
 
-        approvals, following = await one_page(fetch, args[0])
+        approvals, following = await one_page(fetch, page)
         return with_next({"approvals": approvals}, following)
 
-    async def answer_approval(self, caller: Caller, args: list[Any]) -> dict[str, Any]:
-        approved: bool = args[1]
-        found = await self.records.store.approval(args[0])
+    async def answer_approval(
+        self, caller: Caller, approval_id: str, approved: bool
+    ) -> dict[str, Any]:
+        found = await self.records.store.approval(approval_id)
         if found is None:
-            die(Problem.NOT_FOUND, f"no approval {args[0]}")
+            die(Problem.NOT_FOUND, f"no approval {approval_id}")
         async with self.records.locks[found.task]:
             approval = await self.records.store.approval(found.id)
             assert approval is not None
@@ -64,21 +65,23 @@ class ApprovalAnswers:
         assert answered is not None
         return answered.public()
 
-    async def wait_approval(self, caller: Caller, args: list[str]) -> dict[str, str]:
+    async def wait_approval(
+        self, caller: Caller, task_id: str, approval: str, wait_ms: str
+    ) -> dict[str, str]:
         """The state of the task's approval once it is answered, or `pending` once waitMs have
         passed. Answered to the caller only, a method's reply: a signal would reach others."""
-        task_id, approval_id, waiting_ms = check_task_id(args[0]), args[1], wait_ms(args[2])
+        task_id, approval_id, waiting = check_task_id(task_id), approval, waiting_ms(wait_ms)
         answered: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         # Listening before looking: an answer recorded after the look is told to this call.
         self._waiting.setdefault(approval_id, set()).add(answered)
         try:
-            approval = await self.records.store.approval(approval_id)
-            if approval is None or approval.task != task_id:
+            found = await self.records.store.approval(approval_id)
+            if found is None or found.task != task_id:
                 die(Problem.NOT_FOUND, f"no approval {approval_id} of task {task_id}")
-            if approval.state != ApprovalState.PENDING:
-                return {"state": approval.state.value}
+            if found.state != ApprovalState.PENDING:
+                return {"state": found.state.value}
             try:
-                return {"state": await asyncio.wait_for(answered, waiting_ms / 1000)}
+                return {"state": await asyncio.wait_for(answered, waiting / 1000)}
             except TimeoutError:
                 return {"state": ApprovalState.PENDING.value}
         finally:

@@ -54,7 +54,9 @@ from boxd.wire.models.token_limits import DEFAULT, check_task, holder
 PHONE = "phone:"
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Caller, list[Any]], Awaitable[Any]]
+# Each takes the caller, then the method's arguments by their names in the table
+# (api.Method.params); the server checks that when it is given them.
+Handler = Callable[..., Awaitable[Any]]
 
 STOPPED = "Stopped by its owner."
 
@@ -218,42 +220,38 @@ class Box:
             api.MODEL_KEY_REFUSED: self.model_key_refused,
         }
 
-    async def model_key_refused(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+    async def model_key_refused(self, caller: Caller, task_id: str) -> dict[str, Any]:
         """The task's model gateway found the vault's key refused upstream (401): the task
         ends failed, saying so. Ended in the background, since ending it stops the broker that
         is waiting for this answer; queued on the task's lock now, before the broker passes the
         401 to the worker, so the worker's exit that follows does not end it in other words."""
-        task = await self.records.task(args[0])
+        task = await self.records.task(task_id)
         if not task.state.ended:
             self.background(self.ending.end_by_broker(task.id, KEY_REFUSED))
         return task.public()
 
     # The tasks' own methods.
 
-    async def create_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        request = parse_task_request(args[0])
+    async def create_task(self, caller: Caller, request: str) -> dict[str, Any]:
+        asked = parse_task_request(request)
         settings = await self.store.settings()
-        personal = request.personal
-        if personal is not None or request.workspace.startswith(PERSONAL):
+        personal = asked.personal
+        if personal is not None or asked.workspace.startswith(PERSONAL):
             _owner_only(caller)
-        if personal is None and request.workspace.startswith(PERSONAL):
+        if personal is None and asked.workspace.startswith(PERSONAL):
             die(
                 Problem.INVALID,
-                f"workspace {request.workspace} is the copy of your personal folders: start the "
+                f"workspace {asked.workspace} is the copy of your personal folders: start the "
                 "task with folder or folders instead",
             )
         # Before a workspace or tool is looked up: a limited token learns nothing of the others.
-        budget, hosts = allowed_for(caller, request, settings)
-        if (
-            personal is None
-            and request.files is None
-            and not self.workspaces.exists(request.workspace)
-        ):
-            die(Problem.INVALID, f"no workspace {request.workspace}")
-        for tool in request.tools:
+        budget, hosts = allowed_for(caller, asked, settings)
+        if personal is None and asked.files is None and not self.workspaces.exists(asked.workspace):
+            die(Problem.INVALID, f"no workspace {asked.workspace}")
+        for tool in asked.tools:
             self.owner.installed(tool)
-        droid = request.worker == Worker.DROID
-        workspace = request.workspace
+        droid = asked.worker == Worker.DROID
+        workspace = asked.workspace
         folders: list[str] | None = None
         asker: int | None = None
         if personal is not None:
@@ -278,26 +276,26 @@ class Box:
         task_id = spare or new_task_id()
         try:
             shared: list[dict[str, Any]] = []
-            if request.files is not None:
+            if asked.files is not None:
                 # Shared files make a workspace of their own; the log keeps names and sizes only.
                 workspace = f"files-{task_id}"
                 await self.workspaces.create(workspace, files=True)
-                shared = [{"name": f.name, "size": len(f.content)} for f in request.files]
+                shared = [{"name": f.name, "size": len(f.content)} for f in asked.files]
             task = Task(
                 id=task_id,
-                title=request.title,
-                prompt=request.prompt,
+                title=asked.title,
+                prompt=asked.prompt,
                 state=TaskState.QUEUED,
                 user=task_user(task_id),
                 workspace=workspace,
-                worker=request.worker,
-                tools=list(request.tools),
+                worker=asked.worker,
+                tools=list(asked.tools),
                 hosts=hosts,
-                source=_source(caller, request.source),
-                model=request.model or (resolve_model(DEFAULT_MODEL) if droid else None),
+                source=_source(caller, asked.source),
+                model=asked.model or (resolve_model(DEFAULT_MODEL) if droid else None),
                 budgetCents=budget,
-                seat=request.seat,
-                droid=request.droid if droid else None,
+                seat=asked.seat,
+                droid=asked.droid if droid else None,
                 folder=folders[0] if folders else None,
                 folders=folders,
                 app=caller.name if caller.role == Role.APP else None,
@@ -306,8 +304,8 @@ class Box:
                 askerUid=asker,
             )
             try:
-                if request.files is not None:
-                    await self.workspaces.put(workspace, {f.name: f.content for f in request.files})
+                if asked.files is not None:
+                    await self.workspaces.put(workspace, {f.name: f.content for f in asked.files})
                 await self.store.save_task(
                     task,
                     EventKind.TASK_STATE,
@@ -321,7 +319,7 @@ class Box:
                 )
             except (BoxError, OSError) as error:
                 # Not recorded: the shared files' workspace would belong to no task.
-                if request.files is not None:
+                if asked.files is not None:
                     await self.workspaces.remove_unrecorded(workspace)
                 if isinstance(error, OSError) and is_full(error):
                     die(Problem.FULL, NO_ROOM_TO_START)
@@ -343,18 +341,18 @@ class Box:
             self.spares.fill_soon()
         return (await self.records.task(task.id)).public()
 
-    async def get_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+    async def get_task(self, caller: Caller, task_id: str, page: str) -> dict[str, Any]:
         """The task and one page of its steps (boxd.manager.pages)."""
-        task = await self._task_for(caller, args[0])
+        task = await self._task_for(caller, task_id)
 
         async def fetch(after: int | None, limit: int) -> list[tuple[int, dict[str, Any] | None]]:
             steps = await self.store.events(task.id, EventKind.TASK_STEP, after or 0, limit)
             return [(e.seq, {"seq": e.seq, "at": e.at, **e.data}) for e in steps]
 
-        steps, following = await one_page(fetch, args[1])
+        steps, following = await one_page(fetch, page)
         return with_next({**task.public(), "steps": steps}, following)
 
-    async def list_tasks(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+    async def list_tasks(self, caller: Caller, page: str) -> dict[str, Any]:
         """One page of the tasks the caller may see, newest first."""
 
         async def fetch(before: int | None, limit: int) -> list[tuple[int, dict[str, Any] | None]]:
@@ -364,7 +362,7 @@ class Box:
                 for row, task in rows
             ]
 
-        tasks, following = await one_page(fetch, args[0])
+        tasks, following = await one_page(fetch, page)
         return with_next({"tasks": tasks}, following)
 
     async def _task_for(self, caller: Caller, task_id: str) -> Task:
@@ -374,10 +372,10 @@ class Box:
             die(Problem.FORBIDDEN, OWNER_ONLY)
         return task
 
-    async def stop_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+    async def stop_task(self, caller: Caller, task_id: str) -> dict[str, Any]:
         """The stopped task. On a full disk its worker is stopped at once and its end recorded
         once there is room: the owner is told so with a 507 rather than kept waiting."""
-        task = await self._task_for(caller, args[0])
+        task = await self._task_for(caller, task_id)
         return await self.ending.unless_waiting_for_room(
             task.id, lambda waiting: self._stop(task.id, waiting), stop_waits_for_room(task.id)
         )

@@ -34,27 +34,27 @@ class BrokerMethods:
     def __init__(self, records: Records) -> None:
         self.records = records
 
-    async def broker_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+    async def broker_task(self, caller: Caller, task_id: str, page: str) -> dict[str, Any]:
         """The task and one page of its steps as `{text, data}` (boxd.manager.pages)."""
-        task = await self.records.task(args[0])
+        task = await self.records.task(task_id)
 
         async def fetch(after: int | None, limit: int) -> list[tuple[int, dict[str, Any] | None]]:
             steps = await self.records.store.events(task.id, EventKind.TASK_STEP, after or 0, limit)
             return [(e.seq, e.data) for e in steps]
 
-        steps, following = await one_page(fetch, args[1])
+        steps, following = await one_page(fetch, page)
         return with_next({"task": task.public(), "steps": steps}, following)
 
-    async def log_step(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        step = Step.read(args[1])
-        task_id = check_task_id(args[0])
+    async def log_step(self, caller: Caller, task_id: str, step: str) -> dict[str, Any]:
+        said = Step.read(step)
+        task_id = check_task_id(task_id)
 
         def log(ledger: Ledger) -> Event:
             task = found(task_id, ledger.task(task_id))
             if task.state.ended:
                 die(Problem.INVALID, f"task {task.id} has ended ({task.state}); it logs no more")
-            task = task.model_copy(update={"step": step.text})
-            return ledger.save_task(task, EventKind.TASK_STEP, step.json())
+            task = task.model_copy(update={"step": said.text})
+            return ledger.save_task(task, EventKind.TASK_STEP, said.json())
 
         # Answered once the task's files and then the step are on disk: the store flushes the
         # task's file system before the commit that holds the step (boxd.manager.task_flush).
@@ -62,24 +62,24 @@ class BrokerMethods:
             event = await self.records.transact(log, flush=task_id)
         return event.model_dump(mode="json")
 
-    async def begin_call(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+    async def begin_call(self, caller: Caller, task_id: str, call: str) -> dict[str, Any]:
         """Logs a call begun, unless its key is already used for something else (a 400 then).
         Says whether the key was answered, what the task spent, the costs reserved by its other
         calls that wait for the owner or were approved and not yet run and by its model requests
         in flight, and the key's own approval if it asked for one."""
-        call = parse(CallStart, args[1])
-        wanted = CallUse(call.tool, input_hash(call.input), call.costCents)
-        task_id = check_task_id(args[0])
+        started = parse(CallStart, call)
+        wanted = CallUse(started.tool, input_hash(started.input), started.costCents)
+        task_id = check_task_id(task_id)
 
         def begin(ledger: Ledger) -> dict[str, Any]:
             task = running(found(task_id, ledger.task(task_id)))
-            approval, logged = used(ledger, task.id, call.key, wanted)
-            shares = _shared(ledger, task.id, call.sharesWith, wanted)
-            answered = ledger.answer(task.id, call.key)
+            approval, logged = used(ledger, task.id, started.key, wanted)
+            shares = _shared(ledger, task.id, started.sharesWith, wanted)
+            answered = ledger.answer(task.id, started.key)
             # One tool.call line per key, however often a pending call is asked again.
             if answered is None and logged is None:
                 data = {
-                    **call.model_dump(mode="json", exclude={"sharesWith"}),
+                    **started.model_dump(mode="json", exclude={"sharesWith"}),
                     "inputHash": wanted.inputHash,
                     **({} if shares is None else {"sharesWith": shares}),
                 }
@@ -88,8 +88,8 @@ class BrokerMethods:
                 other.key: other.costCents or 0.0
                 for other in ledger.reserving_approvals(task.id)
                 # The same call under another key would share this call's run, not add to it.
-                if other.key != call.key
-                and (other.tool, other.inputHash) != (call.tool, wanted.inputHash)
+                if other.key != started.key
+                and (other.tool, other.inputHash) != (started.tool, wanted.inputHash)
             }
             reserved.update(model_reserved(ledger, task.id))
             return {
@@ -102,30 +102,30 @@ class BrokerMethods:
         async with self.records.locks[task_id]:
             return await self.records.transact(begin)
 
-    async def finish_call(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        result = parse(CallResult, args[1])
-        task_id = check_task_id(args[0])
+    async def finish_call(self, caller: Caller, task_id: str, result: str) -> dict[str, Any]:
+        done = parse(CallResult, result)
+        task_id = check_task_id(task_id)
 
         def finish(ledger: Ledger) -> dict[str, Any]:
             task = found(task_id, ledger.task(task_id))
-            logged = ledger.answer(task.id, result.key)
+            logged = ledger.answer(task.id, done.key)
             if logged is None:
-                logged = result.answer()
-                charged = result.costCents if result.ok else 0
+                logged = done.answer()
+                charged = done.costCents if done.ok else 0
                 task = task.model_copy(update={"costCents": task.costCents + charged})
                 ledger.save_task(
                     task,
                     EventKind.TOOL_RESULT,
-                    {**result.model_dump(mode="json", exclude_none=True), "costCents": charged},
-                    answer=(result.key, logged),
+                    {**done.model_dump(mode="json", exclude_none=True), "costCents": charged},
+                    answer=(done.key, logged),
                 )
-            if result.sharedWith is None:
+            if done.sharedWith is None:
                 # The keys that share this run get its result now, not in a FinishCall of
                 # their own a killed broker might never send.
-                for key in ledger.sharing(task.id, result.key):
+                for key in ledger.sharing(task.id, done.key):
                     if ledger.answer(task.id, key) is None:
-                        shared = result.model_copy(
-                            update={"key": key, "costCents": 0, "sharedWith": result.key}
+                        shared = done.model_copy(
+                            update={"key": key, "costCents": 0, "sharedWith": done.key}
                         )
                         ledger.save_task(
                             task,
@@ -138,42 +138,42 @@ class BrokerMethods:
         async with self.records.locks[task_id]:
             return await self.records.transact(finish)
 
-    async def log_cost(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        cost = parse(CostRecord, args[1])
-        task_id = check_task_id(args[0])
+    async def log_cost(self, caller: Caller, task_id: str, cost: str) -> dict[str, Any]:
+        spent = parse(CostRecord, cost)
+        task_id = check_task_id(task_id)
 
         def log(ledger: Ledger) -> Event:
             task = running(found(task_id, ledger.task(task_id)))
-            task = task.model_copy(update={"costCents": task.costCents + cost.cents})
+            task = task.model_copy(update={"costCents": task.costCents + spent.cents})
             return ledger.save_task(
-                task, EventKind.COST, cost.model_dump(mode="json", exclude_none=True)
+                task, EventKind.COST, spent.model_dump(mode="json", exclude_none=True)
             )
 
         async with self.records.locks[task_id]:
             event = await self.records.transact(log)
         return event.model_dump(mode="json")
 
-    async def log_refusal(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+    async def log_refusal(self, caller: Caller, task_id: str, refusal: str) -> dict[str, Any]:
         """The task's proxy refused a connection: the log says where to and why."""
-        refusal = parse(NetRefusal, args[1])
-        task_id = check_task_id(args[0])
+        refused = parse(NetRefusal, refusal)
+        task_id = check_task_id(task_id)
 
         def log(ledger: Ledger) -> Event:
             task = found(task_id, ledger.task(task_id))
-            return ledger.save_task(task, EventKind.NET_REFUSED, refusal.model_dump(mode="json"))
+            return ledger.save_task(task, EventKind.NET_REFUSED, refused.model_dump(mode="json"))
 
         async with self.records.locks[task_id]:
             event = await self.records.transact(log)
         return event.model_dump(mode="json")
 
-    async def ask(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+    async def ask(self, caller: Caller, task_id: str, ask: str) -> dict[str, Any]:
         """An /ask's question or the OK a call needs (`tool` set): the approval records the one
         thing it approves, and asking again with its key finds it. A model request's OK is asked
         by BeginModelRequest (boxd.manager.model_requests)."""
-        question = parse(Question, args[1])
-        task_id = check_task_id(args[0])
+        question = parse(Question, ask)
+        task_id = check_task_id(task_id)
 
-        def ask(ledger: Ledger) -> tuple[Approval, bool]:
+        def asking(ledger: Ledger) -> tuple[Approval, bool]:
             """The key's approval, and whether it is new."""
             task = found(task_id, ledger.task(task_id))
             wanted: Use
@@ -205,7 +205,7 @@ class BrokerMethods:
             return approval, True
 
         async with self.records.locks[task_id]:
-            approval, new = await self.records.transact(ask)
+            approval, new = await self.records.transact(asking)
         if new:
             tell_asked(self.records.bus, approval)
         return approval.public()

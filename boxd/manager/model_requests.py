@@ -253,9 +253,9 @@ class ModelRequests:
         self.records = records
         self.presence = presence or BusPresence(records.bus)
 
-    async def begin(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        start = parse(ModelStart, args[1])
-        task_id = check_task_id(args[0])
+    async def begin(self, caller: Caller, task_id: str, request: str) -> dict[str, Any]:
+        start = parse(ModelStart, request)
+        task_id = check_task_id(task_id)
         holder = await self.presence.holder(caller.name)
 
         def begin(ledger: Ledger) -> tuple[dict[str, Any], Approval | None, bool]:
@@ -356,14 +356,14 @@ class ModelRequests:
             askedAt=time.time(),
         )
 
-    async def log_cost(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        cost = parse(ModelCost, args[1])
-        task_id = check_task_id(args[0])
+    async def log_cost(self, caller: Caller, task_id: str, cost: str) -> dict[str, Any]:
+        reported = parse(ModelCost, cost)
+        task_id = check_task_id(task_id)
 
         def log_part(ledger: Ledger) -> dict[str, Any]:
             task = found(task_id, ledger.task(task_id))
             request = next(
-                (r for r in open_requests(ledger, task.id) if r.id == cost.request), None
+                (r for r in open_requests(ledger, task.id) if r.id == reported.request), None
             )
             if request is None:
                 # Sent again after an answer that never came back, or charged already as left
@@ -371,9 +371,9 @@ class ModelRequests:
                 return {"logged": False}
             # Counts are the reply's so far, not since the last part: a part that never came
             # (the manager away, a full disk) is made up by the next.
-            said = _grown(Tokens(**cost.tokens.model_dump()), request.charged)
+            said = _grown(Tokens(**reported.tokens.model_dump()), request.charged)
             grown = _difference(said, request.charged)
-            if cost.part == "start":
+            if reported.part == "start":
                 if grown != Tokens(input=0, output=0):
                     _charge(ledger, task, request.model, price_cents(request.model, grown), grown)
                 started = replace(request, charged=said)
@@ -384,12 +384,12 @@ class ModelRequests:
             # was sent); nor is an error's answer. One that went and got no answer at all (no
             # head in time, cut off as its broker stopped) may have been worked on: charged as
             # a reply that never said its usage.
-            answered = cost.status == 200 or (cost.status == 0 and cost.sent)
+            answered = reported.status == 200 or (reported.status == 0 and reported.sent)
             if not answered:
                 # An approval it went under may be used again (Droid's retries).
                 return {"logged": True}
             cents, reserved = price_cents(request.model, grown), False
-            if not cost.complete:
+            if not reported.complete:
                 worst = request.worst(said) - price_cents(request.model, request.charged)
                 if worst > cents:
                     cents, reserved = worst, True

@@ -60,15 +60,15 @@ class OwnerMethods:
         self.background = background
         self.pairings = Pairings()
 
-    async def get_settings(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+    async def get_settings(self, caller: Caller) -> dict[str, Any]:
         return (await self.store.settings()).model_dump(mode="json")
 
-    async def set_settings(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        changes = loads(args[0], "the settings")
-        if not isinstance(changes, dict):
+    async def set_settings(self, caller: Caller, changes: str) -> dict[str, Any]:
+        changed = loads(changes, "the settings")
+        if not isinstance(changed, dict):
             die(Problem.INVALID, "the settings must be a JSON object of names and values")
         current = await self.store.settings()
-        settings = change_settings(current, changes)
+        settings = change_settings(current, changed)
         if settings.taskDiskQuotaBytes not in (None, current.taskDiskQuotaBytes):
             why = await asyncio.to_thread(disk_quota.why_not, self.home)
             if why is not None:
@@ -89,16 +89,16 @@ class OwnerMethods:
                 f"could not set the limits of all tasks together on {ALL_TASKS_SLICE}: {error}",
             )
 
-    async def get_droid(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+    async def get_droid(self, caller: Caller) -> dict[str, Any]:
         return self.lifecycle.droid.state.public()
 
-    async def create_token(self, caller: Caller, args: list[Any]) -> str:
-        role = token_role(args[1])
-        name = check_member_id(args[0]) if role == Role.MEMBER else check_token_name(args[0])
-        limits = self._check_limits(role, args[2])
+    async def create_token(self, caller: Caller, name: str, role: str, limits: str) -> str:
+        as_role = token_role(role)
+        checked = check_member_id(name) if as_role == Role.MEMBER else check_token_name(name)
+        limited = self._check_limits(as_role, limits)
         token = new_token()
-        stored = None if limits is None else limits.model_dump_json()
-        await self.store.add_token(token_hash(token), name, role.value, caller.user, stored)
+        stored = None if limited is None else limited.model_dump_json()
+        await self.store.add_token(token_hash(token), checked, as_role.value, caller.user, stored)
         return token
 
     def _check_limits(self, role: Role, text: str) -> TokenLimits | None:
@@ -134,32 +134,32 @@ class OwnerMethods:
         if not (dot and verb and app in self.apps.installed):
             die(Problem.INVALID, f"no tool {tool}: it is not installed on this box")
 
-    async def list_tokens(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
+    async def list_tokens(self, caller: Caller) -> list[dict[str, Any]]:
         return [token.public() for token in await self.store.tokens()]
 
-    async def revoke_token(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+    async def revoke_token(self, caller: Caller, token_id: str) -> dict[str, Any]:
         """Removes a token: its next call is refused (401), whatever it was doing."""
-        token = find_token(await self.store.tokens(), args[0])
+        token = find_token(await self.store.tokens(), token_id)
         await self.store.remove_token(token.hash)
         return token.public()
 
-    async def create_pairing(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        device = check_device_name(args[0])
+    async def create_pairing(self, caller: Caller, name: str) -> dict[str, Any]:
+        device = check_device_name(name)
         code = self.pairings.make(device, caller.user)
         return {"device": device, "code": code, "expiresInSeconds": int(LIFETIME)}
 
-    async def pair(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+    async def pair(self, caller: Caller, code: str) -> dict[str, Any]:
         """A device's token, for a good code: stored as the device's, shown once, here."""
-        paired = self.pairings.redeem(args[0])
+        paired = self.pairings.redeem(code)
         token = new_token()
         await self.store.add_token(token_hash(token), paired.device, DEVICE, paired.maker)
         log.info("device %s is paired", paired.device)
         return {"device": paired.device, "token": token}
 
-    async def get_agents(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+    async def get_agents(self, caller: Caller) -> dict[str, Any]:
         return {"paused": await self.store.agents_paused()}
 
-    async def pause_agents(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+    async def pause_agents(self, caller: Caller) -> dict[str, Any]:
         """New tasks stay queued from now on, across restarts; running ones carry on
         (docs/limits.md, "Pausing the agents"). Under the admission lock, so no task is admitted
         after this answers."""
@@ -168,7 +168,7 @@ class OwnerMethods:
         log.info("the agents are paused by %s", caller.name)
         return {"paused": True}
 
-    async def resume_agents(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+    async def resume_agents(self, caller: Caller) -> dict[str, Any]:
         """The queued tasks start in the order they came, as places are free."""
         async with self.lifecycle.admission:
             await self.store.save_agents_paused(False)
@@ -176,14 +176,13 @@ class OwnerMethods:
         self.lifecycle.start_queued_soon()
         return {"paused": False}
 
-    async def list_workspaces(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
+    async def list_workspaces(self, caller: Caller) -> list[dict[str, Any]]:
         return [self.workspaces.describe(name) for name in self.workspaces.names()]
 
-    async def create_workspace(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        return await self.workspaces.create(args[0])
+    async def create_workspace(self, caller: Caller, name: str) -> dict[str, Any]:
+        return await self.workspaces.create(name)
 
-    async def remove_workspace(self, caller: Caller, args: list[str]) -> dict[str, Any]:
-        name = args[0]
+    async def remove_workspace(self, caller: Caller, name: str) -> dict[str, Any]:
         unfinished = (TaskState.QUEUED, TaskState.RUNNING, TaskState.WAITING)
         busy = [t.id for t in await self.store.tasks(unfinished) if t.workspace == name]
         self.workspaces.check_removable(name, busy)

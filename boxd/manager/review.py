@@ -44,10 +44,10 @@ class ReviewMethods:
         self.layers = layers
         self.ending = ending
 
-    async def undo_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+    async def undo_task(self, caller: Caller, task_id: str) -> dict[str, Any]:
         """Takes a task's changes out of its workspace; tasks after it keep theirs. A task still
         running is stopped first. On a full disk, as Box.stop_task."""
-        task = await self.records.task(args[0])
+        task = await self.records.task(task_id)
         return await self.ending.unless_waiting_for_room(
             task.id,
             lambda waiting: self._undo(caller, task.id, waiting),
@@ -85,10 +85,10 @@ class ReviewMethods:
         await self.ending.collect_layers(task.workspace)
         return task.public()
 
-    async def keep_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+    async def keep_task(self, caller: Caller, task_id: str) -> dict[str, Any]:
         """Applies a done personal task's changes, deletions included, to the real folders,
         unless a file it changed was changed there too since it started: then nothing is."""
-        task = await self.records.task(args[0])
+        task = await self.records.task(task_id)
         if not task.folders:
             die(
                 Problem.INVALID,
@@ -125,12 +125,12 @@ class ReviewMethods:
         await self.ending.collect_layers(task.workspace)
         return task.public()
 
-    async def diff_task(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+    async def diff_task(self, caller: Caller, task_id: str, page: str) -> dict[str, Any]:
         """One page of the review of what a task changed (boxd.manager.diffs): its layer against
         the workspace as it saw it, which is what keep replaces when it applies anything (keep
         applies nothing if a path the task changed is no longer as the task saw it). Read
         without the task's lock: a running task may be reviewed as it works."""
-        task = await self.records.task(args[0])
+        task = await self.records.task(task_id)
         if task.folders:
             await self._asker_only(caller, task, "review")
         head: dict[str, Any] = {
@@ -150,15 +150,15 @@ class ReviewMethods:
                 below.append(self.layers.store(task.workspace) / layer_name(found[0]))
         below.append(workspaces_dir(self.home) / task.workspace)
         try:
-            page = await asyncio.to_thread(diff_page, layer, below, args[1], bool(task.folders))
+            found_page = await asyncio.to_thread(diff_page, layer, below, page, bool(task.folders))
         except OSError as error:
             die(
                 Problem.FAILED,
                 f"the changes of task {task.id} changed while they were read "
                 f"({error.strerror or error}); ask again",
             )
-        answer = {**head, "truncated": page.truncated, "files": page.files}
-        return with_next(answer, page.next)
+        answer = {**head, "truncated": found_page.truncated, "files": found_page.files}
+        return with_next(answer, found_page.next)
 
     async def _asker_only(self, caller: Caller, task: Task, what: str) -> None:
         uid = await asyncio.to_thread(caller_uid, caller)

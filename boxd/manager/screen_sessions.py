@@ -59,13 +59,13 @@ class ScreenSessions:
             return None
         return Caller(Role.LOGIN_LINK, hashed, user=link.user)
 
-    async def create_link(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+    async def create_link(self, caller: Caller) -> dict[str, Any]:
         self._forget_expired()
         code = _secret(LINK_PREFIX)
         self._links[token_hash(code)] = _Link(caller.user, self._clock() + LINK_SECONDS)
         return {"code": code, "expiresInSeconds": LINK_SECONDS}
 
-    async def open_session(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+    async def open_session(self, caller: Caller) -> dict[str, Any]:
         # Taken before anything is awaited: of two callers with the same link, one gets it.
         link = self._links.pop(caller.name, None)
         if link is None or link.expires <= self._clock():
@@ -74,9 +74,9 @@ class ScreenSessions:
         await self._store.add_token(token_hash(session), SESSION_NAME, Role.SCREEN.value, link.user)
         return {"session": session}
 
-    async def close_session(self, caller: Caller, args: list[str]) -> dict[str, Any]:
+    async def close_session(self, caller: Caller, session: str) -> dict[str, Any]:
         """A screen logging out: the session it names (its own, as the gateway passes it) ends."""
-        hashed = token_hash(args[0])
+        hashed = token_hash(session)
         found = await self._store.token(hashed)
         if found is None or found.role != Role.SCREEN.value:
             die(Problem.NOT_FOUND, "no such screen's session: it has ended already")

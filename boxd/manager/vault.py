@@ -194,8 +194,8 @@ class Vault:
 
     # The owner's methods over D-Bus.
 
-    async def set_secret(self, caller: Caller, args: list[str]) -> dict[str, str]:
-        name, value = check_name(args[0]), args[1]
+    async def set_secret(self, caller: Caller, name: str, value: str) -> dict[str, str]:
+        name = check_name(name)
         owner = owner_of(name)
         size = len(value.encode())
         if not value:
@@ -224,8 +224,8 @@ class Vault:
         await self.changed(owner)
         return {"name": name}
 
-    async def remove_secret(self, caller: Caller, args: list[str]) -> dict[str, str]:
-        name = check_name(args[0])
+    async def remove_secret(self, caller: Caller, name: str) -> dict[str, str]:
+        name = check_name(name)
         async with self._lock:
             try:
                 await asyncio.to_thread(self._remove, name)
@@ -237,7 +237,7 @@ class Vault:
             await self.changed(owner)
         return {"name": name}
 
-    async def list_secrets(self, caller: Caller, args: list[str]) -> list[dict[str, Any]]:
+    async def list_secrets(self, caller: Caller) -> list[dict[str, Any]]:
         return await asyncio.to_thread(self.listing)
 
     # Files.
