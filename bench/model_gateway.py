@@ -31,6 +31,7 @@ import aiohttp
 from aiohttp import web
 
 from boxd.broker.model.gateway import ModelGateway, ModelKey
+from boxd.dbus.interface import BROKER, Method, bound_on
 
 MODEL = "claude-sonnet-4-6"
 COUNT = 200
@@ -103,7 +104,8 @@ class InstantManager:
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
 
-    async def call(self, member: str, *args: str) -> Any:
+    async def call(self, method: Method, *args: str) -> Any:
+        member = bound_on(BROKER, method).name
         if member == "BeginModelRequest":
             return {"admitted": True, "upstream": self.upstream}
         return {"logged": True}

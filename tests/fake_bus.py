@@ -11,6 +11,7 @@ from dbus_fast import Message, MessageType
 from dbus_fast.aio import MessageBus
 
 from boxd.dbus.bus_daemon import BUS_DAEMON, BUS_DAEMON_PATH
+from boxd.dbus.interface import Method, find_method
 
 Handler = Callable[[Message], Message | bool | None]
 
@@ -57,8 +58,8 @@ class FakeBus:
         self.name_owner_asked = 0
         # Called while a GetNameOwner is on its way, before it is answered.
         self.while_asking: Callable[[], None] = lambda: None
-        # Answers to methods other than the bus daemon's, by member: JSON, as boxd answers.
-        self.answers: dict[str, Any] = {}
+        # Answers to boxd's methods, as declared on the interface called: JSON, as boxd answers.
+        self.answers: dict[Method, Any] = {}
         self._handlers: list[Handler] = []
         self.exported: list[str] = []
 
@@ -100,4 +101,6 @@ class FakeBus:
             return _reply("s", [owner])
         if message.member == "Subscribe":
             return _reply()
-        return _reply("s", [json.dumps(self.answers[str(message.member)])])
+        bound = find_method(message.interface, message.member)
+        assert bound is not None, f"boxd declares no {message.interface}.{message.member}"
+        return _reply("s", [json.dumps(self.answers[bound.method])])

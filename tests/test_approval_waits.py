@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from boxd.broker.approvals import MAX_WAITING, ApprovalWaiter
+from boxd.dbus import interface as api
 from boxd.errors import BoxError, Problem
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
@@ -74,7 +75,8 @@ class Manager:
         self.asked: list[tuple[str, ...]] = []
         self.answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
-    async def call(self, member: str, *args: str) -> Any:
+    async def call(self, method: api.Method, *args: str) -> Any:
+        member = api.bound_on(api.BROKER, method).name
         self.asked.append((member, *args))
         try:
             state = await asyncio.wait_for(asyncio.shield(self.answer), int(args[1]) / 1000)

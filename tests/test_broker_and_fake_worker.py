@@ -17,6 +17,7 @@ from aiohttp import web
 
 from boxd.broker.app import make_broker
 from boxd.broker.app_link import Apps
+from boxd.dbus.interface import BROKER, Method, bound_on
 from boxd.errors import BoxError, Problem
 from boxd.wire.models.key_use import (
     CallUse,
@@ -68,7 +69,8 @@ class MemoryLog:
         self.answered.setdefault(approval_id, asyncio.get_running_loop().create_future())
         self.answered[approval_id].set_result(state)
 
-    async def call(self, member: str, *args: str) -> Any:
+    async def call(self, method: Method, *args: str) -> Any:
+        member = bound_on(BROKER, method).name
         if member == "GetTask":
             return {"task": self.task, "steps": self.steps}
         data = json.loads(args[0])

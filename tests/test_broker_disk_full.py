@@ -16,6 +16,7 @@ import pytest
 
 from boxd.apps import wallet
 from boxd.apps.runner import tool_full
+from boxd.dbus.interface import BROKER, Method, bound_on
 from boxd.errors import BoxError, Problem
 from boxd.manager.group_commit import RECORD_FULL
 from boxd.manager.task_flush import STEP_NOT_FLUSHED
@@ -34,11 +35,12 @@ class FullLog(MemoryLog):
         self.full: set[str] = set()
         self.refused: list[str] = []
 
-    async def call(self, member: str, *args: str) -> Any:
+    async def call(self, method: Method, *args: str) -> Any:
+        member = bound_on(BROKER, method).name
         if member in self.full:
             self.refused.append(member)
             raise BoxError(Problem.FULL, RECORD_FULL)
-        return await super().call(member, *args)
+        return await super().call(method, *args)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from boxd.broker.main import fetch_task
+from boxd.dbus.interface import BROKER, Method, bound_on
 from boxd.doors.socket_activation import Door
 from boxd.errors import BoxError, Problem, die
 
@@ -24,7 +25,8 @@ class Manager:
         self.asked = 0
         self.problem = problem
 
-    async def call(self, member: str, *args: str) -> Any:
+    async def call(self, method: Method, *args: str) -> Any:
+        member = bound_on(BROKER, method).name
         assert member == "GetTask"
         self.asked += 1
         if not self.exists:

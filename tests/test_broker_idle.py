@@ -25,6 +25,7 @@ from boxd.broker.http_request import Request
 from boxd.broker.http_server import Answer, HttpServer, Routes, json_answer
 from boxd.broker.idle import IDLE_VARIABLE, IdleWatch, idle_seconds
 from boxd.broker.main import LateDoors
+from boxd.dbus.interface import BROKER, Method, bound_on
 from boxd.doors.connection_limits import Bounds
 from boxd.doors.idle_time import DEFAULT_IDLE_MS, SHORTEST_IDLE_MS
 from boxd.doors.socket_activation import Door
@@ -357,7 +358,8 @@ class Refusals:
     def __init__(self) -> None:
         self.logged: list[dict[str, Any]] = []
 
-    async def call(self, member: str, *args: str) -> Any:
+    async def call(self, method: Method, *args: str) -> Any:
+        member = bound_on(BROKER, method).name
         assert member == "LogRefusal"
         self.logged.append(json.loads(args[0]))
         return {}

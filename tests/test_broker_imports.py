@@ -41,13 +41,15 @@ import asyncio, json, subprocess, tempfile
 from pathlib import Path
 from boxd.broker.app import make_broker
 from boxd.broker.app_link import Apps
+from boxd.dbus.interface import BROKER, bound_on
 from tests.broker_serving import serving
 
 
 TASK = {"id": "t000000001", "tools": ["echo.say"], "budgetCents": 100, "costCents": 0}
 
 class Manager:
-    async def call(self, member, *args):
+    async def call(self, method, *args):
+        member = bound_on(BROKER, method).name
         if member == "GetTask":
             return {"task": TASK, "steps": []}
         if member == "Ask":

@@ -1,19 +1,25 @@
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from dbus_fast.aio import MessageBus
 from dbus_fast.introspection import Node
 
+from boxd.dbus.client import BoxClient, GatewayClient
 from boxd.dbus.interface import (
     ANSWER_APPROVAL,
     BROKER,
+    BROKER_GET_TASK,
+    CREATE_SCREEN_LINK,
     GATEWAY,
     GET_TASK,
+    LOG_STEP,
     MANAGER,
     METHODS,
     WAIT_APPROVAL,
     Door,
     Method,
     bound_methods,
+    bound_on,
     find_method,
     introspection_xml,
 )
@@ -218,3 +224,16 @@ def test_only_the_owner_by_polkit_makes_a_login_link_and_a_link_only_opens_a_ses
     for role in (Role.OWNER, Role.APP, Role.SCREEN, Role.BROKER):
         assert not opening.method.admits(GATEWAY, role)
     assert opening.method.admits(GATEWAY, Role.LOGIN_LINK)
+
+
+async def test_a_client_calls_only_what_its_interface_declares() -> None:
+    # Refused before anything is sent: the bus is never touched.
+    nowhere = cast(MessageBus, None)
+    with pytest.raises(RuntimeError, match=f"{BROKER} does not declare GetTask"):
+        await BoxClient(nowhere, BROKER).call(GET_TASK, "t000000001", "")
+    with pytest.raises(RuntimeError, match=f"{GATEWAY} does not declare CreateScreenLink"):
+        await GatewayClient(nowhere).call_as("token", CREATE_SCREEN_LINK)
+    with pytest.raises(RuntimeError, match=f"{MANAGER} does not declare LogStep"):
+        await BoxClient(nowhere, MANAGER).call(LOG_STEP, "t000000001", "{}")
+    assert bound_on(BROKER, BROKER_GET_TASK).args == ("id", "page")
+    assert bound_on(GATEWAY, GET_TASK).args == ("token", "id", "page")

@@ -17,6 +17,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from boxd.cli import show
 from boxd.dbus import interface as api
 from boxd.dbus.client import GatewayClient
+from boxd.dbus.interface import GATEWAY, Method, bound_on
 from boxd.errors import BoxError, Problem, die
 from boxd.manager import diffs, text_diff
 from boxd.manager.diffs import KEEP_SKIPS, Marks, diff_page, shown_name
@@ -413,7 +414,8 @@ class _TwoPages(GatewayClient):
     def __init__(self) -> None:
         self.asked: list[tuple[str, ...]] = []
 
-    async def call_as(self, token: str, member: str, *args: Any) -> Any:
+    async def call_as(self, token: str, method: Method, *args: Any) -> Any:
+        member = bound_on(GATEWAY, method).name
         self.asked.append((token, member, *args))
         if token != "owner":
             die(Problem.FORBIDDEN, OWNER_ONLY)

@@ -10,6 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from boxd.dbus.client import GatewayClient
+from boxd.dbus.interface import GATEWAY, Method, bound_on
 from boxd.web.app import make_app
 from boxd.web.host_check import OTHER_ORIGIN, is_loopback_host
 
@@ -18,7 +19,8 @@ class FakeManager(GatewayClient):
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    async def call_as(self, token: str, member: str, *args: Any) -> Any:
+    async def call_as(self, token: str, method: Method, *args: Any) -> Any:
+        member = bound_on(GATEWAY, method).name
         self.calls.append(member)
         return {"version": "0"}
 

@@ -22,7 +22,8 @@ from boxd.dbus.interface import (
     MANAGER,
     ROOT_PATH,
     TASK,
-    find_method,
+    Method,
+    bound_on,
 )
 from boxd.dbus.server import check_admitted
 from boxd.errors import Problem, die
@@ -160,8 +161,9 @@ class FakeManager(GatewayClient):
         # boxd not answering (restarting, or too busy to reply in time).
         self.silent = False
 
-    async def call_as(self, token: str, member: str, *args: Any) -> Any:
-        assert member == CHECK_METHOD
+    async def call_as(self, token: str, method: Method, *args: Any) -> Any:
+        bound = bound_on(GATEWAY, method)
+        assert method == CHECK_METHOD
         self.checks.append(token)
         self.checked.set()
         if self.silent:
@@ -169,9 +171,7 @@ class FakeManager(GatewayClient):
         role = self.tokens.get(token)
         if role is None:
             die(Problem.UNAUTHORIZED, "a valid bearer token is required (boxctl token create)")
-        method = find_method(GATEWAY, member)
-        assert method is not None
-        check_admitted(method, role)
+        check_admitted(bound, role)
         return {"paused": False}
 
 

@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from boxd.broker.manager_link import ManagerLink
+from boxd.dbus.interface import BROKER, BROKER_GET_TASK, LOG_STEP, Method, bound_on
 from boxd.errors import BoxError, Problem
 
 AWAY = BoxError(Problem.UNAVAILABLE, "boxd is not running")
@@ -18,7 +19,8 @@ class DyingManager:
         self.misses = misses
         self.calls: list[str] = []
 
-    async def call(self, member: str, *args: str) -> Any:
+    async def call(self, method: Method, *args: str) -> Any:
+        member = bound_on(BROKER, method).name
         self.calls.append(member)
         if len(self.calls) <= self.misses:
             raise AWAY
@@ -34,7 +36,7 @@ def link(manager: DyingManager) -> ManagerLink:
 
 async def test_a_read_is_asked_again_until_the_manager_is_back() -> None:
     manager = DyingManager(misses=2)
-    assert await link(manager).call("GetTask", "") == "GetTask"
+    assert await link(manager).call(BROKER_GET_TASK, "") == "GetTask"
     assert manager.calls == ["GetTask"] * 3
 
 
@@ -43,6 +45,6 @@ async def test_a_step_is_sent_once_and_its_worker_asks_again() -> None:
     before it answered (NoReply) logged it twice (bench/chaos.py, seed 1691230390)."""
     manager = DyingManager(misses=1)
     with pytest.raises(BoxError) as caught:
-        await link(manager).call("LogStep", '{"text": "x"}')
+        await link(manager).call(LOG_STEP, '{"text": "x"}')
     assert caught.value.problem == Problem.UNAVAILABLE
     assert manager.calls == ["LogStep"]

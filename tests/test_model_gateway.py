@@ -22,6 +22,7 @@ from dbus_fast.aio import MessageBus
 from boxd.broker.model import gateway as model_gateway
 from boxd.broker.model.gateway import MAX_IN_FLIGHT, MAX_REQUEST, ModelGateway, ModelKey
 from boxd.broker.model.usage import MAX_LINE, JsonUsage, StreamUsage
+from boxd.dbus import interface as api
 from boxd.errors import BoxError, Problem
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.model_requests import ModelRequests
@@ -186,7 +187,8 @@ class Manager:
     def tell(self) -> None:
         self._news.set()
 
-    async def call(self, member: str, *args: str) -> Any:
+    async def call(self, method: api.Method, *args: str) -> Any:
+        member = api.bound_on(api.BROKER, method).name
         try:
             if member == "ModelKeyRefused":
                 self.refused += 1

@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from boxd.broker.egress.refusal_log import RefusalLog, host_of
+from boxd.dbus.interface import BROKER, Method, bound_on
 from boxd.errors import BoxError, Problem
 from boxd.wire.models.broker_calls import NetRefusal
 
@@ -19,7 +20,8 @@ class SlowManager:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.answer = asyncio.Event()
 
-    async def call(self, member: str, *args: str) -> Any:
+    async def call(self, method: Method, *args: str) -> Any:
+        member = bound_on(BROKER, method).name
         self.calls.append((member, json.loads(args[0])))
         await self.answer.wait()
         raise BoxError(Problem.UNAVAILABLE, "boxd is not running")
@@ -33,7 +35,8 @@ class Manager:
         self.inside = 0
         self.most_inside = 0
 
-    async def call(self, member: str, *args: str) -> Any:
+    async def call(self, method: Method, *args: str) -> Any:
+        member = bound_on(BROKER, method).name
         assert member == "LogRefusal"
         self.inside += 1
         self.most_inside = max(self.most_inside, self.inside)

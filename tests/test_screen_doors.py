@@ -14,7 +14,7 @@ import segno
 from aiohttp.test_utils import TestClient, TestServer
 
 from boxd.dbus.client import GatewayClient
-from boxd.dbus.interface import GATEWAY, find_method
+from boxd.dbus.interface import GATEWAY, Method, bound_on
 from boxd.dbus.server import check_admitted
 from boxd.errors import Problem, die
 from boxd.web.app import make_app
@@ -66,14 +66,13 @@ class FakeManager(GatewayClient):
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
 
-    async def call_as(self, token: str, member: str, *args: Any) -> Any:
+    async def call_as(self, token: str, method: Method, *args: Any) -> Any:
+        bound = bound_on(GATEWAY, method)
+        member = bound.name
         role = TOKENS.get(token)
         if role is None:
             die(Problem.UNAUTHORIZED, "a valid bearer token is required (boxctl token create)")
-        method = find_method(GATEWAY, member)
-        if method is None:
-            die(Problem.FORBIDDEN, f"the system bus has no {GATEWAY}.{member}")
-        check_admitted(method, role)
+        check_admitted(bound, role)
         self.calls.append((token, member, *args))
         return ANSWERS[member]
 

@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer
 import boxd.web
 from boxd.cli import open_screen
 from boxd.dbus.client import GatewayClient
+from boxd.dbus.interface import CREATE_SCREEN_LINK, GATEWAY, MANAGER, Method, bound_on
 from boxd.errors import BoxError, Problem, die
 from boxd.manager.screen_sessions import LINK_SECONDS, SESSION_NAME, ScreenSessions
 from boxd.manager.store import Store
@@ -163,7 +164,8 @@ class FakeManager(GatewayClient):
         self.sessions: set[str] = set()
         self.calls: list[tuple[str, str]] = []
 
-    async def call_as(self, token: str, member: str, *args: Any) -> Any:
+    async def call_as(self, token: str, method: Method, *args: Any) -> Any:
+        member = bound_on(GATEWAY, method).name
         self.calls.append((token, member))
         if member == "OpenScreenSession":
             if token not in self.links:
@@ -304,8 +306,8 @@ class FakeOwnerClient(GatewayClient):
     def __init__(self) -> None:
         pass
 
-    async def call(self, member: str, *args: Any) -> Any:
-        assert member == "CreateScreenLink"
+    async def call(self, method: Method, *args: Any) -> Any:
+        assert bound_on(MANAGER, method) and method == CREATE_SCREEN_LINK
         return {"code": "boxlink_a+b", "expiresInSeconds": LINK_SECONDS}
 
 

@@ -13,7 +13,7 @@ from dbus_fast import Message, Variant
 
 from boxd.cli.follow import follow
 from boxd.dbus.client import BoxClient
-from boxd.dbus.interface import BUS_NAME, MANAGER, TASK, task_path
+from boxd.dbus.interface import BUS_NAME, GET_TASK, MANAGER, TASK, task_path
 from boxd.dbus.name_owner import NameOwner
 from boxd.manager.records import Records
 from boxd.manager.store import Store
@@ -97,7 +97,7 @@ async def test_a_change_while_asking_is_not_overwritten_by_an_older_answer() -> 
 
 async def test_follow_shows_only_boxd_events() -> None:
     fake = FakeBus({BUS_NAME: BOXD})
-    fake.answers["GetTask"] = {"state": "running", "steps": []}
+    fake.answers[GET_TASK] = {"state": "running", "steps": []}
     shown: list[dict[str, Any]] = []
     following = asyncio.create_task(follow(BoxClient(fake.bus, MANAGER), TASK_ID, shown.append))
     # The fake answers at once: one turn of the loop brings follow to waiting for events.

@@ -9,6 +9,7 @@ from boxd.broker.calls import Calls
 from boxd.broker.http_request import Request
 from boxd.broker.http_server import Answer, Routes, json_answer
 from boxd.broker.manager_link import Manager, Waiter
+from boxd.dbus import interface as api
 from boxd.dbus.client import pages
 from boxd.doors.json_pages import pieces
 from boxd.errors import BoxError, Problem
@@ -72,7 +73,7 @@ class Broker:
     calls: Calls
 
     async def get_task(self, request: Request) -> Answer:
-        task = pages(lambda page: self.manager.call("GetTask", page))
+        task = pages(lambda page: self.manager.call(api.BROKER_GET_TASK, page))
         first = await anext(task)
         return Answer(200, pieces=pieces(first, task, "steps", lambda page: {"task": page["task"]}))
 
@@ -85,7 +86,7 @@ class Broker:
         # the task's file system before the commit that holds the step (boxd.manager.task_flush),
         # once for all the steps committed together, and refuses the step with a 507 when it
         # cannot.
-        event = await self.manager.call("LogStep", json.dumps(step.json()))
+        event = await self.manager.call(api.LOG_STEP, json.dumps(step.json()))
         return json_answer(event)
 
     async def post_call(self, request: Request) -> Answer:
@@ -93,7 +94,7 @@ class Broker:
 
     async def post_ask(self, request: Request) -> Answer:
         ask = AskRequest.read(request.body)
-        approval = await self.manager.call("Ask", json.dumps(ask.json()))
+        approval = await self.manager.call(api.ASK, json.dumps(ask.json()))
         state = await self.waiter.wait(approval, self.wait_seconds)
         if state == ApprovalState.PENDING:
             return json_answer({"pending": True})
@@ -102,7 +103,7 @@ class Broker:
     async def post_cost(self, request: Request) -> Answer:
         cost = CostRequest.read(request.body)
         record = {"cents": cost.cents, "what": cost.what}
-        return json_answer(await self.manager.call("LogCost", json.dumps(record)))
+        return json_answer(await self.manager.call(api.LOG_COST, json.dumps(record)))
 
     async def post_usage(self, request: Request) -> Answer:
         usage = UsageRequest.read(request.body)
@@ -112,7 +113,7 @@ class Broker:
             "model": usage.model,
             "tokens": usage.tokens.json(),
         }
-        return json_answer(await self.manager.call("LogCost", json.dumps(record)))
+        return json_answer(await self.manager.call(api.LOG_COST, json.dumps(record)))
 
     def routes(self) -> Routes:
         return Routes(

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from boxd.broker.manager_link import Manager
+from boxd.dbus import interface as api
 from boxd.wire.approval import ApprovalState
 
 MAX_WAITING = 64
@@ -33,7 +34,7 @@ class ApprovalWaiter:
         try:
             # The manager's answer after boxd restarted too: ManagerLink asks again.
             left = max(0, round((deadline - time.monotonic()) * 1000))
-            answer = await self._manager.call("WaitApproval", str(approval["id"]), str(left))
+            answer = await self._manager.call(api.WAIT_APPROVAL, str(approval["id"]), str(left))
         finally:
             self._places.release()
         return str(answer["state"])

@@ -23,6 +23,7 @@ from typing import Any
 from boxd.broker.app_link import Apps
 from boxd.broker.budget import why_ask
 from boxd.broker.manager_link import Manager, Waiter
+from boxd.dbus import interface as api
 from boxd.errors import Problem, die
 from boxd.reading.canonical_json import input_hash
 from boxd.reading.caps import MAX_LABEL, data, text
@@ -173,7 +174,7 @@ class Calls:
 
     async def _begin(self, call: _Call, shares: str | None = None) -> dict[str, Any]:
         begun = await self._manager.call(
-            "BeginCall",
+            api.BEGIN_CALL,
             json.dumps(
                 {
                     "key": call.key,
@@ -201,7 +202,7 @@ class Calls:
 
     async def _share(self, call: _Call, first: str, result: dict[str, Any]) -> None:
         await self._manager.call(
-            "FinishCall",
+            api.FINISH_CALL,
             json.dumps(
                 {
                     "key": call.key,
@@ -239,7 +240,7 @@ class Calls:
             approval = begun["approval"]
             if approval is None and question is not None:
                 approval = await self._manager.call(
-                    "Ask",
+                    api.ASK,
                     json.dumps(
                         {
                             "key": call.key,
@@ -282,7 +283,7 @@ class Calls:
         self, call: _Call, ok: bool, output: Any, error: str | None, cost: float
     ) -> dict[str, Any]:
         finished = await self._manager.call(
-            "FinishCall",
+            api.FINISH_CALL,
             json.dumps(
                 {
                     "key": call.key,

@@ -25,6 +25,7 @@ from boxd.broker.egress.refusal_log import RefusalLog
 from boxd.broker.http_server import HttpServer
 from boxd.broker.idle import IdleWatch, idle_seconds
 from boxd.broker.manager_link import Manager, ManagerLink, Waiter
+from boxd.dbus import interface as api
 from boxd.dbus.client import connect_system_bus
 from boxd.doors.connection_limits import BROKER_CONNECTIONS, Bounds
 from boxd.doors.socket_activation import Door, passed_sockets
@@ -178,14 +179,14 @@ async def fetch_task(manager: Manager, doors: list[Door]) -> dict[str, Any]:
     which only the task's worker can make (each socket is its user's alone, or in its network
     namespace); the manager gives a broker no task but its own unit's id's."""
     try:
-        task: dict[str, Any] = (await manager.call("GetTask", ""))["task"]
+        task: dict[str, Any] = (await manager.call(api.BROKER_GET_TASK, ""))["task"]
         return task
     except BoxError as error:
         # With no socket, nothing would ever knock.
         if error.problem != Problem.NOT_FOUND or not doors:
             raise
     await _first_knock(doors)
-    task = (await manager.call("GetTask", ""))["task"]
+    task = (await manager.call(api.BROKER_GET_TASK, ""))["task"]
     return task
 
 

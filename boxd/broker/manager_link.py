@@ -10,18 +10,18 @@ from typing import Any, Protocol
 from dbus_fast.aio import MessageBus
 
 from boxd.dbus.client import BoxClient
-from boxd.dbus.interface import BROKER, LOG_STEP
+from boxd.dbus.interface import BROKER, LOG_STEP, Method
 from boxd.errors import BoxError, Problem
 
 _PATIENCE_SECONDS = 90.0
 # Calls with no key, which logged twice would say twice what happened once.
-_SENT_ONCE = frozenset({LOG_STEP.name})
+_SENT_ONCE = frozenset({LOG_STEP})
 
 
 class Manager(Protocol):
     """The manager's log as the broker reaches it: ManagerLink over D-Bus, or a test's own."""
 
-    async def call(self, member: str, *args: str) -> Any: ...
+    async def call(self, method: Method, *args: str) -> Any: ...
 
 
 class Waiter(Protocol):
@@ -35,16 +35,17 @@ class ManagerLink:
         self._client = BoxClient(bus, BROKER)
         self.task_id = task_id
 
-    async def call(self, member: str, *args: str) -> Any:
+    async def call(self, method: Method, *args: str) -> Any:
+        """Calls `method` on the broker's interface for this task; the task's id goes first."""
         waited = 0.0
         delay = 0.05
         while True:
             try:
-                return await self._client.call(member, self.task_id, *args)
+                return await self._client.call(method, self.task_id, *args)
             except BoxError as error:
                 if error.problem != Problem.UNAVAILABLE or waited >= _PATIENCE_SECONDS:
                     raise
-                if member in _SENT_ONCE:
+                if method in _SENT_ONCE:
                     # A manager that died after the call reached it (NoReply) may have logged
                     # it: the worker looks in GET /task before it sends it again.
                     raise

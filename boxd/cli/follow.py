@@ -9,6 +9,7 @@ from typing import Any
 from dbus_fast import Message, MessageType
 from dbus_fast.aio import MessageBus
 
+from boxd.dbus import interface as api
 from boxd.dbus.bus_daemon import add_match
 from boxd.dbus.client import BoxClient, whole
 from boxd.dbus.interface import BUS_NAME, TASK, task_path
@@ -40,7 +41,7 @@ async def follow(client: BoxClient, task_id: str, emit: Callable[[dict[str, Any]
     bus.add_message_handler(on_signal)
     # Subscribe before reading what is already logged, so nothing falls between the two.
     await add_match(bus, f"type='signal',sender='{BUS_NAME}',path='{path}',interface='{TASK}'")
-    task = await whole(lambda page: client.call("GetTask", task_id, page), "steps")
+    task = await whole(lambda page: client.call(api.GET_TASK, task_id, page), "steps")
     seen = 0
     for step in task["steps"]:
         emit({"kind": "task.step", "seq": step["seq"], "at": step["at"], "data": step})

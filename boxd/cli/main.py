@@ -13,6 +13,7 @@ from typing import Any
 from boxd.cli import show
 from boxd.cli.follow import follow
 from boxd.cli.open_screen import open_screen
+from boxd.dbus import interface as api
 from boxd.dbus.client import BoxClient, connect_system_bus, pages, whole
 from boxd.dbus.interface import MANAGER
 from boxd.errors import BoxError, Problem, die
@@ -202,7 +203,7 @@ async def _follow(client: BoxClient, task_id: str, as_json: bool) -> int:
 
 async def _diff(client: BoxClient, task_id: str, as_json: bool) -> None:
     """Printed page by page as they come, so a long review is never held whole."""
-    ask = partial(client.call, "DiffTask", task_id)
+    ask = partial(client.call, api.DIFF_TASK, task_id)
     if as_json:
         print(show.as_json(await whole(ask, "files")))
         return
@@ -233,51 +234,51 @@ async def run(arguments: argparse.Namespace) -> int:
         if arguments.folders:
             real = arguments.folders
             request.update({"folder": real[0]} if len(real) == 1 else {"folders": real})
-        task = await client.call("CreateTask", json.dumps(request))
+        task = await client.call(api.CREATE_TASK, json.dumps(request))
         print(show.as_json(task) if as_json else task["id"], flush=True)
         if arguments.follow:
             return await _follow(client, task["id"], as_json)
         return 0 if task["state"] != "failed" else 1
     if command == "list":
-        tasks = (await whole(lambda page: client.call("ListTasks", page), "tasks"))["tasks"]
+        tasks = (await whole(lambda page: client.call(api.LIST_TASKS, page), "tasks"))["tasks"]
         print(show.as_json(tasks) if as_json else show.task_table(tasks))
     elif command == "show":
-        task = await whole(lambda page: client.call("GetTask", arguments.id, page), "steps")
+        task = await whole(lambda page: client.call(api.GET_TASK, arguments.id, page), "steps")
         print(show.as_json(task) if as_json else show.task_details(task))
     elif command == "follow":
         return await _follow(client, arguments.id, as_json)
     elif command in ("stop", "undo", "keep"):
-        method = {"stop": "StopTask", "undo": "UndoTask", "keep": "KeepTask"}[command]
+        method = {"stop": api.STOP_TASK, "undo": api.UNDO_TASK, "keep": api.KEEP_TASK}[command]
         task = await client.call(method, arguments.id)
         print(show.as_json(task) if as_json else show.task_line(task))
     elif command == "diff":
         await _diff(client, arguments.id, as_json)
     elif command == "approvals":
-        pending = await whole(lambda page: client.call("ListApprovals", page), "approvals")
+        pending = await whole(lambda page: client.call(api.LIST_APPROVALS, page), "approvals")
         pending = pending["approvals"]
         print(show.as_json(pending) if as_json else show.approval_table(pending))
     elif command in ("approve", "deny"):
-        approval = await client.call("AnswerApproval", arguments.id, command == "approve")
+        approval = await client.call(api.ANSWER_APPROVAL, arguments.id, command == "approve")
         print(show.as_json(approval) if as_json else show.approval_line(approval))
     elif command == "workspace":
         if arguments.workspace_command == "ls":
-            found = await client.call("ListWorkspaces")
+            found = await client.call(api.LIST_WORKSPACES)
             lines = [f"{w['name']:<20} {w['path']}" for w in found]
         elif arguments.workspace_command == "create":
-            found = await client.call("CreateWorkspace", arguments.name)
+            found = await client.call(api.CREATE_WORKSPACE, arguments.name)
             lines = [f"{found['name']:<20} {found['path']}"]
         else:
-            found = await client.call("RemoveWorkspace", arguments.name)
+            found = await client.call(api.REMOVE_WORKSPACE, arguments.name)
             lines = [f"{found['name']} moved to {found['trash']}"]
         print(show.as_json(found) if as_json else "\n".join(lines))
     elif command == "open":
         return await open_screen(client)
     elif command == "token":
         if arguments.token_command == "ls":
-            found = await client.call("ListTokens")
+            found = await client.call(api.LIST_TOKENS)
             print(show.as_json(found) if as_json else show.token_table(found))
         elif arguments.token_command == "revoke":
-            revoked = await client.call("RevokeToken", arguments.id)
+            revoked = await client.call(api.REVOKE_TOKEN, arguments.id)
             print(f"revoked {revoked['id']} ({revoked['name']})")
         else:
             limits = {
@@ -291,35 +292,35 @@ async def run(arguments: argparse.Namespace) -> int:
                 name, role = arguments.member, Role.MEMBER
             else:
                 name, role = arguments.name or "owner", Role.APP if arguments.app else Role.OWNER
-            print(await client.call("CreateToken", name, role.value, json.dumps(limits)))
+            print(await client.call(api.CREATE_TOKEN, name, role.value, json.dumps(limits)))
     elif command == "settings":
         if arguments.settings_command == "set":
             changes = {arguments.name: _value(arguments.value)}
-            settings = await client.call("SetSettings", json.dumps(changes))
+            settings = await client.call(api.SET_SETTINGS, json.dumps(changes))
         else:
-            settings = await client.call("GetSettings")
+            settings = await client.call(api.GET_SETTINGS)
         if as_json:
             print(show.as_json(settings))
         else:
             for name, value in settings.items():
                 print(f"{name}: {json.dumps(value)}")
     elif command == "droid":
-        droid = await client.call("GetDroid")
+        droid = await client.call(api.GET_DROID)
         print(show.as_json(droid) if as_json else show.droid_line(droid))
     elif command == "pair":
-        pairing = await client.call("CreatePairing", arguments.name)
+        pairing = await client.call(api.CREATE_PAIRING, arguments.name)
         shown = show.pairing_text(pairing, qr=sys.stdout.isatty())
         print(show.as_json(pairing) if as_json else shown)
     elif command in ("pause", "resume"):
-        agents = await client.call("PauseAgents" if command == "pause" else "ResumeAgents")
+        agents = await client.call(api.PAUSE_AGENTS if command == "pause" else api.RESUME_AGENTS)
         print(show.as_json(agents) if as_json else show.agents_line(agents))
     elif command == "vault":
         if arguments.vault_command == "set":
-            await client.call("SetSecret", arguments.name, _secret_value(arguments.name))
+            await client.call(api.SET_SECRET, arguments.name, _secret_value(arguments.name))
         elif arguments.vault_command == "rm":
-            await client.call("RemoveSecret", arguments.name)
+            await client.call(api.REMOVE_SECRET, arguments.name)
         else:
-            secrets = await client.call("ListSecrets")
+            secrets = await client.call(api.LIST_SECRETS)
             print(show.as_json(secrets) if as_json else show.secret_table(secrets))
     return 0
 

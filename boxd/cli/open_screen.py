@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from boxd.dbus import interface as api
 from boxd.dbus.client import BoxClient
 from boxd.web.screen_session import login_link
 
@@ -57,7 +58,7 @@ def _launch(opener: str, url: str) -> bool:
 
 
 async def open_screen(client: BoxClient) -> int:
-    link = await client.call("CreateScreenLink")
+    link = await client.call(api.CREATE_SCREEN_LINK)
     url = login_link(link["code"])
     seconds = link["expiresInSeconds"]
     opener = _browser()

@@ -7,7 +7,7 @@ from typing import Any
 from dbus_fast import BusType, Message, MessageType
 from dbus_fast.aio import MessageBus
 
-from boxd.dbus.interface import BUS_NAME, GATEWAY, ROOT_PATH, find_method
+from boxd.dbus.interface import BUS_NAME, GATEWAY, ROOT_PATH, Method, bound_on
 from boxd.dbus.patient_writes import patient
 from boxd.errors import BoxError, Problem, die
 
@@ -34,24 +34,23 @@ def _check_carriable(names: tuple[str, ...], args: tuple[Any, ...]) -> None:
 
 
 class BoxClient:
-    """One method call per manager method; errors come back as BoxError with their problem."""
+    """One method call per manager method, on the interface it is made for (boxctl's on
+    MANAGER, the broker's on BROKER); errors come back as BoxError with their problem."""
 
     def __init__(self, bus: MessageBus, interface: str) -> None:
         self.bus = bus
         self.interface = interface
 
-    async def call(self, member: str, *args: Any) -> Any:
-        method = find_method(self.interface, member)
-        if method is None:
-            raise RuntimeError(f"{self.interface} has no method {member}")
-        _check_carriable(method.names, args)
+    async def call(self, method: Method, *args: Any) -> Any:
+        bound = bound_on(self.interface, method)
+        _check_carriable(bound.names, args)
         reply = await self.bus.call(
             Message(
                 destination=BUS_NAME,
                 path=ROOT_PATH,
                 interface=self.interface,
-                member=member,
-                signature=method.signature,
+                member=method.name,
+                signature=bound.signature,
                 body=list(args),
             )
         )
@@ -68,8 +67,8 @@ class GatewayClient(BoxClient):
     def __init__(self, bus: MessageBus) -> None:
         super().__init__(bus, GATEWAY)
 
-    async def call_as(self, token: str, member: str, *args: Any) -> Any:
-        return await self.call(member, token, *args)
+    async def call_as(self, token: str, method: Method, *args: Any) -> Any:
+        return await self.call(method, token, *args)
 
 
 async def pages(ask: Callable[[str], Awaitable[Any]]) -> AsyncIterator[dict[str, Any]]:

@@ -296,6 +296,16 @@ def find_method(interface: str | None, name: str | None) -> Bound | None:
     return _BOUND.get((interface or "", name or ""))
 
 
+def bound_on(interface: str, method: Method) -> Bound:
+    """The method as `interface` declares it. Calling one the table does not put there is a
+    mistake in boxd's own code (the manager's GetTask on the broker's interface, say), so it
+    is raised as one, before anything is sent."""
+    bound = _BOUND.get((interface, method.name))
+    if bound is None or bound.method != method:
+        raise RuntimeError(f"{interface} does not declare {method.name} as called here")
+    return bound
+
+
 def bound_methods() -> tuple[Bound, ...]:
     return tuple(_BOUND.values())
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from aiohttp import web
 
+from boxd.dbus import interface as api
 from boxd.dbus.client import GatewayClient, connect_system_bus, pages
 from boxd.doors.json_errors import MAX_BODY, json_errors
 from boxd.errors import Problem, die
@@ -43,8 +44,8 @@ def _json(body: Any, status: int = 200) -> web.Response:
     return web.json_response(body, status=status)
 
 
-async def _call(request: web.Request, member: str, *args: str) -> Any:
-    return await request.app[CLIENT].call_as(token_of(request), member, *args)
+async def _call(request: web.Request, method: api.Method, *args: str) -> Any:
+    return await request.app[CLIENT].call_as(token_of(request), method, *args)
 
 
 async def create_task(request: web.Request) -> web.Response:
@@ -54,12 +55,12 @@ async def create_task(request: web.Request) -> web.Response:
         body = raw.decode("utf-8")
     except UnicodeDecodeError:
         die(Problem.INVALID, "the body is not UTF-8 text")
-    return _json(await request.app[CLIENT].call_as(token, "CreateTask", body), 201)
+    return _json(await request.app[CLIENT].call_as(token, api.CREATE_TASK, body), 201)
 
 
-def _pages(request: web.Request, member: str, *args: str) -> AsyncIterator[dict[str, Any]]:
+def _pages(request: web.Request, method: api.Method, *args: str) -> AsyncIterator[dict[str, Any]]:
     """The pages of a long answer, asked for with the caller's token."""
-    return pages(lambda page: _call(request, member, *args, page))
+    return pages(lambda page: _call(request, method, *args, page))
 
 
 def _without(*names: str) -> Any:
@@ -67,91 +68,91 @@ def _without(*names: str) -> Any:
 
 
 async def list_tasks(request: web.Request) -> web.StreamResponse:
-    return await stream(request, _pages(request, "ListTasks"), "tasks", lambda _: None)
+    return await stream(request, _pages(request, api.LIST_TASKS), "tasks", lambda _: None)
 
 
 async def get_task(request: web.Request) -> web.StreamResponse:
-    task = _pages(request, "GetTask", request.match_info["id"])
+    task = _pages(request, api.GET_TASK, request.match_info["id"])
     return await stream(request, task, "steps", _without("steps", "next"))
 
 
 async def diff_task(request: web.Request) -> web.StreamResponse:
-    diff = _pages(request, "DiffTask", request.match_info["id"])
+    diff = _pages(request, api.DIFF_TASK, request.match_info["id"])
     return await stream(request, diff, "files", _without("files", "next"))
 
 
 async def stop_task(request: web.Request) -> web.Response:
-    return _json(await _call(request, "StopTask", request.match_info["id"]))
+    return _json(await _call(request, api.STOP_TASK, request.match_info["id"]))
 
 
 async def list_approvals(request: web.Request) -> web.StreamResponse:
-    return await stream(request, _pages(request, "ListApprovals"), "approvals", lambda _: None)
+    return await stream(request, _pages(request, api.LIST_APPROVALS), "approvals", lambda _: None)
 
 
 async def answer_approval(request: web.Request) -> web.Response:
     token = token_of(request)
     answer = parse(Answer, await request.read())
     approval = await request.app[CLIENT].call_as(
-        token, "AnswerApproval", request.match_info["id"], answer.approved
+        token, api.ANSWER_APPROVAL, request.match_info["id"], answer.approved
     )
     return _json(approval)
 
 
 async def undo_task(request: web.Request) -> web.Response:
-    return _json(await _call(request, "UndoTask", request.match_info["id"]))
+    return _json(await _call(request, api.UNDO_TASK, request.match_info["id"]))
 
 
 async def keep_task(request: web.Request) -> web.Response:
-    return _json(await _call(request, "KeepTask", request.match_info["id"]))
+    return _json(await _call(request, api.KEEP_TASK, request.match_info["id"]))
 
 
 async def list_workspaces(request: web.Request) -> web.Response:
-    return _json(await _call(request, "ListWorkspaces"))
+    return _json(await _call(request, api.LIST_WORKSPACES))
 
 
 async def create_workspace(request: web.Request) -> web.Response:
     token = token_of(request)
     body = parse(NewWorkspace, await request.read())
-    return _json(await request.app[CLIENT].call_as(token, "CreateWorkspace", body.name), 201)
+    return _json(await request.app[CLIENT].call_as(token, api.CREATE_WORKSPACE, body.name), 201)
 
 
 async def list_tokens(request: web.Request) -> web.Response:
-    return _json(await _call(request, "ListTokens"))
+    return _json(await _call(request, api.LIST_TOKENS))
 
 
 async def create_token(request: web.Request) -> web.Response:
     token = token_of(request)
     body = parse(NewToken, await request.read())
     made = await request.app[CLIENT].call_as(
-        token, "CreateToken", body.name, body.role, body.limits_json()
+        token, api.CREATE_TOKEN, body.name, body.role, body.limits_json()
     )
     return _json({"token": made}, 201)
 
 
 async def revoke_token(request: web.Request) -> web.Response:
-    return _json(await _call(request, "RevokeToken", request.match_info["id"]))
+    return _json(await _call(request, api.REVOKE_TOKEN, request.match_info["id"]))
 
 
 async def get_droid(request: web.Request) -> web.Response:
-    return _json(await _call(request, "GetDroid"))
+    return _json(await _call(request, api.GET_DROID))
 
 
 async def pair(request: web.Request) -> web.Response:
     """No token: the pairing code is the device's only credential, checked by the manager."""
     body = parse(PairRequest, await request.read())
-    return _json(await request.app[CLIENT].call_as("", "Pair", body.code), 201)
+    return _json(await request.app[CLIENT].call_as("", api.PAIR, body.code), 201)
 
 
 async def get_pause(request: web.Request) -> web.Response:
-    return _json(await _call(request, "GetAgents"))
+    return _json(await _call(request, api.GET_AGENTS))
 
 
 async def pause_agents(request: web.Request) -> web.Response:
-    return _json(await _call(request, "PauseAgents"))
+    return _json(await _call(request, api.PAUSE_AGENTS))
 
 
 async def resume_agents(request: web.Request) -> web.Response:
-    return _json(await _call(request, "ResumeAgents"))
+    return _json(await _call(request, api.RESUME_AGENTS))
 
 
 async def live_events(request: web.Request) -> web.StreamResponse:
@@ -162,39 +163,41 @@ async def live_events(request: web.Request) -> web.StreamResponse:
 
 
 async def get_settings(request: web.Request) -> web.Response:
-    return _json(await _call(request, "GetSettings"))
+    return _json(await _call(request, api.GET_SETTINGS))
 
 
 async def change_settings(request: web.Request) -> web.Response:
     token = token_of(request)
     changes = parse(SettingsChanges, await request.read())
-    return _json(await request.app[CLIENT].call_as(token, "SetSettings", changes.model_dump_json()))
+    return _json(
+        await request.app[CLIENT].call_as(token, api.SET_SETTINGS, changes.model_dump_json())
+    )
 
 
 async def list_secrets(request: web.Request) -> web.Response:
-    return _json(await _call(request, "ListSecrets"))
+    return _json(await _call(request, api.LIST_SECRETS))
 
 
 async def set_secret(request: web.Request) -> web.Response:
     token = token_of(request)
     body = parse(SecretValue, await request.read())
     name = request.match_info["name"]
-    return _json(await request.app[CLIENT].call_as(token, "SetSecret", name, body.value))
+    return _json(await request.app[CLIENT].call_as(token, api.SET_SECRET, name, body.value))
 
 
 async def remove_secret(request: web.Request) -> web.Response:
-    return _json(await _call(request, "RemoveSecret", request.match_info["name"]))
+    return _json(await _call(request, api.REMOVE_SECRET, request.match_info["name"]))
 
 
 async def create_pairing(request: web.Request) -> web.Response:
     token = token_of(request)
     body = parse(NewPairing, await request.read())
-    pairing = await request.app[CLIENT].call_as(token, "CreatePairing", body.name)
+    pairing = await request.app[CLIENT].call_as(token, api.CREATE_PAIRING, body.name)
     return _json({**pairing, "qrSvg": qr_svg(pairing["code"])}, 201)
 
 
 async def remove_workspace(request: web.Request) -> web.Response:
-    return _json(await _call(request, "RemoveWorkspace", request.match_info["name"]))
+    return _json(await _call(request, api.REMOVE_WORKSPACE, request.match_info["name"]))
 
 
 async def login(request: web.Request) -> web.Response:

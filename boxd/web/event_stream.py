@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from boxd.dbus import interface as api
 from boxd.dbus.client import GatewayClient
 from boxd.errors import BoxError, Problem
 from boxd.web.live_events import LiveEvent, LiveEvents
@@ -21,7 +22,7 @@ from boxd.web.screen_session import SESSION_ENDED, is_screen_session
 
 EVENTS_PATH = "/api/events"
 # Owner-only and read-only: admitted exactly where the stream is.
-CHECK_METHOD = "GetAgents"
+CHECK_METHOD = api.GET_AGENTS
 HEARTBEAT_SECONDS = 15.0
 CHECK_EVERY_SECONDS = 1.0
 # How often a quiet stream looks whether its client went away: the gateway is not told, and a

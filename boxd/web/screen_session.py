@@ -18,6 +18,7 @@ from urllib.parse import quote
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
+from boxd.dbus import interface as api
 from boxd.dbus.client import GatewayClient
 from boxd.doors.json_errors import Handler
 from boxd.errors import BoxError, Problem, die
@@ -87,7 +88,7 @@ async def open_session(client: GatewayClient, request: web.Request) -> web.Respo
     if not code:
         die(Problem.UNAUTHORIZED, LINK_USED)
     try:
-        answer = await client.call_as(code, "OpenScreenSession")
+        answer = await client.call_as(code, api.OPEN_SCREEN_SESSION)
     except BoxError as failure:
         # To the manager a spent link is no caller at all; to the person it is a used link.
         if failure.problem == Problem.UNAUTHORIZED:
@@ -100,4 +101,4 @@ async def open_session(client: GatewayClient, request: web.Request) -> web.Respo
 async def close_session(client: GatewayClient, request: web.Request) -> web.Response:
     """`DELETE /api/session`: the caller's own session ends (logging out)."""
     session = token_of(request)
-    return web.json_response(await client.call_as(session, "CloseScreenSession", session))
+    return web.json_response(await client.call_as(session, api.CLOSE_SCREEN_SESSION, session))

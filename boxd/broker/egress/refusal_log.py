@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from boxd.broker.manager_link import Manager
+from boxd.dbus import interface as api
 from boxd.errors import BoxError
 
 log = logging.getLogger(__name__)
@@ -123,7 +124,7 @@ class RefusalLog:
     async def _send(self, target: str, reason: str, count: int) -> None:
         refusal = {"target": target, "reason": reason, "count": count}
         try:
-            await self._manager.call("LogRefusal", json.dumps(refusal))
+            await self._manager.call(api.LOG_REFUSAL, json.dumps(refusal))
         except BoxError as error:
             # The task was refused either way; only the log line is lost.
             log.warning("could not log %d refusal(s) of %s: %s", count, target, error.message)

@@ -56,6 +56,7 @@ from boxd.broker.model.request import (
 )
 from boxd.broker.model.upstream import ScreenedResolver, UpstreamRefused
 from boxd.broker.model.usage import JsonUsage, StreamUsage
+from boxd.dbus import interface as api
 from boxd.doors.connection_guard import Guard
 from boxd.doors.connection_limits import MODEL_GATEWAY_CONNECTIONS, Bounds
 from boxd.errors import BoxError, Problem
@@ -419,7 +420,7 @@ class ModelGateway:
                 "inFlight": self._in_flight(),
             }
         )
-        begun: dict[str, Any] = await self._manager.call("BeginModelRequest", start)
+        begun: dict[str, Any] = await self._manager.call(api.BEGIN_MODEL_REQUEST, start)
         if begun.get("admitted"):
             return begun
         approval = begun["approval"]
@@ -427,7 +428,7 @@ class ModelGateway:
         limit = begun.get("budgetCents")
         over = f"task {self._task['id']} has reached its budget of {limit:g} cents"
         if state == ApprovalState.APPROVED:
-            begun = await self._manager.call("BeginModelRequest", start)
+            begun = await self._manager.call(api.BEGIN_MODEL_REQUEST, start)
             if begun.get("admitted"):
                 return begun
             if begun.get("taken"):
@@ -531,7 +532,7 @@ class ModelGateway:
     async def _key_refused(self) -> None:
         log.warning("the upstream refused the model key (401): the task ends")
         try:
-            await self._manager.call("ModelKeyRefused")
+            await self._manager.call(api.MODEL_KEY_REFUSED)
         except BoxError as error:
             log.warning("could not tell the manager the model key was refused: %s", error.message)
 
@@ -612,7 +613,7 @@ class ModelGateway:
         delay = 0.5
         while True:
             try:
-                await self._manager.call("LogModelCost", json.dumps(part))
+                await self._manager.call(api.LOG_MODEL_COST, json.dumps(part))
                 return
             except BoxError as error:
                 if error.problem != Problem.FULL or delay > REPORT_PATIENCE_SECONDS:
