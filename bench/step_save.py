@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from boxd.manager.ledger import TaskSave
+
 PROMPTS = (10, 10_000, 100_000)
 
 
@@ -62,7 +64,9 @@ def measure(steps: int) -> None:
                 createdAt=time.time(),
             )
             db.execute("BEGIN")
-            Ledger(db).save_task(task, EventKind.TASK_STATE, {"state": "running"}, new=True)
+            Ledger(db).save_task(
+                TaskSave(task, EventKind.TASK_STATE, {"state": "running"}, new=True)
+            )
             db.execute("COMMIT")
             wal = Path(f"{path}-wal")
             before_bytes = wal.stat().st_size
@@ -74,7 +78,7 @@ def measure(steps: int) -> None:
                 found = ledger.task(task.id)
                 assert found is not None
                 found = found.model_copy(update={"step": text})
-                ledger.save_task(found, EventKind.TASK_STEP, {"text": text})
+                ledger.save_task(TaskSave(found, EventKind.TASK_STEP, {"text": text}))
                 db.execute("COMMIT")
             cpu = (time.process_time() - before) / steps
             grown = (wal.stat().st_size - before_bytes) / steps

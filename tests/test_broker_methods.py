@@ -15,6 +15,7 @@ from boxd.errors import BoxError
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.group_commit import Flush
+from boxd.manager.ledger import TaskSave
 from boxd.manager.records import Records
 from boxd.manager.store import Store
 from boxd.wire.approval import ApprovalState
@@ -49,7 +50,7 @@ async def open_methods(
     if task is None:
         task = a_task().model_copy(update={"state": TaskState.RUNNING})
         records.export(task)
-        await records.record(task, EventKind.TASK_STATE, {"state": "running"})
+        await records.record(TaskSave(task, EventKind.TASK_STATE, {"state": "running"}))
     records.export(task)
     return BrokerMethods(records), ApprovalAnswers(records), store
 

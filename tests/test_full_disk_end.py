@@ -14,6 +14,7 @@ from dbus_fast.aio import MessageBus
 from boxd.manager.box import STOPPED, Box
 from boxd.manager.disk import MIB, stopped_words
 from boxd.manager.layers import THROWN_AWAY
+from boxd.manager.ledger import TaskSave
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd
 from boxd.manager.task_os import TaskOS
@@ -60,7 +61,7 @@ async def box(tmp_path: Path) -> AsyncIterator[Box]:
 async def _running(box: Box, task_id: str = TASK, written: int = 1) -> Task:
     """A running task with `written` MiB in its home and as much in its changes."""
     task = a_task(task_id).model_copy(update={"state": TaskState.RUNNING})
-    await box.store.save_task(task, "task.state", {"state": "running"}, new=True)
+    await box.store.save_task(TaskSave(task, "task.state", {"state": "running"}, new=True))
     box.records.export(task)
     task_dir(box.home, task_id).mkdir(parents=True)
     for folder in (task_own_home(box.home, task_id), box.layers.upper(task_id)):
@@ -76,7 +77,8 @@ def _watch_the_record(box: Box) -> list[dict[str, bool]]:
     seen: list[dict[str, bool]] = []
     record = box.records.record
 
-    async def watched(task: Task, *args: Any, **kwargs: Any) -> Any:
+    async def watched(save: TaskSave, *args: Any, **kwargs: Any) -> Any:
+        task = save.task
         upper = box.layers.upper(task.id)
         seen.append(
             {
@@ -85,7 +87,7 @@ def _watch_the_record(box: Box) -> list[dict[str, bool]]:
                 "mark": (task_dir(box.home, task.id) / "thrown-away").exists(),
             }
         )
-        return await record(task, *args, **kwargs)
+        return await record(save, *args, **kwargs)
 
     box.records.record = watched  # type: ignore[method-assign]
     return seen

@@ -25,6 +25,7 @@ from boxd.broker.model.usage import MAX_LINE, JsonUsage, StreamUsage
 from boxd.dbus import interface as api
 from boxd.errors import BoxError, Problem
 from boxd.manager.approval_answers import ApprovalAnswers
+from boxd.manager.ledger import TaskSave
 from boxd.manager.model_requests import ModelRequests
 from boxd.manager.records import Records
 from boxd.manager.store import Store
@@ -202,7 +203,7 @@ class Manager:
 
     async def set_task(self, **update: Any) -> None:
         task = (await self.records.task(TASK)).model_copy(update=update)
-        await self.records.record(task, EventKind.TASK_STATE, {"state": task.state.value})
+        await self.records.record(TaskSave(task, EventKind.TASK_STATE, {"state": task.state.value}))
         self.task.update(task.public())
 
     async def costs(self) -> list[dict[str, Any]]:
@@ -265,7 +266,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     )
     manager = Manager(store, task.public())
     manager.records.export(task)
-    await manager.records.record(task, EventKind.TASK_STATE, {"state": "running"})
+    await manager.records.record(TaskSave(task, EventKind.TASK_STATE, {"state": "running"}))
     in_flight: dict[str, float] = {}
     gateway = ModelGateway(
         manager,

@@ -15,6 +15,7 @@ from dbus_fast.aio import MessageBus
 from boxd.errors import BoxError
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
+from boxd.manager.ledger import TaskSave
 from boxd.manager.model_requests import ModelRequests, approval_key
 from boxd.manager.records import Records
 from boxd.manager.store import Store
@@ -67,7 +68,7 @@ class Box:
 
     async def set_task(self, **update: Any) -> None:
         task = (await self.records.task(TASK)).model_copy(update=update)
-        await self.records.record(task, EventKind.TASK_STATE, {"state": task.state.value})
+        await self.records.record(TaskSave(task, EventKind.TASK_STATE, {"state": task.state.value}))
 
     async def costs(self) -> list[dict[str, Any]]:
         return [event.data for event in await self.store.events(TASK, EventKind.COST)]
@@ -83,7 +84,7 @@ async def box(tmp_path: Path) -> AsyncIterator[Box]:
     records = Records(store, cast(MessageBus, QuietBus()))
     task = a_task().model_copy(update={"state": TaskState.RUNNING, "model": MODEL})
     records.export(task)
-    await records.record(task, EventKind.TASK_STATE, {"state": "running"})
+    await records.record(TaskSave(task, EventKind.TASK_STATE, {"state": "running"}))
     presence = Presence()
     yield Box(
         store,

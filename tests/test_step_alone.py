@@ -12,7 +12,7 @@ from boxd.errors import BoxError
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.damaged import DAMAGED
-from boxd.manager.ledger import Ledger
+from boxd.manager.ledger import Ledger, TaskSave
 from boxd.manager.store import Store
 from boxd.wire.caller import Caller, Role
 from boxd.wire.event import EventKind
@@ -46,7 +46,9 @@ async def test_a_step_leaves_the_record_and_every_reader_sees_it(tmp_path: Path)
     methods, _, store = await open_methods(path)
     long = (await store.task(TASK)) or a_task()
     await methods.records.record(
-        long.model_copy(update={"prompt": LONG}), EventKind.TASK_STATE, {"state": "running"}
+        TaskSave(
+            long.model_copy(update={"prompt": LONG}), EventKind.TASK_STATE, {"state": "running"}
+        )
     )
     before, _ = raw(path)
     for number in range(3):
@@ -92,14 +94,14 @@ async def test_a_step_with_another_change_writes_the_whole_record(tmp_path: Path
     path = tmp_path / "box.db"
     store = Store(path)
     await store.open()
-    await store.save_task(a_task(), EventKind.TASK_STATE, {"state": "queued"})
+    await store.save_task(TaskSave(a_task(), EventKind.TASK_STATE, {"state": "queued"}))
 
     def change(ledger: Ledger) -> None:
         task = ledger.task(TASK)
         assert task is not None
         # Changed in place as well as copied: the save must not take it for a step alone.
         task.state = TaskState.RUNNING
-        ledger.save_task(task.model_copy(update={"step": "s"}), EventKind.TASK_STEP, {})
+        ledger.save_task(TaskSave(task.model_copy(update={"step": "s"}), EventKind.TASK_STEP, {}))
 
     await store.transact(change)
     record, steps = raw(path)
@@ -133,7 +135,11 @@ async def test_a_step_after_the_task_ended_is_refused_and_not_kept(tmp_path: Pat
     task = await store.task(TASK)
     assert task is not None
     await methods.records.record(
-        task.model_copy(update={"state": TaskState.DONE}), EventKind.TASK_STATE, {"state": "done"}
+        TaskSave(
+            task.model_copy(update={"state": TaskState.DONE}),
+            EventKind.TASK_STATE,
+            {"state": "done"},
+        )
     )
     with pytest.raises(BoxError, match="has ended"):
         await methods.log_step(BROKER, TASK, json.dumps({"text": "too late"}))

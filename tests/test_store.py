@@ -13,7 +13,7 @@ from boxd.manager import disk, group_commit
 from boxd.manager.damaged import DAMAGED, DAMAGED_STEP, DAMAGED_TITLE
 from boxd.manager.disk import RESERVE_BYTES
 from boxd.manager.group_commit import RECORD_FULL
-from boxd.manager.ledger import task_id_taken
+from boxd.manager.ledger import TaskSave, task_id_taken
 from boxd.manager.store import Store
 from boxd.wire.approval import ApprovalState
 from boxd.wire.event import EventKind
@@ -51,9 +51,11 @@ async def test_task_and_events(tmp_path: Path) -> None:
     store = Store(tmp_path / "box.db")
     await store.open()
     task = a_task()
-    first = await store.save_task(task, EventKind.TASK_STATE, {"state": "queued"})
+    first = await store.save_task(TaskSave(task, EventKind.TASK_STATE, {"state": "queued"}))
     running = task.model_copy(update={"state": TaskState.RUNNING, "step": "one"})
-    step = await store.save_task(running, EventKind.TASK_STEP, {"text": "one", "data": {"line": 1}})
+    step = await store.save_task(
+        TaskSave(running, EventKind.TASK_STEP, {"text": "one", "data": {"line": 1}})
+    )
     assert step.seq > first.seq
     assert await store.task(task.id) == running
     assert [t.id for t in await store.tasks((TaskState.RUNNING,))] == [task.id]
@@ -76,20 +78,20 @@ async def test_a_new_task_never_takes_the_id_of_a_recorded_one(tmp_path: Path) -
     store = Store(tmp_path / "box.db")
     await store.open()
     first = a_task()
-    await store.save_task(first, EventKind.TASK_STATE, {"state": "queued"}, new=True)
+    await store.save_task(TaskSave(first, EventKind.TASK_STATE, {"state": "queued"}, new=True))
     running = first.model_copy(update={"state": TaskState.RUNNING, "step": "one"})
-    await store.save_task(running, EventKind.TASK_STEP, {"text": "one", "data": None})
+    await store.save_task(TaskSave(running, EventKind.TASK_STEP, {"text": "one", "data": None}))
     # A new task drawn with the same id: before, its save overwrote the running task's record.
     other = a_task().model_copy(update={"title": "another", "prompt": "someone else's"})
     with pytest.raises(BoxError) as refused:
-        await store.save_task(other, EventKind.TASK_STATE, {"state": "queued"}, new=True)
+        await store.save_task(TaskSave(other, EventKind.TASK_STATE, {"state": "queued"}, new=True))
     assert refused.value.problem == Problem.FAILED
     assert refused.value.message == task_id_taken(first.id)
     assert await store.task(first.id) == running
     assert [e.kind for e in await store.events(first.id)] == ["task.state", "task.step"]
     # Saves of the task itself still update it.
     done = running.model_copy(update={"state": TaskState.DONE})
-    await store.save_task(done, EventKind.TASK_STATE, {"state": "done"})
+    await store.save_task(TaskSave(done, EventKind.TASK_STATE, {"state": "done"}))
     assert await store.task(first.id) == done
     await store.close()
 
@@ -129,13 +131,18 @@ async def test_calls_logged_by_key(tmp_path: Path) -> None:
     await store.open()
     task = a_task()
     begun = {"key": "line-1", "tool": "echo.say", "input": {"text": "a"}}
-    await store.save_task(task, EventKind.TOOL_CALL, begun)
+    await store.save_task(TaskSave(task, EventKind.TOOL_CALL, begun))
     assert await store.logged_call(task.id, "line-1") == begun
     assert await store.logged_call(task.id, "line-2") is None
     assert await store.logged_call("t000000002", "line-1") is None
     assert await store.answer(task.id, "line-1") is None
     await store.save_task(
-        task, EventKind.TOOL_RESULT, {"key": "line-1"}, answer=("line-1", {"ok": True, "output": 1})
+        TaskSave(
+            task,
+            EventKind.TOOL_RESULT,
+            {"key": "line-1"},
+            answer=("line-1", {"ok": True, "output": 1}),
+        )
     )
     assert await store.answer(task.id, "line-1") == {"ok": True, "output": 1}
     await store.close()
@@ -146,8 +153,8 @@ async def test_a_damaged_record_reads_as_the_task_failed(tmp_path: Path) -> None
     await store.open()
     good, nulled, garbage = a_task("t000000001"), a_task("t000000002"), a_task("t000000003")
     for task in (good, nulled, garbage):
-        await store.save_task(task, EventKind.TASK_STATE, {"state": "queued"})
-    await store.save_task(good, EventKind.TASK_STEP, {"text": "fine"})
+        await store.save_task(TaskSave(task, EventKind.TASK_STATE, {"state": "queued"}))
+    await store.save_task(TaskSave(good, EventKind.TASK_STEP, {"text": "fine"}))
     db = sqlite3.connect(tmp_path / "box.db")
     # What an infinite cost became on main: pydantic writes inf as null.
     record = nulled.model_dump(mode="json") | {"costCents": None, "title": "kept title"}
@@ -184,12 +191,12 @@ async def test_a_record_that_would_not_read_back_is_never_written(tmp_path: Path
     store = Store(tmp_path / "box.db")
     await store.open()
     task = a_task()
-    await store.save_task(task, EventKind.TASK_STATE, {"state": "queued"})
+    await store.save_task(TaskSave(task, EventKind.TASK_STATE, {"state": "queued"}))
     infinite = task.model_copy(update={"costCents": float("inf")})
     with pytest.raises(BoxError, match="cannot be recorded"):
-        await store.save_task(infinite, EventKind.COST, {"cents": 1})
+        await store.save_task(TaskSave(infinite, EventKind.COST, {"cents": 1}))
     with pytest.raises(BoxError, match="not finite"):
-        await store.save_task(task, EventKind.COST, {"cents": float("nan")})
+        await store.save_task(TaskSave(task, EventKind.COST, {"cents": float("nan")}))
     assert await store.task(task.id) == task
     assert [e.kind for e in await store.events(task.id)] == ["task.state"]
     await store.close()
@@ -200,7 +207,7 @@ async def test_tasks_come_in_pages_newest_first(tmp_path: Path) -> None:
     await store.open()
     ids = [f"t00000{n:04d}" for n in range(7)]
     for task_id in ids:
-        await store.save_task(a_task(task_id), EventKind.TASK_STATE, {"state": "queued"})
+        await store.save_task(TaskSave(a_task(task_id), EventKind.TASK_STATE, {"state": "queued"}))
     first = await store.task_rows(None, 3)
     assert [t.id for _, t in first if t] == ids[::-1][:3]
     rest = await store.task_rows(first[-1][0], 10)
@@ -233,8 +240,8 @@ async def test_reserving_approvals(tmp_path: Path) -> None:
         approval("denied", ApprovalState.DENIED),
         approval("question", ApprovalState.PENDING, tool=None),
     )
-    await store.save_task(task, EventKind.APPROVAL, {}, approvals=asked)
-    await store.save_task(task, EventKind.TOOL_RESULT, {}, answer=("ran", {"ok": True}))
+    await store.save_task(TaskSave(task, EventKind.APPROVAL, {}, approvals=asked))
+    await store.save_task(TaskSave(task, EventKind.TOOL_RESULT, {}, answer=("ran", {"ok": True})))
     reserving = await store.reserving_approvals(task.id)
     assert [a.key for a in reserving] == ["waits", "approved"]
     assert await store.reserving_approvals("t000000002") == []
@@ -282,14 +289,14 @@ async def test_a_full_disk_uses_the_reserve_once_then_says_so(tmp_path: Path) ->
     # The reserve is given up and the write tried again, still full here: plain words, and
     # nothing half-written.
     with pytest.raises(BoxError) as caught:
-        await store.save_task(big, EventKind.TASK_STATE, {"state": "queued"})
+        await store.save_task(TaskSave(big, EventKind.TASK_STATE, {"state": "queued"}))
     assert caught.value.message == RECORD_FULL
     assert not reserve.exists() and store.reserve_used
     assert await store.task("t000000001") is None
     assert not db.in_transaction
     # Space again: the next write goes through, and the reserve comes back.
     db.execute("PRAGMA max_page_count = 1073741823")
-    await store.save_task(big, EventKind.TASK_STATE, {"state": "queued"})
+    await store.save_task(TaskSave(big, EventKind.TASK_STATE, {"state": "queued"}))
     await store.keep_reserve()
     assert reserve.stat().st_size == RESERVE_BYTES and not store.reserve_used
     await store.close()
@@ -308,12 +315,12 @@ async def test_the_reserve_comes_back_with_the_first_write_after_space_is_freed(
     db.execute(f"PRAGMA max_page_count = {pages}")
     big = a_task("t000000001").model_copy(update={"prompt": "x" * 100_000})
     with pytest.raises(BoxError) as caught:
-        await store.save_task(big, EventKind.TASK_STATE, {"state": "queued"})
+        await store.save_task(TaskSave(big, EventKind.TASK_STATE, {"state": "queued"}))
     # The problem a client sees as 507: ask again later, not "your request is wrong".
     assert caught.value.problem == Problem.FULL
     assert not reserve.exists()
     db.execute("PRAGMA max_page_count = 1073741823")
-    await store.save_task(big, EventKind.TASK_STATE, {"state": "queued"})
+    await store.save_task(TaskSave(big, EventKind.TASK_STATE, {"state": "queued"}))
     assert reserve.stat().st_size == RESERVE_BYTES and not store.reserve_used
     await store.close()
 
@@ -328,7 +335,7 @@ async def test_a_store_opened_on_a_full_disk_makes_its_reserve_once_there_is_roo
     await store.open()
     assert store.reserve_used and not (tmp_path / "box.db-reserve").exists()
     room = True
-    await store.save_task(a_task(), EventKind.TASK_STATE, {"state": "queued"})
+    await store.save_task(TaskSave(a_task(), EventKind.TASK_STATE, {"state": "queued"}))
     assert (tmp_path / "box.db-reserve").exists() and not store.reserve_used
     await store.close()
 
@@ -359,7 +366,7 @@ async def test_the_database_and_its_wal_and_shm_are_the_owners_alone(tmp_path: P
     for path in (old, tmp_path / "new.db"):
         store = Store(path)
         await store.open()
-        await store.save_task(a_task(), EventKind.TASK_STATE, {"state": "queued"})
+        await store.save_task(TaskSave(a_task(), EventKind.TASK_STATE, {"state": "queued"}))
         files = [path, path.with_name(f"{path.name}-wal"), path.with_name(f"{path.name}-shm")]
         assert {f.name: f.stat().st_mode & 0o777 for f in files} == {f.name: 0o600 for f in files}
         await store.close()
@@ -373,7 +380,7 @@ async def test_a_call_line_is_found_by_its_key_through_its_index(tmp_path: Path)
     task = a_task()
     for number in range(20):
         begun = {"key": f"line-{number}", "tool": "echo.say", "input": {"text": "a"}}
-        await store.save_task(task, EventKind.TOOL_CALL, begun)
+        await store.save_task(TaskSave(task, EventKind.TOOL_CALL, begun))
     db = sqlite3.connect(tmp_path / "box.db")
     db.execute(
         "INSERT INTO events (task, kind, at, data) VALUES (?, 'tool.call', 0, '{oops')", (task.id,)

@@ -18,7 +18,7 @@ import pytest
 
 from boxd.errors import BoxError, Problem
 from boxd.manager.group_commit import RECORD_FULL
-from boxd.manager.ledger import Ledger
+from boxd.manager.ledger import Ledger, TaskSave
 from boxd.manager.store import Store
 from boxd.wire.event import EventKind
 from boxd.wire.models.event_record import Event
@@ -79,7 +79,9 @@ async def test_writes_that_arrive_together_commit_together(tmp_path: Path) -> No
     tasks = [a_task(f"t00000000{n}") for n in range(1, 9)]
     async with thread_held(store):
         writes = [
-            asyncio.create_task(store.save_task(t, EventKind.TASK_STATE, {"state": "queued"}))
+            asyncio.create_task(
+                store.save_task(TaskSave(t, EventKind.TASK_STATE, {"state": "queued"}))
+            )
             for t in tasks
         ]
         await arrived(store, len(writes))
@@ -101,7 +103,7 @@ async def test_each_caller_is_answered_after_the_commit_that_holds_its_write(
 ) -> None:
     store, _ = await opened(tmp_path / "box.db")
     task = a_task()
-    await store.save_task(task, EventKind.TASK_STATE, {"state": "queued"})
+    await store.save_task(TaskSave(task, EventKind.TASK_STATE, {"state": "queued"}))
     # Another connection, as another process would: it sees committed rows only.
     reader = sqlite3.connect(tmp_path / "box.db")
 
@@ -125,17 +127,19 @@ async def test_a_failing_write_fails_alone_and_keeps_its_own_error(tmp_path: Pat
     before = commits(statements)
     async with thread_held(store):
         writes = [
-            store.save_task(first, EventKind.TASK_STATE, {"state": "queued"}),
+            store.save_task(TaskSave(first, EventKind.TASK_STATE, {"state": "queued"})),
             # A record that would not read back (pydantic writes inf as null).
             store.save_task(
-                second.model_copy(update={"costCents": float("inf")}),
-                EventKind.TASK_STATE,
-                {"state": "queued"},
+                TaskSave(
+                    second.model_copy(update={"costCents": float("inf")}),
+                    EventKind.TASK_STATE,
+                    {"state": "queued"},
+                )
             ),
             store.append_event(first.id, EventKind.COST, {"cents": float("nan")}),
             # The same token hash twice: SQLite refuses the row (a constraint, not a full disk).
             store.add_token("taken", "phone", "owner", "alice"),
-            store.save_task(second, EventKind.TASK_STATE, {"state": "queued"}),
+            store.save_task(TaskSave(second, EventKind.TASK_STATE, {"state": "queued"})),
             store.append_event(first.id, EventKind.TASK_STEP, {"text": "kept"}),
         ]
         answers = asyncio.create_task(outcomes(writes))
@@ -165,7 +169,9 @@ async def test_a_full_disk_says_so_to_every_caller_of_the_group(tmp_path: Path) 
     db.execute(f"PRAGMA max_page_count = {pages}")
     big = [a_task(f"t00000000{n}").model_copy(update={"prompt": "x" * 50_000}) for n in range(1, 4)]
     async with thread_held(store):
-        writes = [store.save_task(t, EventKind.TASK_STATE, {"state": "queued"}) for t in big]
+        writes = [
+            store.save_task(TaskSave(t, EventKind.TASK_STATE, {"state": "queued"})) for t in big
+        ]
         answers = asyncio.create_task(outcomes(writes))
         await arrived(store, len(writes))
     failed = await answers
@@ -182,7 +188,9 @@ async def test_a_full_disk_says_so_to_every_caller_of_the_group(tmp_path: Path) 
     # Room again: the same writes, together, go through in one commit.
     db.execute("PRAGMA max_page_count = 1073741823")
     async with thread_held(store):
-        writes = [store.save_task(t, EventKind.TASK_STATE, {"state": "queued"}) for t in big]
+        writes = [
+            store.save_task(TaskSave(t, EventKind.TASK_STATE, {"state": "queued"})) for t in big
+        ]
         answers = asyncio.create_task(outcomes(writes))
         await arrived(store, len(writes))
     assert all(isinstance(event, Event) for event in await answers)
@@ -205,7 +213,7 @@ async def test_the_reserve_gives_the_whole_group_its_room(tmp_path: Path) -> Non
     task = a_task()
     async with thread_held(store):
         writes = [
-            store.save_task(task, EventKind.TASK_STATE, {"state": "queued"}),
+            store.save_task(TaskSave(task, EventKind.TASK_STATE, {"state": "queued"})),
             store._write(fills_once),
         ]
         answers = asyncio.create_task(outcomes(writes))
@@ -224,10 +232,10 @@ async def test_a_caller_that_goes_away_leaves_its_write_and_the_others(tmp_path:
     first, second = a_task("t000000001"), a_task("t000000002")
     async with thread_held(store):
         leaving = asyncio.create_task(
-            store.save_task(first, EventKind.TASK_STATE, {"state": "queued"})
+            store.save_task(TaskSave(first, EventKind.TASK_STATE, {"state": "queued"}))
         )
         staying = asyncio.create_task(
-            store.save_task(second, EventKind.TASK_STATE, {"state": "queued"})
+            store.save_task(TaskSave(second, EventKind.TASK_STATE, {"state": "queued"}))
         )
         await arrived(store, 2)
         leaving.cancel()
@@ -243,19 +251,23 @@ async def test_a_caller_that_goes_away_leaves_its_write_and_the_others(tmp_path:
 async def test_a_transaction_reads_and_writes_in_one_commit(tmp_path: Path) -> None:
     store, statements = await opened(tmp_path / "box.db")
     task = a_task()
-    await store.save_task(task, EventKind.TASK_STATE, {"state": "queued"})
+    await store.save_task(TaskSave(task, EventKind.TASK_STATE, {"state": "queued"}))
 
     def step(ledger: Ledger) -> str:
         found = ledger.task(task.id)
         assert found is not None
-        ledger.save_task(found.model_copy(update={"step": "one"}), EventKind.TASK_STEP, {})
-        ledger.save_task(found.model_copy(update={"step": "two"}), EventKind.TASK_STEP, {})
+        ledger.save_task(
+            TaskSave(found.model_copy(update={"step": "one"}), EventKind.TASK_STEP, {})
+        )
+        ledger.save_task(
+            TaskSave(found.model_copy(update={"step": "two"}), EventKind.TASK_STEP, {})
+        )
         return "stepped"
 
     def refuse(ledger: Ledger) -> None:
         found = ledger.task(task.id)
         assert found is not None
-        ledger.save_task(found, EventKind.TASK_STEP, {"text": "undone"})
+        ledger.save_task(TaskSave(found, EventKind.TASK_STEP, {"text": "undone"}))
         raise BoxError(Problem.INVALID, "not now")
 
     before = commits(statements)

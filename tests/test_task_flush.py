@@ -23,6 +23,7 @@ from dbus_fast.aio import MessageBus
 
 from boxd.errors import BoxError, Problem
 from boxd.manager.broker_methods import BrokerMethods
+from boxd.manager.ledger import TaskSave
 from boxd.manager.records import Records
 from boxd.manager.store import Store
 from boxd.manager.task_flush import STEP_NOT_FLUSHED, TaskFlush
@@ -89,7 +90,7 @@ async def box(tmp_path: Path) -> AsyncIterator[Box]:
         (tasks / task_id).mkdir()
         task = a_task(task_id).model_copy(update={"state": TaskState.RUNNING})
         records.export(task)
-        await records.record(task, EventKind.TASK_STATE, {"state": "running"})
+        await records.record(TaskSave(task, EventKind.TASK_STATE, {"state": "running"}))
     db = store._db
     assert db is not None
     db.set_trace_callback(said.append)

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from boxd.errors import Problem, die
+from boxd.manager.ledger import TaskSave
 from boxd.manager.pages import one_page, with_next
 from boxd.manager.records import Records
 from boxd.wire.approval import ApprovalState
@@ -117,7 +118,7 @@ class ApprovalAnswers:
             data = {"id": approval.id, "state": state.value, "by": by}
             last = number == len(answered) - 1
             await self.records.record(
-                task, EventKind.APPROVAL, data, approvals=(approval,), show=last
+                TaskSave(task, EventKind.APPROVAL, data, approvals=(approval,)), show=last
             )
             self._tell(approval.id, state)
         return task

@@ -5,7 +5,7 @@ from dbus_fast import Message
 from dbus_fast.aio import MessageBus
 
 from boxd.dbus import interface as api
-from boxd.manager.ledger import Ledger
+from boxd.manager.ledger import Ledger, TaskSave
 from boxd.wire.event import EventKind
 from boxd.wire.models.approval_record import Approval
 from boxd.wire.models.task import Task, TaskState
@@ -15,7 +15,7 @@ def record_approval(ledger: Ledger, task: Task, approval: Approval) -> None:
     """Records a new approval: the task waits for it."""
     if task.state == TaskState.RUNNING:
         task = task.model_copy(update={"state": TaskState.WAITING})
-    ledger.save_task(task, EventKind.APPROVAL, approval.public(), approvals=(approval,))
+    ledger.save_task(TaskSave(task, EventKind.APPROVAL, approval.public(), approvals=(approval,)))
 
 
 def tell_asked(bus: MessageBus, approval: Approval) -> None:

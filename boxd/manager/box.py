@@ -26,7 +26,7 @@ from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.damaged import DAMAGED
 from boxd.manager.folders import asking_account, check_folders, folder_workspace, look_as
 from boxd.manager.layers import Layers
-from boxd.manager.ledger import TaskIdTaken
+from boxd.manager.ledger import TaskIdTaken, TaskSave
 from boxd.manager.lifecycle import Lifecycle
 from boxd.manager.model_requests import ModelRequests
 from boxd.manager.owner_methods import OwnerMethods
@@ -162,7 +162,7 @@ class Box:
                     await self.ending.end(task, TaskState.FAILED, DAMAGED)
                 else:
                     await self.records.record(
-                        task, EventKind.TASK_STATE, {"state": "failed", "error": DAMAGED}
+                        TaskSave(task, EventKind.TASK_STATE, {"state": "failed", "error": DAMAGED})
                     )
         except Exception:
             log.exception("could not record damaged task %s as failed", task_id)
@@ -307,15 +307,17 @@ class Box:
                 if asked.files is not None:
                     await self.workspaces.put(workspace, {f.name: f.content for f in asked.files})
                 await self.store.save_task(
-                    task,
-                    EventKind.TASK_STATE,
-                    {
-                        "state": task.state.value,
-                        "title": task.title,
-                        "by": caller.name,
-                        **({"files": shared} if shared else {}),
-                    },
-                    new=True,
+                    TaskSave(
+                        task,
+                        EventKind.TASK_STATE,
+                        {
+                            "state": task.state.value,
+                            "title": task.title,
+                            "by": caller.name,
+                            **({"files": shared} if shared else {}),
+                        },
+                        new=True,
+                    )
                 )
             except (BoxError, OSError) as error:
                 # Not recorded: the shared files' workspace would belong to no task.

@@ -8,7 +8,7 @@ from typing import Any
 from boxd.errors import Problem, die
 from boxd.manager.asked import record_approval, tell_asked
 from boxd.manager.key_uses import used
-from boxd.manager.ledger import Ledger
+from boxd.manager.ledger import Ledger, TaskSave
 from boxd.manager.model_requests import model_reserved
 from boxd.manager.pages import one_page, with_next
 from boxd.manager.records import Records, found, running
@@ -54,7 +54,7 @@ class BrokerMethods:
             if task.state.ended:
                 die(Problem.INVALID, f"task {task.id} has ended ({task.state}); it logs no more")
             task = task.model_copy(update={"step": said.text})
-            return ledger.save_task(task, EventKind.TASK_STEP, said.json())
+            return ledger.save_task(TaskSave(task, EventKind.TASK_STEP, said.json()))
 
         # Answered once the task's files and then the step are on disk: the store flushes the
         # task's file system before the commit that holds the step (boxd.manager.task_flush).
@@ -83,7 +83,7 @@ class BrokerMethods:
                     "inputHash": wanted.inputHash,
                     **({} if shares is None else {"sharesWith": shares}),
                 }
-                ledger.save_task(task, EventKind.TOOL_CALL, data)
+                ledger.save_task(TaskSave(task, EventKind.TOOL_CALL, data))
             reserved = {
                 other.key: other.costCents or 0.0
                 for other in ledger.reserving_approvals(task.id)
@@ -114,10 +114,12 @@ class BrokerMethods:
                 charged = done.costCents if done.ok else 0
                 task = task.model_copy(update={"costCents": task.costCents + charged})
                 ledger.save_task(
-                    task,
-                    EventKind.TOOL_RESULT,
-                    {**done.model_dump(mode="json", exclude_none=True), "costCents": charged},
-                    answer=(done.key, logged),
+                    TaskSave(
+                        task,
+                        EventKind.TOOL_RESULT,
+                        {**done.model_dump(mode="json", exclude_none=True), "costCents": charged},
+                        answer=(done.key, logged),
+                    )
                 )
             if done.sharedWith is None:
                 # The keys that share this run get its result now, not in a FinishCall of
@@ -128,10 +130,12 @@ class BrokerMethods:
                             update={"key": key, "costCents": 0, "sharedWith": done.key}
                         )
                         ledger.save_task(
-                            task,
-                            EventKind.TOOL_RESULT,
-                            shared.model_dump(mode="json", exclude_none=True),
-                            answer=(key, logged),
+                            TaskSave(
+                                task,
+                                EventKind.TOOL_RESULT,
+                                shared.model_dump(mode="json", exclude_none=True),
+                                answer=(key, logged),
+                            )
                         )
             return {"answered": logged, "spentCents": task.costCents}
 
@@ -146,7 +150,7 @@ class BrokerMethods:
             task = running(found(task_id, ledger.task(task_id)))
             task = task.model_copy(update={"costCents": task.costCents + spent.cents})
             return ledger.save_task(
-                task, EventKind.COST, spent.model_dump(mode="json", exclude_none=True)
+                TaskSave(task, EventKind.COST, spent.model_dump(mode="json", exclude_none=True))
             )
 
         async with self.records.locks[task_id]:
@@ -160,7 +164,9 @@ class BrokerMethods:
 
         def log(ledger: Ledger) -> Event:
             task = found(task_id, ledger.task(task_id))
-            return ledger.save_task(task, EventKind.NET_REFUSED, refused.model_dump(mode="json"))
+            return ledger.save_task(
+                TaskSave(task, EventKind.NET_REFUSED, refused.model_dump(mode="json"))
+            )
 
         async with self.records.locks[task_id]:
             event = await self.records.transact(log)

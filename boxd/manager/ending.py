@@ -19,6 +19,7 @@ from boxd.manager.disk import MIB, RESERVE_BYTES, full_words, stopped_words, tre
 from boxd.manager.exit_words import why_failed
 from boxd.manager.last_words import last_words
 from boxd.manager.layers import Layers, layer_name
+from boxd.manager.ledger import TaskSave
 from boxd.manager.model_requests import ModelRequests
 from boxd.manager.records import Records
 from boxd.manager.spares import SpareMaker
@@ -302,7 +303,7 @@ class Ending:
         # thrown away, the owner's files removed by hand).
         await _until_room(
             f"the end of task {task.id}",
-            lambda: self.records.record(task, EventKind.TASK_STATE, data, layer=layer),
+            lambda: self.records.record(TaskSave(task, EventKind.TASK_STATE, data, layer=layer)),
             waiting,
         )
         return task

@@ -6,6 +6,7 @@ import json
 import logging
 import sqlite3
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -42,6 +43,24 @@ TASK_COLUMNS = "t.id, t.created, t.record, s.step"
 # The key of an event's data, as the index of tool.call lines has it.
 EVENT_KEY = "json_extract(CASE WHEN json_valid(data) THEN data END, '$.key')"
 SHARES_WITH = "json_extract(CASE WHEN json_valid(data) THEN data END, '$.sharesWith')"
+
+
+@dataclass(frozen=True)
+class TaskSave:
+    """A task, one event about it, and what the event decides, written together by
+    Ledger.save_task, passed whole from Records and the Store."""
+
+    task: Task
+    kind: str
+    data: dict[str, Any]
+    # The answer to a key: the key and its result.
+    answer: tuple[str, dict[str, Any]] | None = None
+    approvals: tuple[Approval, ...] = ()
+    # The task's layer of its workspace, from now on; or its layer no longer active.
+    layer: int | None = None
+    drop_layer: bool = False
+    # A new task's id must be no recorded task's: its save never overwrites another's record.
+    new: bool = False
 
 
 class Ledger:
@@ -150,32 +169,21 @@ class Ledger:
             log.error("the settings in box.db are damaged, so the defaults apply: %s", error)
             return Settings()
 
-    def save_task(
-        self,
-        task: Task,
-        kind: str,
-        data: dict[str, Any],
-        *,
-        answer: tuple[str, dict[str, Any]] | None = None,
-        approvals: tuple[Approval, ...] = (),
-        layer: int | None = None,
-        drop_layer: bool = False,
-        new: bool = False,
-    ) -> Event:
+    def save_task(self, save: TaskSave) -> Event:
         """Writes the task, one event about it, and what the event decides (the answer to a
-        key, approvals); in a transaction, so all of it is on disk, or none. A `new` task's id
-        must be no recorded task's: its save never overwrites another task's record. A save
-        that changes nothing but the task's step (every step) writes the step alone."""
-        if not new and task.step is not None and _step_alone(self._read.get(task.id), task):
+        key, approvals); in a transaction, so all of it is on disk, or none. A save that changes
+        nothing but the task's step (every step) writes the step alone."""
+        task, answer, layer = save.task, save.answer, save.layer
+        if not save.new and task.step is not None and _step_alone(self._read.get(task.id), task):
             self._db.execute(
                 "INSERT INTO task_steps (task, step) VALUES (?, ?) "
                 "ON CONFLICT (task) DO UPDATE SET step = excluded.step",
                 (task.id, task.step),
             )
         else:
-            self._save_record(task, new)
+            self._save_record(task, save.new)
         self._read[task.id] = dict(task.__dict__)
-        event = append_event_row(self._db, task.id, kind, data)
+        event = append_event_row(self._db, task.id, save.kind, save.data)
         if answer is not None:
             self._db.execute(
                 "INSERT INTO answers (task, key, result, seq) VALUES (?, ?, ?, ?)",
@@ -186,9 +194,9 @@ class Ledger:
                 "INSERT INTO layers (workspace, number, task, active) VALUES (?, ?, ?, 1)",
                 (task.workspace, layer, task.id),
             )
-        if drop_layer:
+        if save.drop_layer:
             self._db.execute("UPDATE layers SET active = 0 WHERE task = ?", (task.id,))
-        for approval in approvals:
+        for approval in save.approvals:
             self._db.execute(
                 "INSERT INTO approvals (id, task, state, record) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (id) DO UPDATE SET state = excluded.state, "

@@ -20,6 +20,7 @@ from boxd.manager.ending import Ending
 from boxd.manager.folders import real_folders
 from boxd.manager.keep import save_manifest, take_manifest
 from boxd.manager.layers import MAX_DONE, Layers, layer_name
+from boxd.manager.ledger import TaskSave
 from boxd.manager.mirror import MirrorError, sync_mirror
 from boxd.manager.model_requests import ModelRequests
 from boxd.manager.owner_process import OwnerError, as_owner_work
@@ -241,7 +242,9 @@ class Lifecycle:
                         task, TaskState.FAILED, f"The task could not start: {_words(error)}"
                     )
                 task = task.model_copy(update={"state": TaskState.RUNNING})
-                await self.records.record(task, EventKind.TASK_STATE, {"state": "running"})
+                await self.records.record(
+                    TaskSave(task, EventKind.TASK_STATE, {"state": "running"})
+                )
             finally:
                 self._starting.pop(task.id, None)
             return task

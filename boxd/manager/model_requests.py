@@ -35,7 +35,7 @@ from boxd.dbus.bus_daemon import bus_id, name_owner
 from boxd.errors import Problem, die
 from boxd.manager.asked import record_approval, tell_asked
 from boxd.manager.key_uses import used
-from boxd.manager.ledger import Ledger
+from boxd.manager.ledger import Ledger, TaskSave
 from boxd.manager.records import Records, found, running
 from boxd.wire.approval import ApprovalState, approval_id
 from boxd.wire.caller import Caller
@@ -209,10 +209,12 @@ def _charge(
     if spend is not None and ledger.answer(task.id, spend) is not None:
         spend = None
     ledger.save_task(
-        task,
-        EventKind.COST,
-        record.model_dump(mode="json", exclude_none=True),
-        answer=None if spend is None else (spend, {"ok": True, "output": {"status": 200}}),
+        TaskSave(
+            task,
+            EventKind.COST,
+            record.model_dump(mode="json", exclude_none=True),
+            answer=None if spend is None else (spend, {"ok": True, "output": {"status": 200}}),
+        )
     )
     return task
 

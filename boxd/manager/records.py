@@ -2,7 +2,7 @@
 object and announced by its Event signal, together; only a holder of the task's lock changes it."""
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from dbus_fast.aio import MessageBus
 
@@ -10,10 +10,9 @@ from boxd.dbus import interface as api
 from boxd.dbus.task_object import TaskObject
 from boxd.errors import Problem, die
 from boxd.manager.keyed_locks import KeyedLocks
-from boxd.manager.ledger import Ledger
+from boxd.manager.ledger import Ledger, TaskSave
 from boxd.manager.store import Store
 from boxd.wire.ids import check_task_id
-from boxd.wire.models.approval_record import Approval
 from boxd.wire.models.event_record import Event
 from boxd.wire.models.task import Task
 
@@ -62,32 +61,13 @@ class Records:
         for task_id, task_object in self._objects.items():
             self.bus.export(api.task_path(task_id), task_object)
 
-    async def record(
-        self,
-        task: Task,
-        kind: str,
-        data: dict[str, Any],
-        *,
-        show: bool = True,
-        answer: tuple[str, dict[str, Any]] | None = None,
-        approvals: tuple[Approval, ...] = (),
-        layer: int | None = None,
-        drop_layer: bool = False,
-    ) -> Event:
+    async def record(self, save: TaskSave, *, show: bool = True) -> Event:
         """Writes the task and one event about it, with what the event decides (Store.save_task);
         `show` puts the task's new properties on D-Bus."""
-        event = await self.store.save_task(
-            task,
-            kind,
-            data,
-            answer=answer,
-            approvals=approvals,
-            layer=layer,
-            drop_layer=drop_layer,
-        )
+        event = await self.store.save_task(save)
         if show:
-            self._objects[task.id].update(task)
-        self._objects[task.id].tell(event)
+            self._objects[save.task.id].update(save.task)
+        self._objects[save.task.id].tell(event)
         return event
 
     async def transact(self, work: Callable[[Ledger], T], flush: str | None = None) -> T:

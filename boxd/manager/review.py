@@ -13,6 +13,7 @@ from boxd.manager.ending import Ending
 from boxd.manager.folders import asker_only, caller_uid, real_folders
 from boxd.manager.keep import KeepError, Places, keep, layer_changes, load_manifest
 from boxd.manager.layers import Layers, layer_name
+from boxd.manager.ledger import TaskSave
 from boxd.manager.owner_process import as_owner_work
 from boxd.manager.pages import with_next
 from boxd.manager.records import Records
@@ -76,10 +77,12 @@ class ReviewMethods:
                 update["review"] = Review.UNDONE
             task = task.model_copy(update=update)
             await self.records.record(
-                task,
-                EventKind.TASK_STATE,
-                {"state": "undone", "by": caller.name},
-                drop_layer=joined,
+                TaskSave(
+                    task,
+                    EventKind.TASK_STATE,
+                    {"state": "undone", "by": caller.name},
+                    drop_layer=joined,
+                )
             )
         await self.ending.cleared(task.id)
         await self.ending.collect_layers(task.workspace)
@@ -117,7 +120,7 @@ class ReviewMethods:
                 )
             kept = task.review == Review.KEPT
             await self.records.record(
-                task, EventKind.TASK_STATE, {**data, "by": caller.name}, drop_layer=kept
+                TaskSave(task, EventKind.TASK_STATE, {**data, "by": caller.name}, drop_layer=kept)
             )
             if "stoppedAt" in data and task.error is not None:
                 # Recorded first, so the log and the task's error say what was applied.

@@ -20,6 +20,7 @@ from boxd.manager.ledger import (
     TASK_COLUMNS,
     TASKS,
     Ledger,
+    TaskSave,
     append_event_row,
     approval_of,
     event_of_row,
@@ -127,33 +128,13 @@ class Store(GroupCommit):
 
     # Tasks and their events.
 
-    async def save_task(
-        self,
-        task: Task,
-        kind: str,
-        data: dict[str, Any],
-        *,
-        answer: tuple[str, dict[str, Any]] | None = None,
-        approvals: tuple[Approval, ...] = (),
-        layer: int | None = None,
-        drop_layer: bool = False,
-        new: bool = False,
-    ) -> Event:
+    async def save_task(self, save: TaskSave) -> Event:
         """Writes the task, one event about it, and what the event decides (the answer to a
         key, approvals), in one transaction: all of it is on disk, or none. A `new` task is
         refused if its id is recorded already (Ledger.save_task)."""
 
         def write(db: sqlite3.Connection) -> Event:
-            return Ledger(db).save_task(
-                task,
-                kind,
-                data,
-                answer=answer,
-                approvals=approvals,
-                layer=layer,
-                drop_layer=drop_layer,
-                new=new,
-            )
+            return Ledger(db).save_task(save)
 
         return await self._write(write, journal.send)
 
