@@ -9,7 +9,6 @@ the task's lock."""
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from dbus_fast.aio import MessageBus
 
 from boxd.dbus import interface as api
+from boxd.dbus.server import Handler
 from boxd.errors import NO_ROOM_TO_START, BoxError, Problem, die, is_full
 from boxd.manager import at_rest
 from boxd.manager.app_runners import AppRunners
@@ -54,9 +54,6 @@ from boxd.wire.models.token_limits import DEFAULT, check_task, holder
 PHONE = "phone:"
 log = logging.getLogger(__name__)
 
-# Each takes the caller, then the method's arguments by their names in the table
-# (api.Method.params); the server checks that when it is given them.
-Handler = Callable[..., Awaitable[Any]]
 
 STOPPED = "Stopped by its owner."
 
