@@ -36,7 +36,7 @@ from boxd.paths import task_dir, task_work_dir
 from boxd.wire.ids import is_task_id, new_task_id, task_user
 from boxd.wire.models.settings import Settings
 from boxd.wire.models.task import Task
-from boxd.workers.ahead import WAKES
+from boxd.wire.worker_kinds import WAKES
 
 log = logging.getLogger(__name__)
 

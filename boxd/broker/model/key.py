@@ -4,8 +4,8 @@ this broker, and never shown (not in a repr, a log line or an error)."""
 import re
 from dataclasses import dataclass, field
 
-from boxd.broker.credentials import read_secrets
 from boxd.errors import BoxError, Problem
+from boxd.wire.credentials import read_secrets
 from boxd.wire.model_key import ANTHROPIC_KEY, KEY_NAMES
 
 # What a key is made of: printable ASCII, no spaces. Anything else could not go in a header
