@@ -54,7 +54,7 @@ from bench.load import (
 )
 from boxd.manager.spares import SPARES
 from boxd.manager.worker_ahead import catches
-from boxd.workers.ahead import WAKES
+from boxd.wire.worker_kinds import WAKES
 
 TASKS = 5
 IDLE_MS = 3000

@@ -30,7 +30,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from boxd.broker.model.gateway import ModelGateway, ModelKey
+from boxd.broker.model.gateway import ModelGateway
+from boxd.broker.model.key import ModelKey
 from boxd.dbus.interface import BROKER, Method, bound_on
 
 MODEL = "claude-sonnet-4-6"

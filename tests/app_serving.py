@@ -10,9 +10,9 @@ from pathlib import Path
 from boxd.apps import echo, mail, wallet
 from boxd.apps.app_server import AppServer
 from boxd.apps.runner import Runner
-from boxd.apps.wire import socket_path
 from boxd.broker.app_link import Apps
 from boxd.sdk import App
+from boxd.wire.app_runner import socket_path
 
 SHIPPED = {app.name: app for app in (echo.app, mail.app, wallet.app)}
 

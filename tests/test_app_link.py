@@ -1,6 +1,7 @@
-"""A task's broker and an app's runner over the wire (boxd/broker/app_link.py, boxd/apps/wire.py):
-a runner killed mid-run leaves the call unanswered, as a broker's kill does, and the same key
-runs again with the same ctx.key; what a runner answers is checked like any caller's input."""
+"""A task's broker and an app's runner over the wire (boxd/broker/app_link.py,
+boxd/wire/app_runner.py): a runner killed mid-run leaves the call unanswered, as a broker's kill
+does, and the same key runs again with the same ctx.key; what a runner answers is checked like
+any caller's input."""
 
 import asyncio
 import json
@@ -16,11 +17,11 @@ import aiohttp
 import pytest
 
 from boxd.apps.app_server import AppServer
-from boxd.apps.wire import too_large
 from boxd.broker import app_link
 from boxd.broker.app import make_broker
 from boxd.broker.app_link import Apps, cut_off, not_installed
 from boxd.reading.caps import MAX_DATA
+from boxd.wire.app_runner import too_large
 from tests.app_serving import runners, sockets
 from tests.broker_serving import serving
 from tests.test_broker_and_fake_worker import MemoryLog, MemoryWaiter, until

@@ -273,7 +273,7 @@ async def test_requests_sent_without_reading_the_answers_do_not_pile_up_in_memor
             except BlockingIOError:
                 pass
             await asyncio.sleep(0.005)
-            [connection] = served.server._listeners[0].open
+            [connection] = served.server._listening.listeners[0].open
             assert connection.transport is not None
             most = max(most, connection.transport.get_write_buffer_size())
         assert sent > 4 * 1024 * 1024 or most > 0, sent

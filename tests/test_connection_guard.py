@@ -21,7 +21,7 @@ from aiohttp import web
 
 from boxd.broker.http_request import Request
 from boxd.broker.http_server import Answer, HttpServer, Routes, json_answer
-from boxd.broker.model.gateway import api_error_words
+from boxd.broker.model.messages_api import api_error_words
 from boxd.doors.connection_guard import Guard
 from boxd.doors.connection_limits import Bounds, body_words, busy_words
 from boxd.doors.json_errors import error

@@ -19,8 +19,12 @@ import pytest
 from aiohttp import web
 from dbus_fast.aio import MessageBus
 
+from boxd.broker.model import exchange as model_exchange
 from boxd.broker.model import gateway as model_gateway
-from boxd.broker.model.gateway import MAX_IN_FLIGHT, MAX_REQUEST, ModelGateway, ModelKey
+from boxd.broker.model.body import MAX_REQUEST
+from boxd.broker.model.gateway import ModelGateway
+from boxd.broker.model.in_flight import MAX_IN_FLIGHT
+from boxd.broker.model.key import ModelKey
 from boxd.broker.model.usage import MAX_LINE, JsonUsage, StreamUsage
 from boxd.dbus import interface as api
 from boxd.errors import BoxError, Problem
@@ -1028,7 +1032,7 @@ async def test_bodies_are_held_only_in_the_places_requests_have(rig: Rig) -> Non
     writer.close()
     for _, held_writer in held:
         held_writer.close()
-    await rig.manager.until(lambda: rig.gateway._requests == 0)
+    await rig.manager.until(lambda: rig.gateway._places.taken == 0)
     assert (await post(rig, droid_request("room again")))[0] == 200
 
 
@@ -1040,7 +1044,7 @@ async def test_a_request_sent_that_gets_no_answer_is_charged_and_spends_its_yes(
     send it again and again. Now a request that went upstream and got no answer is charged the
     most it could cost, and its yes is spent."""
     monkeypatch.setattr(
-        model_gateway, "UPSTREAM_TIMEOUT", aiohttp.ClientTimeout(total=None, sock_read=0.3)
+        model_exchange, "UPSTREAM_TIMEOUT", aiohttp.ClientTimeout(total=None, sock_read=0.3)
     )
     await rig.manager.set_task(costCents=1000.0)
     assert (await post(rig, droid_request(stream=False)))[0] == 529

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from boxd.broker.credentials import read_secrets
 from boxd.errors import BoxError, Problem
 from boxd.manager.vault import MAX_VALUE, Vault, check_name
 from boxd.wire.caller import Caller, Role
+from boxd.wire.credentials import read_secrets
 from boxd.wire.secret_names import CREDENTIAL_ID, credential_name
 
 REPO = Path(__file__).resolve().parents[1]

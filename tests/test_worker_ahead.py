@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from boxd.manager.worker_ahead import caught_signals, not_ready, top_mount
-from boxd.workers.ahead import NOT_MOUNTED, WAKES, WORKERS
+from boxd.wire.worker_kinds import WAKES, WORKERS
+from boxd.workers.ahead import NOT_MOUNTED
 
 VIEW = Path("/var/lib/boxd/tasks/t000000001/work")
 

@@ -16,7 +16,7 @@ from boxd.manager.worker_unit import (
 )
 from boxd.wire.models.settings import Settings
 from boxd.wire.models.task import Task, TaskState
-from boxd.workers.ahead import WORKERS
+from boxd.wire.worker_kinds import WORKERS
 
 
 def _task() -> Task:

@@ -1,5 +1,5 @@
 """`boxd app <name>`: one app's runner, serving the brokers on the socket box-app@<name>.socket
-passes (boxd/apps/wire.py), as the app's own user (box-app@.service).
+passes (boxd/wire/app_runner.py), as the app's own user (box-app@.service).
 
 It answers every run on a connection at once, each in a job of its own, so one slow tool holds
 up no other; what waits for nothing (a check of a call's input, the tools) it answers as it
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from boxd.apps.runner import Runner
-from boxd.apps.wire import MAX_LINE, line
 from boxd.doors import idle_time
+from boxd.wire.app_runner import MAX_LINE, line
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ def idle_seconds(environ: Mapping[str, str] | None = None) -> float | None:
 def make_runner(name: str) -> Runner:
     """The app's runner, its code loaded; one that could not be loaded refuses every tool."""
     from boxd.apps.registry import load
-    from boxd.broker.credentials import read_secrets
+    from boxd.wire.credentials import read_secrets
 
     state = Path(os.environ.get("STATE_DIRECTORY", f"/var/lib/box/apps/{name}"))
     try:

@@ -1,4 +1,4 @@
-"""What an app's runner answers (boxd/apps/wire.py): its tools, an input checked, a tool run.
+"""What an app's runner answers (boxd/wire/app_runner.py): its tools, an input checked, a tool run.
 
 The runner is the only process that imports the app's code. It runs as the app's own user with
 the app's own state directory and the app's own secrets (box-app@.service), so whatever that code
@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from boxd.apps.wire import too_large
 from boxd.errors import is_full
 from boxd.reading.caps import MAX_DATA
 from boxd.reading.strict_json import size
+from boxd.wire.app_runner import too_large
 from boxd.wire.secret_names import belongs_to
 
 if TYPE_CHECKING:

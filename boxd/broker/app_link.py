@@ -1,5 +1,6 @@
-"""The broker's way to the apps' runners (boxd/apps/wire.py). No app's code runs in a broker, and
-a broker holds no app's secret: each app's tools run in the app's runner, as the app's own user.
+"""The broker's way to the apps' runners (boxd/wire/app_runner.py). No app's code runs in a
+broker, and a broker holds no app's secret: each app's tools run in the app's runner, as the
+app's own user.
 
 A broker opens one connection to each app whose tools its task uses, on first use, and sends
 all its requests for that app over it. What a runner answers is checked as any caller's input is:
@@ -13,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from boxd.apps.wire import MAX_LINE, SOCKETS, line, socket_path, too_large
 from boxd.errors import Problem, die
 from boxd.reading.caps import MAX_DATA, MAX_ERROR
 from boxd.reading.strict_json import size
+from boxd.wire.app_runner import MAX_LINE, SOCKETS, line, socket_path, too_large
 from boxd.wire.secret_names import is_app_name
 
 

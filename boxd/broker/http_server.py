@@ -22,8 +22,8 @@ from http import HTTPStatus
 from typing import Any, cast
 
 from boxd.broker.http_request import Head, Refusal, Request, RequestReader
-from boxd.doors.connection_limits import LISTEN_BACKLOG, Bounds, body_words, busy_words
-from boxd.doors.door_cap import Cap, Dropped
+from boxd.doors.connection_limits import Bounds, body_words, busy_words
+from boxd.doors.door_cap import Cap, Dropped, Listening
 from boxd.errors import BoxError
 
 log = logging.getLogger(__name__)
@@ -299,9 +299,7 @@ class HttpServer:
         self.bounds = bounds
         self.dropped = Dropped()
         self.answering: set[asyncio.Task[None]] = set()
-        self._listeners: list[_Listener] = []
-        self._servers: list[asyncio.Server] = []
-        self._checking: asyncio.Task[None] | None = None
+        self._listening: Listening[_Listener] = Listening(bounds, self.check)
         # Set once close() begins: no request is begun after it.
         self.stopping = False
         self.busy_reply = whole_answer(
@@ -309,24 +307,13 @@ class HttpServer:
         )
 
     async def start(self, sockets: list[socket.socket]) -> None:
-        loop = asyncio.get_running_loop()
-        for sock in sockets:
-            sock.setblocking(False)
-            listener = _Listener(self)
-            self._listeners.append(listener)
-            self._servers.append(
-                await loop.create_server(listener, sock=sock, backlog=LISTEN_BACKLOG)
-            )
-        self._checking = asyncio.create_task(self._check_often())
+        await self._listening.start(sockets, lambda: _Listener(self))
 
     async def close(self) -> None:
         """Stops accepting, runs the routes' on_close, gives the requests in hand STOP_SECONDS
         to be answered, then closes every connection."""
         self.stopping = True
-        if self._checking is not None:
-            self._checking.cancel()
-        for server in self._servers:
-            server.close()
+        self._listening.stop()
         for hook in self.routes.on_close:
             await hook()
         if self.answering:
@@ -334,7 +321,7 @@ class HttpServer:
             for job in late:
                 job.cancel()
             await asyncio.gather(*late, return_exceptions=True)
-        for listener in self._listeners:
+        for listener in self._listening.listeners:
             for connection in list(listener.open):
                 connection.drop("the broker stopped")
 
@@ -362,25 +349,15 @@ class HttpServer:
             )
 
     def resting(self) -> set[int]:
-        """The descriptors of the keep-alive connections at rest."""
-        return {
-            connection.transport.get_extra_info("socket").fileno()
-            for listener in self._listeners
-            for connection in listener.open
-            if connection.resting and connection.transport is not None
-        }
+        """The descriptors of the keep-alive connections at rest (Listening.resting)."""
+        return self._listening.resting()
 
     def open_connections(self) -> int:
-        return sum(len(listener.open) for listener in self._listeners)
-
-    async def _check_often(self) -> None:
-        while True:
-            await asyncio.sleep(self.bounds.check_seconds)
-            self.check(asyncio.get_running_loop().time())
+        return self._listening.open_connections()
 
     def check(self, now: float) -> None:
         """Ends what overstayed its bound."""
-        for listener in self._listeners:
+        for listener in self._listening.listeners:
             for connection in list(listener.open):
                 self._check_one(connection, now)
             listener.forget_turned_away(now)

@@ -1,7 +1,7 @@
 """`boxctl open`: a one-time link to this computer's own screen, opened in the owner's browser
 where there is a desktop, printed otherwise. Its code is after `#`: the browser never sends it
 to any server, and the page takes it out of the address bar before it trades it for a session
-(boxd.web.screen_session)."""
+(boxd.web.screen_session; the link: boxd.wire.screen_link)."""
 
 import asyncio
 import html
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from boxd.dbus import interface as api
 from boxd.dbus.client import BoxClient
-from boxd.web.screen_session import login_link
+from boxd.wire.screen_link import login_link
 
 
 def _browser() -> str | None:

@@ -20,8 +20,8 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestHandler
 
-from boxd.doors.connection_limits import LISTEN_BACKLOG, Bounds, body_words, busy_words
-from boxd.doors.door_cap import Cap, Dropped
+from boxd.doors.connection_limits import Bounds, body_words, busy_words
+from boxd.doors.door_cap import Cap, Dropped, Listening
 from boxd.doors.json_errors import error
 from boxd.doors.socket_activation import passed_sockets
 from boxd.doors.stopping import until_stopped
@@ -156,9 +156,7 @@ class Guard:
         self.connections: dict[RequestHandler, _Connection] = {}
         self.server: web.Server | None = None
         self._runner: web.AppRunner | None = None
-        self._listeners: list[_Listener] = []
-        self._servers: list[asyncio.Server] = []
-        self._checking: asyncio.Task[None] | None = None
+        self._listening: Listening[_Listener] = Listening(bounds, self.check)
         self.busy_reply = _raw_reply(answer(busy_words(bounds.connections), 503))
         # Outermost: a request counts as in hand from the moment aiohttp hands it over.
         app.middlewares.insert(0, _in_hand(self))
@@ -176,41 +174,19 @@ class Guard:
         )
         await self._runner.setup()
         self.server = self._runner.server
-        loop = asyncio.get_running_loop()
-        for sock in sockets:
-            sock.setblocking(False)
-            listener = _Listener(self)
-            self._listeners.append(listener)
-            self._servers.append(
-                await loop.create_server(listener, sock=sock, backlog=LISTEN_BACKLOG)
-            )
-        self._checking = asyncio.create_task(self._check_often())
+        await self._listening.start(sockets, lambda: _Listener(self))
 
     async def close(self) -> None:
-        if self._checking is not None:
-            self._checking.cancel()
-        for server in self._servers:
-            server.close()
+        self._listening.stop()
         if self._runner is not None:
             await self._runner.cleanup()
 
     def open_connections(self) -> int:
-        return sum(len(listener.open) for listener in self._listeners)
+        return self._listening.open_connections()
 
     def resting(self) -> set[int]:
-        """The descriptors of the keep-alive connections at rest: their last request answered
-        whole, nothing of another heard since."""
-        return {
-            connection.transport.get_extra_info("socket").fileno()
-            for listener in self._listeners
-            for connection in listener.open
-            if connection.resting and connection.transport is not None
-        }
-
-    async def _check_often(self) -> None:
-        while True:
-            await asyncio.sleep(self.bounds.check_seconds)
-            self.check(asyncio.get_running_loop().time())
+        """The descriptors of the keep-alive connections at rest (Listening.resting)."""
+        return self._listening.resting()
 
     def check(self, now: float) -> None:
         """Drops what overstayed its bound."""
@@ -219,7 +195,7 @@ class Guard:
 
     def _drop_overstayed(self, now: float) -> None:
         bounds = self.bounds
-        for listener in self._listeners:
+        for listener in self._listening.listeners:
             for connection in list(listener.open):
                 transport = connection.transport
                 if transport is None:

@@ -1,6 +1,7 @@
 """A door's cap on its connections: which one makes room for a newcomer, what a connection it
-cannot take is told, and how one is ended while an answer is still unsent. One place for the
-aiohttp doors (boxd/doors/connection_guard.py) and the broker's own (boxd/broker/http_server.py)."""
+cannot take is told, and how one is ended while an answer is still unsent; and the door's
+listening sockets, each with its cap, checked every `check_seconds`. One place for the aiohttp
+doors (boxd/doors/connection_guard.py) and the broker's own (boxd/broker/http_server.py)."""
 
 import asyncio
 import logging
@@ -8,9 +9,9 @@ import socket
 import struct
 from collections import Counter, OrderedDict
 from collections.abc import Callable
-from typing import Generic, Protocol, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
-from boxd.doors.connection_limits import Bounds
+from boxd.doors.connection_limits import LISTEN_BACKLOG, Bounds
 from boxd.doors.paced_log import LOG_SECONDS
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,11 @@ class Capped(Protocol):
         """In the middle of a request: never taken over to make room."""
         ...
 
+    @property
+    def resting(self) -> bool:
+        """A keep-alive connection at rest: its last answer out whole, nothing heard since."""
+        ...
+
     def drop(self, why: str) -> None: ...
 
 
@@ -129,6 +135,11 @@ class Cap(Generic[C]):
         # Oldest wait first: at the cap the first that is not busy makes room.
         self.open: OrderedDict[C, None] = OrderedDict()
         self.turned_away: set[TurnedAway] = set()
+
+    def __call__(self) -> asyncio.BaseProtocol:
+        """A protocol for a connection just accepted (asyncio's protocol factory): the door's
+        own, or TurnedAway; each door says how it makes its connections."""
+        raise NotImplementedError
 
     def forget(self, connection: C) -> None:
         self.open.pop(connection, None)
@@ -177,3 +188,52 @@ class Cap(Generic[C]):
         for turned in list(self.turned_away):
             if now - turned.opened > 2 * bounds.turned_away_seconds + bounds.check_seconds:
                 self.turned_away.discard(turned)
+
+
+L = TypeVar("L", bound=Cap[Any])
+
+
+class Listening(Generic[L]):
+    """A door's listening sockets, each with its cap (`L`, also the socket's protocol factory),
+    and `check(now)` run every `bounds.check_seconds` to end what overstayed its bounds."""
+
+    def __init__(self, bounds: Bounds, check: Callable[[float], None]) -> None:
+        self.bounds = bounds
+        self.listeners: list[L] = []
+        self._check = check
+        self._servers: list[asyncio.Server] = []
+        self._checking: asyncio.Task[None] | None = None
+
+    async def start(self, sockets: list[socket.socket], listener: Callable[[], L]) -> None:
+        loop = asyncio.get_running_loop()
+        for sock in sockets:
+            sock.setblocking(False)
+            made = listener()
+            self.listeners.append(made)
+            self._servers.append(await loop.create_server(made, sock=sock, backlog=LISTEN_BACKLOG))
+        self._checking = asyncio.create_task(self._check_often())
+
+    def stop(self) -> None:
+        """Stops accepting and checking; the connections open stay, for their server to end."""
+        if self._checking is not None:
+            self._checking.cancel()
+        for server in self._servers:
+            server.close()
+
+    def open_connections(self) -> int:
+        return sum(len(listener.open) for listener in self.listeners)
+
+    def resting(self) -> set[int]:
+        """The descriptors of the keep-alive connections at rest: their last request answered
+        whole, nothing of another heard since."""
+        return {
+            connection.transport.get_extra_info("socket").fileno()
+            for listener in self.listeners
+            for connection in listener.open
+            if connection.resting and connection.transport is not None
+        }
+
+    async def _check_often(self) -> None:
+        while True:
+            await asyncio.sleep(self.bounds.check_seconds)
+            self._check(asyncio.get_running_loop().time())

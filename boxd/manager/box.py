@@ -28,6 +28,7 @@ from boxd.manager.folders import asking_account, check_folders, folder_workspace
 from boxd.manager.layers import Layers
 from boxd.manager.ledger import TaskIdTaken, TaskSave
 from boxd.manager.lifecycle import Lifecycle
+from boxd.manager.machinery import Machinery
 from boxd.manager.model_requests import ModelRequests
 from boxd.manager.owner_methods import OwnerMethods
 from boxd.manager.owner_process import as_owner_work
@@ -93,22 +94,16 @@ class Box:
         self.model_requests = ModelRequests(self.records)
         self.background = Background()
         self.screen = ScreenSessions(store)
-        self.spare_maker = SpareMaker(
-            home, store, systemd, self.vault, self.layers, self.task_os, self.background
-        )
+        machinery = Machinery(home, store, systemd, self.layers, self.task_os, self.background)
+        self.spare_maker = SpareMaker(machinery, self.vault)
         self.spares = self.spare_maker.pool
         self.lifecycle = Lifecycle(
-            home,
-            store,
-            systemd,
+            machinery,
             self.records,
             self.approvals,
             self.model_requests,
             self.vault,
-            self.layers,
             self.spare_maker,
-            self.task_os,
-            self.background,
         )
         self.droid = self.lifecycle.droid
         self.ending = self.lifecycle.ending

@@ -14,18 +14,16 @@ from typing import Any
 
 from boxd.errors import BoxError, Problem, die
 from boxd.manager.approval_answers import ApprovalAnswers
-from boxd.manager.background import Background
 from boxd.manager.disk import MIB, RESERVE_BYTES, full_words, stopped_words, tree_bytes
 from boxd.manager.exit_words import why_failed
 from boxd.manager.last_words import last_words
-from boxd.manager.layers import Layers, layer_name
+from boxd.manager.layers import layer_name
 from boxd.manager.ledger import TaskSave
+from boxd.manager.machinery import Machinery, OnMachinery
 from boxd.manager.model_requests import ModelRequests
 from boxd.manager.records import Records
 from boxd.manager.spares import SpareMaker
-from boxd.manager.store import Store
-from boxd.manager.systemd import Systemd, SystemdError
-from boxd.manager.task_os import TaskOS
+from boxd.manager.systemd import SystemdError
 from boxd.manager.worker_unit import broker_units, task_slice, worker_unit
 from boxd.paths import task_own_home
 from boxd.wire.approval import TASK_ENDED, ApprovalState
@@ -71,32 +69,22 @@ def _log_failure(what: str, job: "asyncio.Future[Any]") -> None:
         log.error("%s failed: %s", what, failure)
 
 
-class Ending:
+class Ending(OnMachinery):
     def __init__(
         self,
-        home: Path,
-        store: Store,
-        systemd: Systemd,
+        machinery: Machinery,
         records: Records,
         approvals: ApprovalAnswers,
         model_requests: ModelRequests,
-        layers: Layers,
         spare_maker: SpareMaker,
-        task_os: TaskOS,
-        background: Background,
         freed: Callable[[str], None],
         starting_saw: Callable[[], set[str]],
     ) -> None:
-        self.home = home
-        self.store = store
-        self.systemd = systemd
+        super().__init__(machinery)
         self.records = records
         self.approvals = approvals
         self.model_requests = model_requests
-        self.layers = layers
         self.spare_maker = spare_maker
-        self.task_os = task_os
-        self.background = background
         # Called once an ended task's place is free (Lifecycle's).
         self.freed = freed
         # The done tasks whose layers the tasks starting now are mounting (Lifecycle's).

@@ -99,16 +99,7 @@ class GroupCommit:
                     raise
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
-                # The disk is full: the reserve gives the record room to say so, once.
-                self.reserve_used = True
-                if give_up_reserve(self._path):
-                    log.warning(
-                        "The box's disk is full: boxd gave up the space it keeps in reserve "
-                        "(%s) to go on recording",
-                        reserve_path(self._path),
-                    )
-                    if self.on_full is not None:
-                        loop.call_soon_threadsafe(self.on_full)
+                if self._use_reserve(loop):
                     try:
                         return work(self._db)
                     except (sqlite3.OperationalError, OSError) as again:
@@ -210,17 +201,8 @@ class GroupCommit:
             except _GroupFailed as failed:
                 if not is_full(failed.error):
                     raise
-                # The disk is full: the reserve gives the record room to say so, once.
-                self.reserve_used = True
-                if not give_up_reserve(self._path):
+                if not self._use_reserve(loop):
                     raise _GroupFailed(BoxError(Problem.FULL, RECORD_FULL)) from None
-                log.warning(
-                    "The box's disk is full: boxd gave up the space it keeps in reserve "
-                    "(%s) to go on recording",
-                    reserve_path(self._path),
-                )
-                if self.on_full is not None:
-                    loop.call_soon_threadsafe(self.on_full)
                 try:
                     outcomes = _commit_once(self._db, group)
                 except _GroupFailed as again:
@@ -234,6 +216,21 @@ class GroupCommit:
             # at once, before the disk fills anew, with no task's end needed to notice.
             self._remake_reserve()
         return outcomes
+
+    def _use_reserve(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """The disk is full: the reserve gives the record room to say so, once. Whether it was
+        there to give up (on the store's thread; on_full runs on the loop)."""
+        self.reserve_used = True
+        if not give_up_reserve(self._path):
+            return False
+        log.warning(
+            "The box's disk is full: boxd gave up the space it keeps in reserve "
+            "(%s) to go on recording",
+            reserve_path(self._path),
+        )
+        if self.on_full is not None:
+            loop.call_soon_threadsafe(self.on_full)
+        return True
 
     def _remake_reserve(self) -> None:
         try:

@@ -7,28 +7,25 @@ import asyncio
 import grp
 import logging
 from functools import partial
-from pathlib import Path
 
 from boxd.errors import BoxError, Problem, die
 from boxd.manager import at_rest, disk_quota
 from boxd.manager.admission import next_to_start
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.at_once import at_once
-from boxd.manager.background import Background
 from boxd.manager.droid_install import DroidInstall, sort_queue
 from boxd.manager.ending import Ending
 from boxd.manager.folders import real_folders
 from boxd.manager.keep import save_manifest, take_manifest
-from boxd.manager.layers import MAX_DONE, Layers, layer_name
+from boxd.manager.layers import MAX_DONE, layer_name
 from boxd.manager.ledger import TaskSave
+from boxd.manager.machinery import Machinery, OnMachinery
 from boxd.manager.mirror import MirrorError, sync_mirror
 from boxd.manager.model_requests import ModelRequests
 from boxd.manager.owner_process import OwnerError, as_owner_work
 from boxd.manager.records import Records
 from boxd.manager.spares import Ahead, SpareMaker
-from boxd.manager.store import Store
-from boxd.manager.systemd import Systemd, SystemdError
-from boxd.manager.task_os import TaskOS
+from boxd.manager.systemd import SystemdError
 from boxd.manager.users import FIRST_UID, LAST_UID, id_taken, task_uid
 from boxd.manager.vault import Vault
 from boxd.manager.worker_unit import (
@@ -60,30 +57,20 @@ def _words(error: Exception) -> str:
     return error.message if isinstance(error, BoxError) else str(error)
 
 
-class Lifecycle:
+class Lifecycle(OnMachinery):
     def __init__(
         self,
-        home: Path,
-        store: Store,
-        systemd: Systemd,
+        machinery: Machinery,
         records: Records,
         approvals: ApprovalAnswers,
         model_requests: ModelRequests,
         vault: Vault,
-        layers: Layers,
         spare_maker: SpareMaker,
-        task_os: TaskOS,
-        background: Background,
     ) -> None:
-        self.home = home
-        self.store = store
-        self.systemd = systemd
+        super().__init__(machinery)
         self.records = records
         self.vault = vault
-        self.layers = layers
         self.spare_maker = spare_maker
-        self.task_os = task_os
-        self.background = background
         # The `saw` of tasks between reading their stack and recording it, by task id.
         self._starting: dict[str, list[str]] = {}
         # Tasks that hold one of the maxRunningTasks places: starting, running or waiting.
@@ -93,18 +80,13 @@ class Lifecycle:
         self._starts: dict[str, asyncio.Event] = {}
         # Held while places are given; the owner's pause and resume take it too.
         self.admission = asyncio.Lock()
-        self.droid = DroidInstall(systemd, self.start_queued_soon)
+        self.droid = DroidInstall(self.systemd, self.start_queued_soon)
         self.ending = Ending(
-            home,
-            store,
-            systemd,
+            machinery,
             records,
             approvals,
             model_requests,
-            layers,
             spare_maker,
-            task_os,
-            background,
             self._freed,
             self._starting_saw,
         )

@@ -1,5 +1,5 @@
 """The money of a task's model requests, as the manager records it for the task's model gateway
-(boxd.broker.model.gateway).
+(boxd.broker.model.gateway, which tells it through boxd.broker.model.cost_reports).
 
 - `BeginModelRequest`: before a request goes, its worst case (boxd.wire.pricing.reservation_cents:
   the estimate of its input at the dearest rate it may be billed, and max_tokens at the output

@@ -21,18 +21,14 @@ import pwd
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
 from dbus_fast import Variant
 
 from boxd.errors import Problem, die
 from boxd.manager import at_rest
 from boxd.manager.at_once import at_once
-from boxd.manager.background import Background
-from boxd.manager.layers import Layers
-from boxd.manager.store import Store
-from boxd.manager.systemd import Systemd, SystemdError
-from boxd.manager.task_os import TaskOS
+from boxd.manager.machinery import Machinery, OnMachinery
+from boxd.manager.systemd import SystemdError
 from boxd.manager.users import FIRST_UID, LAST_UID, id_taken
 from boxd.manager.vault import Vault
 from boxd.manager.worker_unit import ahead_worker_properties, broker_units, task_slice, worker_unit
@@ -40,7 +36,7 @@ from boxd.paths import task_dir, task_work_dir
 from boxd.wire.ids import is_task_id, new_task_id, task_user
 from boxd.wire.models.settings import Settings
 from boxd.wire.models.task import Task
-from boxd.workers.ahead import WAKES
+from boxd.wire.worker_kinds import WAKES
 
 log = logging.getLogger(__name__)
 
@@ -138,32 +134,18 @@ class Ahead:
         return self.reloads == reloads and self.worker == worker
 
 
-class SpareMaker:
+class SpareMaker(OnMachinery):
     """Makes and drops the spares (Spares), each with its user, network namespace, home, and
     broker and worker started ahead; makes again those whose worker ended or whose units are
     no longer the ones a task would get; and hands a task that took one what was made ahead."""
 
-    def __init__(
-        self,
-        home: Path,
-        store: Store,
-        systemd: Systemd,
-        vault: Vault,
-        layers: Layers,
-        task_os: TaskOS,
-        background: Background,
-    ) -> None:
-        self.home = home
-        self.store = store
-        self.systemd = systemd
+    def __init__(self, machinery: Machinery, vault: Vault) -> None:
+        super().__init__(machinery)
         self.vault = vault
-        self.layers = layers
-        self.task_os = task_os
-        self.background = background
         self.pool = Spares(self.make, self.drop)
         # A reload (a drop-in, a package's units) leaves the spares' brokers and workers with
         # their units as they were: made again now, not as the next tasks take them.
-        systemd.reloaded = self._after_reload
+        self.systemd.reloaded = self._after_reload
         # The tasks recorded as the manager opened: their users are no spare's leftovers.
         self.known_at_open: set[str] = set()
         # Tasks whose id was a spare, until their start: their user and namespace are made.

@@ -19,7 +19,7 @@ from boxd.wire.ids import task_user
 from boxd.wire.models.settings import Settings
 from boxd.wire.models.task import Task
 from boxd.wire.models.task_request import Worker
-from boxd.workers.ahead import WORKERS
+from boxd.wire.worker_kinds import WORKERS
 
 WORK_GROUP = "boxd-work"
 

@@ -47,12 +47,16 @@ CLOUD_METADATA = {
 }
 
 _NOT_ONE_HOST = "not the address of one host"
+_THE_BOX = "tasks never reach the box itself"
+# Said of each of a family's blocks, one for IPv4 and one for IPv6.
+_LOOPBACK = f"a loopback address: {_THE_BOX}"
+_LINK_LOCAL = "a link-local address"
 
 NEVER: list[tuple[_v4 | _v6, str]] = [
-    (_v4("127.0.0.0/8"), "a loopback address: tasks never reach the box itself"),
-    (_v6("::1/128"), "a loopback address: tasks never reach the box itself"),
-    (_v4("169.254.0.0/16"), "a link-local address"),
-    (_v6("fe80::/10"), "a link-local address"),
+    (_v4("127.0.0.0/8"), _LOOPBACK),
+    (_v6("::1/128"), _LOOPBACK),
+    (_v4("169.254.0.0/16"), _LINK_LOCAL),
+    (_v6("fe80::/10"), _LINK_LOCAL),
     (_v4("0.0.0.0/8"), f'{_NOT_ONE_HOST} ("this network")'),
     (_v6("::/128"), f"{_NOT_ONE_HOST} (unspecified)"),
     (_v4("224.0.0.0/4"), f"a multicast address, {_NOT_ONE_HOST}"),
@@ -62,11 +66,12 @@ NEVER: list[tuple[_v4 | _v6, str]] = [
 ]
 
 LISTED = "a task reaches one only when its hosts list the address itself"
+_RFC_1918 = f"a private network's address (RFC 1918): {LISTED}"
 
 PRIVATE: list[tuple[_v4 | _v6, str]] = [
-    (_v4("10.0.0.0/8"), f"a private network's address (RFC 1918): {LISTED}"),
-    (_v4("172.16.0.0/12"), f"a private network's address (RFC 1918): {LISTED}"),
-    (_v4("192.168.0.0/16"), f"a private network's address (RFC 1918): {LISTED}"),
+    (_v4("10.0.0.0/8"), _RFC_1918),
+    (_v4("172.16.0.0/12"), _RFC_1918),
+    (_v4("192.168.0.0/16"), _RFC_1918),
     (_v4("100.64.0.0/10"), f"a carrier-grade NAT address (100.64.0.0/10): {LISTED}"),
     (_v4("192.0.0.0/24"), f"an address for protocols within a network (192.0.0.0/24): {LISTED}"),
     (_v6("fc00::/7"), f"a unique local IPv6 address (fc00::/7), a private network's: {LISTED}"),
@@ -152,5 +157,5 @@ def own_address_refusal(address: IPAddress, own: set[IPAddress]) -> str | None:
     address = _unscoped(address)
     embedded = _embedded(address)
     if address in own or (embedded is not None and embedded[1] in own):
-        return "this box's own address: tasks never reach the box itself"
+        return f"this box's own address: {_THE_BOX}"
     return None

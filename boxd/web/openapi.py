@@ -19,7 +19,6 @@ from boxd.web.host_check import OTHER_ORIGIN
 from boxd.web.live_events import TOO_MANY
 from boxd.web.screen_session import (
     NO_TOKEN,
-    SCREEN_ADDRESS,
     SESSION_ENDED,
     SESSION_PATH,
     SessionRequest,
@@ -39,6 +38,7 @@ from boxd.wire.models.task import Task
 from boxd.wire.models.task_diff import TaskDiff
 from boxd.wire.models.task_request import TaskRequest
 from boxd.wire.models.token_limits import TokenLimits
+from boxd.wire.screen_link import SCREEN_ADDRESS
 
 OPENAPI_PATH = "/api/openapi.json"
 _Mode = Literal["validation", "serialization"]

@@ -13,7 +13,6 @@ alone decides whether the session is live.
 """
 
 from typing import Annotated
-from urllib.parse import quote
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
@@ -25,11 +24,7 @@ from boxd.errors import BoxError, Problem, die
 from boxd.wire.caller import LINK_USED, SCREEN_SESSION_PREFIX, SCREEN_SESSION_SECONDS
 from boxd.wire.models.plain_errors import parse
 
-# Where boxd-web listens (units/boxd-web.socket); `boxctl open` builds its link on it.
-SCREEN_ADDRESS = "http://127.0.0.1:7700"
 SESSION_PATH = "/api/session"
-# The link is SCREEN_ADDRESS/#login=<code>: the page reads the code from its fragment.
-LOGIN_FRAGMENT = "login"
 NO_TOKEN = "send Authorization: Bearer <token> (boxctl token create makes one)"
 SESSION_ENDED = (
     f"this screen's session has ended (revoked, over {SCREEN_SESSION_SECONDS // 3600} hours "
@@ -46,10 +41,6 @@ class SessionRequest(BaseModel):
     code: Annotated[
         StrictStr, Field(max_length=100, description="The code after #login= in boxctl open's link")
     ]
-
-
-def login_link(code: str) -> str:
-    return f"{SCREEN_ADDRESS}/#{LOGIN_FRAGMENT}={quote(code, safe='')}"
 
 
 def bearer(request: web.Request) -> str | None:

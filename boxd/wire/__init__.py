@@ -10,8 +10,11 @@ the halves stay apart).
   (segno, in pairing_qr, which no broker imports). A broker may import any of these: an approval's
   question and states (approval), a step (step), the kinds of log events (event), who is calling
   (caller), task ids (ids), the model names (claude_models), the model key's vault names
-  (model_key), whose each vault secret is (secret_names), model prices (pricing), a task's
-  spending limit (task_budget), the pairing code as a QR code (pairing_qr).
+  (model_key), whose each vault secret is (secret_names) and reading them as systemd hands them
+  to a process (credentials), model prices (pricing), a task's spending limit (task_budget), the
+  pairing code as a QR code (pairing_qr), how a broker and an app's runner talk (app_runner), the
+  worker table and the signals that wake a worker started ahead (worker_kinds), and the link
+  `boxctl open` prints for the screen (screen_link).
 - `boxd/wire/models/`: the pydantic models, and what is built on them, for the manager, the
   gateway and boxctl: a task and its request, its diff, its records, settings, the owner's
   request bodies, tokens' limits, what a key was used for, and pydantic's errors in plain words.

@@ -4,9 +4,9 @@ rather than a unit start (some 100 ms; bench/start_latency.py).
 
 It waits, as the spare's user, in its view's mount point: an empty directory, root's, until the
 manager mounts the task's view on it. The manager then sends it the signal of the task's worker
-(WORKERS), which only root and the spare's own user may send, and no process but this one runs
-as that user. It goes into its view (a new lookup of its working directory, which
-finds the mount) and runs that worker as if started for the task.
+(boxd.wire.worker_kinds.WORKERS), which only root and the spare's own user may send, and no
+process but this one runs as that user. It goes into its view (a new lookup of its working
+directory, which finds the mount) and runs that worker as if started for the task.
 
 The manager sends the signal only once this process catches it (boxd/manager/worker_ahead.py):
 until then the signals are blocked, so one sent early waits rather than kills it.
@@ -16,22 +16,9 @@ import importlib
 import os
 import signal
 import sys
-from dataclasses import dataclass
 from types import ModuleType
 
-
-@dataclass(frozen=True)
-class Kind:
-    module: str
-    wake: signal.Signals
-
-
-# By Worker's value (boxd/wire/models/task_request.py).
-WORKERS = {
-    "fake": Kind("boxd.workers.fake", signal.SIGUSR1),
-    "droid": Kind("boxd.workers.droid", signal.SIGUSR2),
-}
-WAKES = frozenset(kind.wake for kind in WORKERS.values())
+from boxd.wire.worker_kinds import WAKES, WORKERS
 
 NOT_MOUNTED = (
     "worker: the task's view of its workspace is not mounted on its working directory; "

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from boxd.broker.model.gateway import MAX_IN_FLIGHT, MAX_REQUEST
+from boxd.broker.model.body import MAX_REQUEST
+from boxd.broker.model.in_flight import MAX_IN_FLIGHT
 from boxd.broker.model.request import BYTES_PER_TOKEN
 from boxd.wire.pricing import reservation_cents
 from tests.vm.box_api import (

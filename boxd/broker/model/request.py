@@ -20,7 +20,7 @@ four bytes a token, so the estimate is a token for every BYTES_PER_TOKEN bytes o
 images (an image is billed by its pixels: IMAGE_TOKENS at most), capped at the model's context;
 a request with a PDF in it (billed by its pages) is estimated at the whole context.
 A request whose input is denser than that is charged what it really cost as soon as the reply's
-`message_start` says so (boxd.broker.model.gateway).
+`message_start` says so (boxd.broker.model.cost_reports).
 """
 
 import codecs

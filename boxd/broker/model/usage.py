@@ -10,7 +10,7 @@ message with `usage`.
 The gateway logs what `message_start` said as soon as it has passed, and the rest once the reply
 ends (`since`). A reply is `final` once it has said its last usage (a streamed reply's
 `message_delta`, a whole reply's `usage`): one that ended without it is charged the most it could
-have cost (boxd.broker.model.gateway).
+have cost (boxd.broker.model.cost_reports).
 """
 
 import json

@@ -17,11 +17,9 @@ from pydantic import (
     field_validator,
 )
 
-from boxd.errors import BoxError
 from boxd.net.address_screen import never_reached
-from boxd.net.hosts import check_hosts
 from boxd.wire.models.plain_errors import invalid, plain
-from boxd.wire.models.task_request import MAX_PATH, budget_cents
+from boxd.wire.models.task_request import MAX_PATH, budget_cents, checked_hosts
 
 MAX_AGENT_FOLDERS = 50
 
@@ -29,13 +27,6 @@ MAX_AGENT_FOLDERS = 50
 class NetworkDefault(StrEnum):
     NONE = "none"
     ALLOWLIST = "allowlist"
-
-
-def _hosts(value: object) -> list[str]:
-    try:
-        return check_hosts(value)
-    except BoxError as error:
-        raise plain(error.message.replace("hosts", "defaultHosts", 1)) from None
 
 
 DEFAULT_MODEL_BASE_URL = "https://api.anthropic.com"
@@ -174,7 +165,9 @@ class Settings(BaseModel):
     defaultBudgetCents: Annotated[
         int, BeforeValidator(lambda v: budget_cents(v, "defaultBudgetCents"))
     ] = 100
-    defaultHosts: Annotated[list[str], BeforeValidator(_hosts)] = []
+    defaultHosts: Annotated[
+        list[str], BeforeValidator(lambda v: checked_hosts(v, "defaultHosts"))
+    ] = []
     networkDefault: NetworkDefault = NetworkDefault.NONE
     agentFolders: list[StrictStr] = []
     taskMemoryMaxBytes: Annotated[

@@ -42,12 +42,13 @@ class Autonomy(StrEnum):
     HIGH = "high"
 
 
-def checked_hosts(value: object) -> list[str]:
-    """Host rules in their canonical forms, or a validator's error in boxd.net.hosts' words."""
+def checked_hosts(value: object, field: str = "hosts") -> list[str]:
+    """Host rules in their canonical forms, or a validator's error in boxd.net.hosts' words,
+    which name the field `hosts` (Settings' is `defaultHosts`)."""
     try:
         return check_hosts(value)
     except BoxError as error:
-        raise plain(error.message) from None
+        raise plain(error.message.replace("hosts", field, 1)) from None
 
 
 def budget_cents(value: object, field: str = "budgetCents") -> int:

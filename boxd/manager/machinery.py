@@ -1,0 +1,36 @@
+"""What the manager's parts that make, start and end tasks share (boxd.manager.spares, lifecycle,
+ending): the box's home, its record, systemd, the layers, what a task is given on the machine
+besides its units, and the jobs that run in the background. Box makes it once; each part keeps
+its pieces under their own names."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from boxd.manager.background import Background
+from boxd.manager.layers import Layers
+from boxd.manager.store import Store
+from boxd.manager.systemd import Systemd
+from boxd.manager.task_os import TaskOS
+
+
+@dataclass(frozen=True)
+class Machinery:
+    home: Path
+    store: Store
+    systemd: Systemd
+    layers: Layers
+    task_os: TaskOS
+    background: Background
+
+
+class OnMachinery:
+    """A part of the manager that works with the Machinery, each piece under its own name."""
+
+    def __init__(self, machinery: Machinery) -> None:
+        self.machinery = machinery
+        self.home = machinery.home
+        self.store = machinery.store
+        self.systemd = machinery.systemd
+        self.layers = machinery.layers
+        self.task_os = machinery.task_os
+        self.background = machinery.background
