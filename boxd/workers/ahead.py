@@ -19,6 +19,8 @@ import sys
 from dataclasses import dataclass
 from types import ModuleType
 
+from boxd.patches.asyncio import import_asyncio_without_ssl
+
 
 @dataclass(frozen=True)
 class Kind:
@@ -77,6 +79,8 @@ def _enter_view() -> None:
 
 
 def main() -> None:
+    # Before any worker's module imports asyncio: a task's processes have it without ssl.
+    import_asyncio_without_ssl()
     signal.pthread_sigmask(signal.SIG_BLOCK, WAKES)
     modules: dict[signal.Signals, ModuleType] = {
         kind.wake: importlib.import_module(kind.module) for kind in WORKERS.values()
