@@ -7,7 +7,7 @@ get_plugins()
               its loader is `get_plugins()` in pydantic/plugin/_schema_validator.py.
     why:      pydantic's own loader imports importlib.metadata as it is imported, at the first
               model a process builds, whatever `PYDANTIC_DISABLE_PLUGINS` says: memory in each
-              broker that runs a tool (docs/performance.md, "Load: python -m bench.load"). boxd
+              broker that runs a tool (docs/performance.md, "What a process's imports cost"). boxd
               uses no plugin, and an installed package's plugin would be code run as root in
               the manager (see boxd/__init__.py).
     for:      pydantic 2.14 (pyproject.toml pins >=2.14,<2.15: docs/decisions.md says why).

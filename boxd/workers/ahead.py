@@ -1,6 +1,6 @@
 """A spare's worker, started ahead of its task: Python, its imports and the worker's unit with its
 sandbox are ready before the task exists, so a task that takes the spare starts with a signal
-rather than a unit start (some 100 ms; bench/start_latency.py).
+rather than a unit start (docs/performance.md, "What a start saves ahead").
 
 It waits, as the spare's user, in its view's mount point: an empty directory, root's, until the
 manager mounts the task's view on it. The manager then sends it the signal of the task's worker
