@@ -53,6 +53,12 @@ _BROKER = (
     + """
 import json, sys, time
 start = time.perf_counter()
+try:
+    # As the broker's console script does: asyncio without ssl, then the broker.
+    from boxd.patches.asyncio import import_asyncio_without_ssl
+    import_asyncio_without_ssl()
+except ImportError:
+    pass  # A checkout from before boxd/patches/, whose `import boxd` held ssl back itself.
 import boxd.broker.main
 imported = time.perf_counter()
 memory = private_kib()

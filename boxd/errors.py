@@ -75,7 +75,8 @@ NO_ROOM_TO_START = (
 
 def is_full(error: BaseException) -> bool:
     # Only a process that imported sqlite3 can meet its errors: a task's broker, which keeps no
-    # database, does not load SQLite for this check (0.4 MiB and some 4 ms of each start).
+    # database, does not load SQLite for this check, whose import every start would pay
+    # (docs/performance.md, "What a process's imports cost").
     sqlite3 = sys.modules.get("sqlite3")
     if sqlite3 is not None and isinstance(error, sqlite3.OperationalError):
         return bool(error.sqlite_errorcode == sqlite3.SQLITE_FULL)

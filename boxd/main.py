@@ -37,6 +37,10 @@ def main() -> None:
 
             app_main(arguments.name)
         else:
+            # Before the broker imports asyncio: a task's processes have it without ssl.
+            from boxd.patches.asyncio import import_asyncio_without_ssl
+
+            import_asyncio_without_ssl()
             from boxd.broker.main import main as broker_main
 
             broker_main(arguments.task)

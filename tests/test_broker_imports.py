@@ -34,7 +34,10 @@ asyncio.run(main())
 # A broker of a task with one tool, served on a Unix socket by its own server, asked over raw
 # HTTP (an HTTP client would import what is looked for), its manager answered in memory.
 _LOOK = """
-import boxd.broker.main  # first, as the broker's console script imports it
+# First, as the broker's console script (boxd/main.py) does: asyncio without ssl, then the broker.
+from boxd.patches.asyncio import import_asyncio_without_ssl
+import_asyncio_without_ssl()
+import boxd.broker.main
 import sys
 imported = sorted(sys.modules)
 import asyncio, json, subprocess, tempfile
@@ -171,8 +174,8 @@ def test_the_broker_imports_no_model_of_the_manager_nor_the_apps_nor_pydantic() 
         # Its own HTTP server (boxd/broker/http_server.py): aiohttp cost each broker 180 ms to
         # import and 13 MiB; the model gateway imports it on its first connection.
         "aiohttp",
-        # asyncio comes without it (boxd/startup/late_ssl.py): 0.5 MiB of a broker that speaks no
-        # TLS.
+        # asyncio comes without it (boxd/patches/asyncio.py): memory of a broker that speaks no
+        # TLS (docs/performance.md, "asyncio without ssl").
         "ssl",
     ):
         assert name not in modules, f"the broker imports {name} as it starts"

@@ -1,5 +1,5 @@
 """The manager's messages of one turn of the loop leave in one write, in the order made
-(boxd.dbus.gathered_writes); large ones across many writes are covered in test_patient_writes."""
+(boxd.patches.dbus_fast); large ones across many writes are covered in test_patient_writes."""
 
 import asyncio
 from typing import Any
@@ -7,8 +7,7 @@ from typing import Any
 from dbus_fast import Message, MessageType
 from dbus_fast.aio import MessageBus
 
-from boxd.dbus.gathered_writes import gathered
-from boxd.dbus.patient_writes import patient
+from boxd.patches.dbus_fast import gathered, patient
 from tests.dbus_daemon import bus_address
 
 __all__ = ["bus_address"]

@@ -1,6 +1,6 @@
-"""asyncio imported without ssl (boxd/startup/late_ssl.py): a boxd process that speaks no TLS never
-loads ssl, and one that does gets from asyncio all it would have had. Each case runs in a process of
-its own, as what is imported first is the point."""
+"""asyncio imported without ssl (boxd/patches/asyncio.py): a task's process that speaks no TLS never
+loads ssl, one that does gets from asyncio all it would have had, and the root manager's asyncio is
+never patched. Each case runs in a process of its own, as what is imported first is the point."""
 
 import json
 import os
@@ -34,14 +34,19 @@ print(json.dumps({
 """
 
 
+# What a task's entry points do first (boxd/main.py's broker, boxd/workers/ahead.py, the workers
+# and the MCP relay as programs).
+HOLD = "from boxd.patches.asyncio import import_asyncio_without_ssl\nimport_asyncio_without_ssl()\n"
+
+
 def _run(code: str) -> str:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return done.stdout
 
 
-def test_a_boxd_process_imports_asyncio_without_ssl() -> None:
+def test_a_task_s_process_imports_asyncio_without_ssl() -> None:
     found = _run(
-        "import sys, boxd.broker.main, boxd.manager.main\n"
+        HOLD + "import sys, boxd.broker.main, boxd.workers.fake, boxd.workers.mcp\n"
         "import asyncio.base_events\n"
         "print(sorted(name for name in sys.modules if name in ('ssl', '_ssl')),"
         " asyncio.base_events.ssl)"
@@ -49,9 +54,60 @@ def test_a_boxd_process_imports_asyncio_without_ssl() -> None:
     assert found.strip() == "[] None"
 
 
+# A program run as its unit runs it, which says at its exit whether ssl was loaded and whether
+# asyncio has it.
+_AS_PROGRAM = """
+import atexit, runpy, sys
+def told():
+    base_events = sys.modules.get("asyncio.base_events")
+    print("ssl" in sys.modules, base_events is not None and base_events.ssl is not None)
+atexit.register(told)
+sys.argv = sys.argv[1:]
+if sys.argv[0] == "boxd":
+    from boxd.main import main
+    main()
+else:
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["boxd", "broker", "no-such-task"],
+        ["boxd.workers.fake"],
+        ["boxd.workers.droid"],
+        ["boxd.workers.mcp"],
+    ],
+)
+def test_a_task_s_entry_points_hold_ssl_back(command: list[str]) -> None:
+    # Without their environment each gives up at once, having imported what it runs with.
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", _AS_PROGRAM, *command],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env={"PATH": os.environ.get("PATH", "")},
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode != 0, done.stdout
+    assert done.stdout.split() == ["False", "False"], done.stderr
+
+
+def test_the_root_manager_s_asyncio_is_asyncio_s_own() -> None:
+    found = _run(
+        "import sys, boxd.manager.main, boxd.web.main, asyncio.base_events\n"
+        "from boxd.patches.asyncio import _SslFinder\n"
+        "print(asyncio.base_events.ssl is sys.modules['ssl'],"
+        " any(isinstance(finder, _SslFinder) for finder in sys.meta_path))"
+    )
+    assert found.split() == ["True", "False"]
+
+
 def test_ssl_imported_later_gives_asyncio_what_ssl_imported_first_does() -> None:
     first = json.loads(_run("import ssl, asyncio\n" + _DESCRIBE))
-    later = json.loads(_run("import boxd, asyncio\nimport ssl\n" + _DESCRIBE))
+    later = json.loads(_run(HOLD + "import asyncio\nimport ssl\n" + _DESCRIBE))
     assert later == first
     assert later["asyncio.sslproto"]["ssl"] == "module ssl"
     assert later["asyncio.sslproto"]["SSLAgainErrors"] == [
@@ -62,18 +118,18 @@ def test_ssl_imported_later_gives_asyncio_what_ssl_imported_first_does() -> None
 
 def test_once_ssl_came_asyncio_s_tls_protocol_is_its_own_again() -> None:
     found = _run(
-        "import boxd, asyncio.sslproto\n"
+        HOLD + "import asyncio.sslproto\n"
         "init = asyncio.sslproto.SSLProtocol.__init__\n"
         "print(init.__module__)\n"
         "import ssl\n"
         "print(asyncio.sslproto.SSLProtocol.__init__.__module__)"
     )
-    assert found.split() == ["boxd.startup.late_ssl", "asyncio.sslproto"]
+    assert found.split() == ["boxd.patches.asyncio", "asyncio.sslproto"]
 
 
 def test_a_look_for_ssl_that_does_not_load_it_leaves_asyncio_to_be_told() -> None:
     found = _run(
-        "import boxd, importlib.util, asyncio.sslproto\n"
+        HOLD + "import importlib.util, asyncio.sslproto\n"
         "assert importlib.util.find_spec('ssl') is not None\n"
         "assert asyncio.sslproto.ssl is None\n"
         "import ssl\n"
@@ -84,8 +140,9 @@ def test_a_look_for_ssl_that_does_not_load_it_leaves_asyncio_to_be_told() -> Non
 
 def test_asyncio_imported_before_boxd_is_left_as_it_is() -> None:
     found = _run(
-        "import sys, asyncio, boxd\n"
-        "print('ssl' in sys.modules, type(sys.meta_path[0]).__name__ == '_SslFinder')"
+        "import sys, asyncio\n"
+        + HOLD
+        + "print('ssl' in sys.modules, type(sys.meta_path[0]).__name__ == '_SslFinder')"
     )
     assert found.strip() == "True False"
 
@@ -94,7 +151,8 @@ def test_threads_running_before_boxd_get_no_hold() -> None:
     found = _run(
         "import sys, threading, time\n"
         "threading.Thread(target=time.sleep, args=(2,), daemon=True).start()\n"
-        "import boxd, asyncio.sslproto\n"
+        + HOLD
+        + "import asyncio.sslproto\n"
         "print('ssl' in sys.modules, asyncio.sslproto.ssl is sys.modules.get('ssl'))"
     )
     assert found.strip() == "True True"
@@ -102,8 +160,7 @@ def test_threads_running_before_boxd_get_no_hold() -> None:
 
 def test_a_second_finder_for_ssl_does_not_ask_the_first() -> None:
     found = _run(
-        "import sys, boxd\n"
-        "from boxd.startup.late_ssl import _SslFinder\n"
+        "import sys\n" + HOLD + "from boxd.patches.asyncio import _SslFinder\n"
         "sys.meta_path.insert(0, _SslFinder())\n"
         "import ssl, asyncio.sslproto\n"
         "print(asyncio.sslproto.ssl is ssl)"
@@ -125,7 +182,8 @@ async def serve(server_side):
 
 _TLS = (
     """
-import boxd  # first: asyncio comes without ssl
+from boxd.patches.asyncio import import_asyncio_without_ssl
+import_asyncio_without_ssl()  # first: asyncio comes without ssl
 import asyncio, sys
 assert asyncio.sslproto.ssl is None
 import ssl  # after it, as the model gateway's aiohttp imports it
@@ -173,7 +231,8 @@ asyncio.run(main())
 
 # asyncio asked for TLS with its own context (ssl=True), and ssl never imported before.
 _TLS_TRUE = """
-import boxd
+from boxd.patches.asyncio import import_asyncio_without_ssl
+import_asyncio_without_ssl()
 import asyncio, sys
 
 async def main():

@@ -83,7 +83,7 @@ def test_the_relay_imports_nothing_heavy() -> None:
     probe = (
         "import sys, boxd.workers.mcp; "
         # A package's modules come with the package itself; boxd's stand-in for pydantic's
-        # plugin loader (boxd/startup/pydantic_no_plugins.py) is kept under pydantic's name alone.
+        # plugin loader (boxd/patches/pydantic.py) is kept under pydantic's name alone.
         "print(sorted(set(sys.modules) & {'aiohttp', 'pydantic', 'mcp'}))"
     )
     shown = subprocess.run([*RELAY[:2], "-c", probe], capture_output=True, text=True, check=True)

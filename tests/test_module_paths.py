@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 # `boxd.a.b` not inside a longer name (org.boxd.Box1, /opt/boxd.x), and `boxd/a/b.py`.
 _DOTTED = re.compile(r"(?<![\w.-])boxd(?:\.[A-Za-z_]\w*)+")
 _FILE = re.compile(r"(?<![\w/.-])boxd/[\w/]+\.py\b")
-# `from boxd import late_ssl` in a program a test runs: the module is boxd.late_ssl.
+# `from boxd.patches import asyncio` in a program a test runs: the module is boxd.patches.asyncio.
 _FROM = re.compile(r"\bfrom (boxd(?:\.\w+)*) import (\w+)")
 # Names that look like module paths and are not: a unit, the sysusers file, the screen's key in
 # the browser's sessionStorage.

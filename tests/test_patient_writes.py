@@ -1,4 +1,4 @@
-"""Large messages in a row must not cut a connection off the bus (boxd.dbus.patient_writes)."""
+"""Large messages in a row must not cut a connection off the bus (boxd.patches.dbus_fast)."""
 
 import asyncio
 import json
@@ -8,8 +8,7 @@ import pytest
 from dbus_fast import Message, MessageType
 from dbus_fast.aio import MessageBus
 
-from boxd.dbus.gathered_writes import gathered
-from boxd.dbus.patient_writes import PatientSocket, patient
+from boxd.patches.dbus_fast import PatientSocket, gathered, patient
 from tests.dbus_daemon import bus_address
 
 __all__ = ["bus_address"]

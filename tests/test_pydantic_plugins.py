@@ -83,43 +83,12 @@ def test_boxctl_loads_no_plugin(spy: Path) -> None:
     assert not run("import boxd.cli.main\n" + BUILD_A_MODEL, spy)
 
 
-def test_pydantic_takes_from_its_plugin_loader_only_what_boxd_s_stands_in_for() -> None:
-    """boxd.startup.pydantic_no_plugins replaces `pydantic.plugin._loader`: a pydantic that took
-    anything else from it, or called it otherwise, would fail here rather than in a box."""
-    import inspect
-    import re
-    from importlib.util import find_spec, module_from_spec, spec_from_file_location
-
-    from boxd.startup import pydantic_no_plugins
-
-    plugin = find_spec("pydantic.plugin")
-    assert plugin is not None and plugin.submodule_search_locations is not None
-    folder = Path(next(iter(plugin.submodule_search_locations)))
-    users = [
-        path.name
-        for path in Path(folder).parent.rglob("*.py")
-        if "_loader" in path.read_text(encoding="utf-8")
-    ]
-    assert users == ["_schema_validator.py"]
-    source = (folder / "_schema_validator.py").read_text(encoding="utf-8")
-    assert re.findall(r".*\b_loader\b.*", source) == ["    from ._loader import get_plugins"]
-    assert re.findall(r"\bget_plugins\(.*", source) == ["get_plugins()"]
-
-    spec = spec_from_file_location("pydantic_s_own_loader", folder / "_loader.py")
-    assert spec is not None and spec.loader is not None
-    own = module_from_spec(spec)
-    spec.loader.exec_module(own)
-    # Both are called with nothing.
-    assert not inspect.signature(own.get_plugins).parameters
-    assert not inspect.signature(pydantic_no_plugins.get_plugins).parameters
-
-
 def test_a_boxd_process_uses_boxd_s_loader_and_reads_no_package_metadata(spy: Path) -> None:
     code = (
         "import sys\nimport boxd\n"
         + BUILD_A_MODEL
-        + "from boxd.startup import pydantic_no_plugins\n"
-        "assert sys.modules['pydantic.plugin._loader'] is pydantic_no_plugins\n"
+        + "from boxd.patches import pydantic as no_plugins_loader\n"
+        "assert sys.modules['pydantic.plugin._loader'] is no_plugins_loader\n"
         "assert 'importlib.metadata' not in sys.modules, 'importlib.metadata was imported'\n"
     )
     assert not run(code, spy)

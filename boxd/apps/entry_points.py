@@ -1,16 +1,15 @@
 """The entry points of one group, read from the installed distributions as importlib.metadata
 reads them, without importing it.
 
-importlib.metadata brings email, zipfile, csv and pathlib with it: 1.9 MiB of private memory in
-every broker that runs a tool, a hundred tasks' brokers 190 MiB, for reading a few small text
-files. What is read is what `importlib.metadata.entry_points(group=...)` finds for a
-distribution installed by pip: the `*.dist-info` and `*.egg-info` directories in the
-directories of `sys.path`, in `sys.path`'s order, and of distributions of the same (normalized)
-name only the first. Two differences: a directory's children are taken in the order of their
-names rather than as the file system lists them, and what importlib.metadata would also find
-inside a zip file on `sys.path` or in a legacy `.egg` directory is not looked for (pip installs
-neither). A line that is not `name = value` is passed over, where importlib.metadata raises and
-no app at all could be found.
+importlib.metadata brings email, zipfile, csv and pathlib with it, memory that every broker that
+runs a tool would carry for reading a few small text files (docs/performance.md, "What a process's
+imports cost"). What is read is what `importlib.metadata.entry_points(group=...)` finds for a
+distribution installed by pip: the `*.dist-info` and `*.egg-info` directories in the directories of
+`sys.path`, in `sys.path`'s order, and of distributions of the same (normalized) name only the
+first. Two differences: a directory's children are taken in the order of their names rather than as
+the file system lists them, and what importlib.metadata would also find inside a zip file on
+`sys.path` or in a legacy `.egg` directory is not looked for (pip installs neither). A line that is
+not `name = value` is passed over, where importlib.metadata raises and no app at all could be found.
 """
 
 import os

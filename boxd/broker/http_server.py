@@ -2,8 +2,9 @@
 slow and silent clients bounded as on every door (boxd/doors/connection_limits.py).
 
 The broker is started on every task's start and on the first request after it exited idle, and
-one runs for every running task: aiohttp's server cost each about 180 ms to import (its client
-side comes with it) and 13 MiB. The broker's clients are its own task's worker and relay, one
+one runs for every running task: aiohttp's server cost each time to import (its client side
+comes with it) and memory (docs/performance.md, "The broker's import"). The broker's clients
+are its own task's worker and relay, one
 request at a time with a small JSON body, so this is a small server on asyncio's transports:
 requests read by boxd/broker/http_request.py, one at a time on each connection, answered whole
 or (GET /task) in chunks as they come, every refusal `{"error": "..."}`.
@@ -36,9 +37,10 @@ STOP_SECONDS = 5.0
 STOPPING = Refusal(503, "the broker is stopping; nothing of this request was done: send it again")
 # Every connection's reads land here, and are copied out at once (asyncio calls get_buffer,
 # reads, then buffer_updated, in one turn). A plain Protocol has each read made into a new
-# 256 KiB bytes that is then shrunk: an mmap, an mremap and a munmap a request, some 8 us of a
-# broker's CPU each. Small, as every broker holds it for good (64 KiB would be 6 MiB of a
-# hundred brokers): a request is some hundreds of bytes, and a large body takes more reads.
+# 256 KiB bytes that is then shrunk: an mmap, an mremap and a munmap a request, each CPU of
+# the broker's for nothing (docs/performance.md, "6 December: the bench's clients as the
+# workers' own"). Small, as every broker holds it for good (a hundred brokers hold a
+# hundred): a request is some hundreds of bytes, and a large body takes more reads.
 _READS = memoryview(bytearray(16 * 1024))
 
 

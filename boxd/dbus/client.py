@@ -8,8 +8,8 @@ from dbus_fast import BusType, Message, MessageType
 from dbus_fast.aio import MessageBus
 
 from boxd.dbus.interface import BUS_NAME, GATEWAY, ROOT_PATH, Method, bound_on
-from boxd.dbus.patient_writes import patient
 from boxd.errors import BoxError, Problem, die
+from boxd.patches.dbus_fast import patient
 
 
 async def connect_system_bus() -> MessageBus:

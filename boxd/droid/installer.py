@@ -46,8 +46,7 @@ def failure_reason(line: str) -> str | None:
 
 def _open_url(url: str) -> IO[bytes]:
     # Here, not at the top: the manager imports this module for failure_reason, and
-    # urllib.request brings http.client, email and ssl (boxd/startup/late_ssl.py), which it never
-    # uses.
+    # urllib.request brings http.client and email, which it never uses.
     import urllib.request
 
     response: IO[bytes] = urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_SECONDS)

@@ -8,9 +8,7 @@ import sdnotify
 from dbus_fast import BusType, RequestNameReply
 from dbus_fast.aio import MessageBus
 
-from boxd.dbus.gathered_writes import gathered
 from boxd.dbus.interface import BUS_NAME
-from boxd.dbus.patient_writes import patient
 from boxd.dbus.server import Server
 from boxd.doors.stopping import until_stopped
 from boxd.errors import Problem, die
@@ -19,6 +17,7 @@ from boxd.manager.box import Box
 from boxd.manager.store import Store
 from boxd.manager.systemd import Systemd
 from boxd.manager.task_flush import TaskFlush
+from boxd.patches.dbus_fast import gathered, patient
 from boxd.paths import box_home, database_path, tasks_dir
 
 log = logging.getLogger("boxd")
@@ -39,7 +38,7 @@ async def run() -> None:
     home.mkdir(parents=True, exist_ok=True)
     store = Store(database_path(home), TaskFlush(tasks_dir(home)))
     await store.open()
-    # A group commit's answers and signals leave in one write (boxd.dbus.gathered_writes).
+    # A group commit's answers and signals leave in one write (boxd.patches.dbus_fast).
     bus = gathered(patient(await MessageBus(bus_type=BusType.SYSTEM).connect()))
     systemd = Systemd(bus)
     box = Box(home, store, bus, systemd)

@@ -1,13 +1,13 @@
 """Task ids made ahead: a few ids, each with its user and its network namespace already made, so
-a task that takes one starts without waiting for groupadd, useradd and ip (some 100 ms of its
-start; bench/start_latency.py).
+a task that takes one starts without waiting for groupadd, useradd and ip (docs/performance.md,
+"What a start saves ahead").
 
 A spare weakens none of what a task's user promises (users.py): its uid is claimed from the
 store like any task's, never handed out before and never again. Until a task takes it, what runs
 as it is boxd's own worker started ahead (boxd/workers/ahead.py), which writes nothing, and what
 it owns is its empty home, made as a task's is: it is new and holds nothing of anyone's. Its
-broker and worker started ahead take some 100 ms of Python, imports and sandbox off the start
-of the task that takes it. A spare left when boxd stops has no task and never will: the next
+broker and worker started ahead take Python, imports and sandbox off the start of the task
+that takes it. A spare left when boxd stops has no task and never will: the next
 manager removes its units, user and namespace (`leftovers`) rather than trust what it finds.
 Spares are made one at a time, as boxd starts and after a task took one, beside that task's own
 start.
@@ -43,8 +43,8 @@ log = logging.getLogger(__name__)
 # How many ids are kept ready: tasks started together beyond this make their users as they
 # start, as every task did before.
 SPARES = 2
-# How long a spare waits for its worker started ahead to be ready (its imports: 0.1 to 0.3 s at
-# rest, seconds under load), and how often it looks.
+# How long a spare waits for its worker started ahead to be ready (its imports, a fraction of a
+# second at rest, seconds under load), and how often it looks.
 AHEAD_READY_SECONDS = 30.0
 AHEAD_POLL_SECONDS = 0.02
 
@@ -202,7 +202,7 @@ class SpareMaker(OnMachinery):
             self.task_os.ensure_netns(task_id),
         )
         # Its broker and sockets too, so the task's first request does not wait for the broker's
-        # start-up (some 300 ms: its sandbox, its imports, the bus). It serves nothing until its
+        # start-up (its sandbox, its imports, the bus). It serves nothing until its
         # task's worker connects (boxd/broker/main.py); its sockets are the spare's user's and in
         # its namespace. The vault's count is read first: a change made after that is seen.
         worker = ahead_worker_properties(self.home, task_id, await self.store.settings())

@@ -1,8 +1,8 @@
 """A unified diff of two contents, as `diff -u` makes it, by GNU diff itself.
 
-Not difflib: difflib took 28 s on a megabyte of a few hundred lines shuffled
-(bench/diff_review.py) and cannot be stopped; GNU diff takes 3 s there, and a child is stopped
-after MAX_DIFF_SECONDS. It reads two memfds of bytes, never a path a task controls.
+Not difflib: difflib takes several times as long as GNU diff on a megabyte of a few hundred
+lines shuffled (docs/performance.md, "Reviewing a task's changes") and cannot be stopped; a
+child is stopped after MAX_DIFF_SECONDS. It reads two memfds of bytes, never a path a task controls.
 """
 
 import os

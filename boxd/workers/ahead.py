@@ -1,6 +1,6 @@
 """A spare's worker, started ahead of its task: Python, its imports and the worker's unit with its
 sandbox are ready before the task exists, so a task that takes the spare starts with a signal
-rather than a unit start (some 100 ms; bench/start_latency.py).
+rather than a unit start (docs/performance.md, "What a start saves ahead").
 
 It waits, as the spare's user, in its view's mount point: an empty directory, root's, until the
 manager mounts the task's view on it. The manager then sends it the signal of the task's worker
@@ -18,6 +18,7 @@ import signal
 import sys
 from types import ModuleType
 
+from boxd.patches.asyncio import import_asyncio_without_ssl
 from boxd.wire.worker_kinds import WAKES, WORKERS
 
 NOT_MOUNTED = (
@@ -64,6 +65,8 @@ def _enter_view() -> None:
 
 
 def main() -> None:
+    # Before any worker's module imports asyncio: a task's processes have it without ssl.
+    import_asyncio_without_ssl()
     signal.pthread_sigmask(signal.SIG_BLOCK, WAKES)
     modules: dict[signal.Signals, ModuleType] = {
         kind.wake: importlib.import_module(kind.module) for kind in WORKERS.values()

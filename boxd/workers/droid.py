@@ -10,6 +10,14 @@ instead of running twice. Droid's questions to its user become the owner's appro
 it asks permission for beyond the task's autonomy is refused (boxd.workers.droid_answers).
 """
 
+# First, when this module is the program: asyncio without ssl, as a task's processes have it
+# (boxd/patches/asyncio.py). Imported as a library (by the worker started ahead, by tests), it
+# leaves that to the program.
+from boxd.patches.asyncio import import_asyncio_without_ssl
+
+if __name__ == "__main__":
+    import_asyncio_without_ssl()
+
 import asyncio
 import json
 import os

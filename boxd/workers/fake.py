@@ -12,6 +12,14 @@ tests/vm/chaos.py holds the log to after kills and power cuts. It holds for the 
 script, also on a resume that skips the `acks` line itself.
 """
 
+# First, when this module is the program: asyncio without ssl, as a task's processes have it
+# (boxd/patches/asyncio.py). Imported as a library (by the worker started ahead, by tests), it
+# leaves that to the program.
+from boxd.patches.asyncio import import_asyncio_without_ssl
+
+if __name__ == "__main__":
+    import_asyncio_without_ssl()
+
 import asyncio
 import json
 import os

@@ -11,6 +11,14 @@ The SDK's own client checks this server in tests/test_mcp_relay.py.
 stdout carries the protocol and nothing else; logs go to stderr, which Droid keeps.
 """
 
+# First, when this module is the program: asyncio without ssl, as a task's processes have it
+# (boxd/patches/asyncio.py). Imported as a library (by the worker started ahead, by tests), it
+# leaves that to the program.
+from boxd.patches.asyncio import import_asyncio_without_ssl
+
+if __name__ == "__main__":
+    import_asyncio_without_ssl()
+
 import asyncio
 import json
 import logging

@@ -3,8 +3,8 @@ in the readiness callback that sees it made.
 
 asyncio's sock_connect sets a future there, and the coroutine waiting on it wakes a turn of the
 loop later. A proxy's answer to the task (the 200 of a CONNECT, SOCKS5's success) is what the
-task waits for before it sends anything, so it goes out from the callback itself: about 25 µs
-of each tunnel's set-up on a loaded core (bench/egress.py).
+task waits for before it sends anything, so it goes out from the callback itself, a turn of
+the loop sooner (docs/performance.md, "Egress").
 """
 
 import asyncio

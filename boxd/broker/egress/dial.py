@@ -61,8 +61,9 @@ async def system_resolver(name: str, port: int) -> list[IPAddress]:
 
 class RecentAnswers:
     """A resolver's answers, kept MAX_AGE seconds and shared by the connections that ask
-    meanwhile. A lookup through the system's resolver is a hop to a thread and back (about
-    0.1 ms, more than the rest of a CONNECT's checks), and clients open their connections to a
+    meanwhile. A lookup through the system's resolver is a hop to a thread and back (longer
+    than the rest of a CONNECT's checks: docs/performance.md, "Egress"),
+    and clients open their connections to a
     host in bursts (a package manager fetching many files). Every connection still screens the
     addresses it gets and connects to one of them, so a kept answer lets nothing through that a
     fresh one would refuse. Failures are not kept; at most MAX_NAMES names are, since the task

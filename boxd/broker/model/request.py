@@ -3,8 +3,9 @@ allowlists (boxd.broker.model.allowlist), the task's model spliced in, and the m
 cost, for the reservation made before it goes.
 
 Memory. A request may be 32 MiB (Anthropic's own limit), and decoding one whole into Python
-objects took some 25 times its size: a list of small numbers is an 8-byte pointer for every
-2 bytes of JSON, an empty object 64 bytes for 2. So:
+objects takes many times its size: a list of small numbers is an 8-byte pointer for every
+2 bytes of JSON, an empty object 64 bytes for 2 (docs/performance.md, "A model request's
+memory"). So:
 - its bytes are checked to be UTF-8 a megabyte at a time, and then read as Latin-1, one
   character a byte whatever the text holds (UTF-8 would make one emoji anywhere in it take four
   bytes for every character of the whole text); every name the checks look for is ASCII, which
@@ -44,7 +45,8 @@ from boxd.broker.model.allowlist import (
 # MAX_VALUES values take, and what the gateway can hold for one request at a time.
 COUNT_VALUES_ABOVE = 4 * 1024 * 1024
 # Each value is a token at least of a model's 200,000-token context, so this is half as much
-# again as any request a model takes; decoded, their objects take some 70 MiB at most.
+# again as any request a model takes; what their objects take decoded: docs/performance.md,
+# "A model request's memory".
 MAX_VALUES = 300_000
 _UTF8_CHUNK = 1024 * 1024
 # The JSON strings of a body (their escapes included), to set them aside when counting values.

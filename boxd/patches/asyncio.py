@@ -1,17 +1,27 @@
-"""asyncio without ssl until something imports ssl.
+"""The patch of asyncio (the standard library's, so pinned by requires-python alone): it is
+imported with ssl held back, and ssl is handed to it on its first import by anyone.
 
-asyncio imports ssl as it is imported itself, for the TLS it may be asked for; that is some
-0.5 MiB of a broker's memory (OpenSSL's and the module's own), and most of boxd's
-processes never speak TLS: a broker does only for its task's model upstream (aiohttp's client,
-imported on the gateway's first connection) or for a tool whose app does. So boxd imports asyncio
-with ssl held back, as asyncio allows (its modules take `ssl = None` when the import fails), and
-the first import of ssl afterwards, by anyone, loads it and hands it to asyncio's modules as their
-own import would have; asyncio asked for TLS with no context of the caller's (`ssl=True`) imports
-it first. Nothing that asks for ssl goes without: the hold lasts for asyncio's own import alone,
-and is not made in a process where threads already run.
+import_asyncio_without_ssl()
+    what:     asyncio's modules are imported while `import ssl` fails, which they allow (their
+              `ssl` global is None then); a finder first on sys.meta_path gives ssl, on its
+              first import afterwards, to asyncio.base_events, selector_events and sslproto
+              (their `ssl` and sslproto's SSLAgainErrors, as their own import would have set
+              them), and SSLProtocol.__init__ imports ssl first until then, so asyncio asked
+              for TLS with no context of the caller's (`ssl=True`) gets it.
+    why:      most of a task's processes never speak TLS, and asyncio would load ssl and OpenSSL
+              into each of them: a broker does only for its model upstream (aiohttp's client,
+              imported on the gateway's first connection) or a tool whose app does; a worker
+              and the MCP relay never do. What it saves each: docs/performance.md, "asyncio
+              without ssl".
+    where:    the per-task entry points alone, first thing: the broker (boxd/main.py), the
+              workers (boxd/workers/ahead.py, fake.py, droid.py as programs) and the MCP relay
+              (boxd/workers/mcp.py). The root manager's asyncio is never patched
+              (docs/decisions.md, "asyncio without ssl, in a task's processes only").
+    for:      CPython 3.11 to 3.13's asyncio.
+    tests:    tests/test_late_ssl.py; its shape: tests/test_patch_shapes.py.
 
-tests/test_late_ssl.py holds asyncio's modules to what a process that imported ssl first has,
-and a TLS connection through asyncio to working.
+Nothing that asks for ssl goes without: the hold lasts for asyncio's own import alone, and is
+not made in a process where asyncio or ssl is imported already, or where threads already run.
 """
 
 import importlib.abc

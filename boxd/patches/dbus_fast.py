@@ -1,11 +1,28 @@
-"""The manager's messages leave in one write per turn of the event loop, not one each.
+"""The patches of dbus-fast's writer (`MessageBus._writer`, a private `_MessageWriter`), which
+both take over part of what it does with the bus's socket.
 
-A step makes three messages (the reply, the task's PropertiesChanged and its Event signal), and a
-group commit answers twenty steps in one turn of the loop: dbus-fast (5.2.0) writes each message
-with a send(2) of its own as soon as it is made, sixty writes that each wake dbus-daemon. Here
-the messages made in one turn wait in dbus-fast's own queue, and one sendmsg(2) takes them all
-at the end of the turn, in order. What does not fit in the socket waits until it is writable,
-as dbus-fast's writer does (and with boxd.dbus.patient_writes, a full socket is 0 bytes sent).
+patient(bus)
+    what:     the writer's `sock` becomes a PatientSocket, which reads a full socket (EAGAIN)
+              as 0 bytes sent, which the writer already handles: it waits until the socket is
+              writable and carries on.
+    why:      dbus-fast takes BlockingIOError for a broken connection and drops the bus
+              (python-dbus-next issue #153): a few large messages in a row (1 MB steps, a page
+              of a long answer) cut the manager off the bus.
+    for:      dbus-fast 5.2 (pyproject.toml pins >=5.2,<5.3: docs/decisions.md says why).
+    tests:    tests/test_patient_writes.py; its shape: tests/test_patch_shapes.py.
+
+gathered(bus)
+    what:     the writer's `schedule_write` becomes GatheredWrites.schedule_write: the messages
+              made in one turn of the event loop wait in dbus-fast's own queue, and one
+              sendmsg(2) takes them all at the end of the turn, in order. What does not fit in
+              the socket waits until it is writable, as dbus-fast's writer does.
+    why:      a step makes three messages (the reply, PropertiesChanged, the Event signal) and
+              a group commit answers many steps in one turn; dbus-fast writes each with a
+              send(2) of its own, and each wakes dbus-daemon.
+    for:      dbus-fast 5.2, as above.
+    tests:    tests/test_gathered_writes.py; its shape: tests/test_patch_shapes.py.
+
+Either patch, finding a writer not as expected, logs a warning and leaves the bus as it is.
 """
 
 import array
@@ -18,6 +35,41 @@ from typing import Any
 from dbus_fast.aio import MessageBus
 
 log = logging.getLogger(__name__)
+
+
+class PatientSocket:
+    """The bus socket, with a full buffer read as 0 bytes sent rather than an error."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def send(self, data: Any, *flags: int) -> int:
+        try:
+            return self._sock.send(data, *flags)
+        except BlockingIOError:
+            return 0
+
+    def sendmsg(self, *args: Any) -> int:
+        try:
+            return self._sock.sendmsg(*args)
+        except BlockingIOError:
+            return 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def patient(bus: MessageBus) -> MessageBus:
+    """The connected bus, its writer made to wait for a full socket instead of hanging up."""
+    writer = getattr(bus, "_writer", None)
+    sock = getattr(writer, "sock", None)
+    if writer is None or not isinstance(sock, socket.socket):
+        # A dbus-fast whose writer looks different: it may have fixed this, or moved it.
+        log.warning("dbus-fast's writer is not as expected; large messages may drop the bus")
+        return bus
+    writer.sock = PatientSocket(sock)
+    return bus
+
 
 # Messages in one sendmsg(2): well under IOV_MAX (1024).
 BATCH = 256
