@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.vm.machine import Machine
+from testbed.machine import Machine
 
 BOXCTL = "/opt/boxd/venv/bin/boxctl"
 BROKER_UNIT = "box-broker@.service"

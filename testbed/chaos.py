@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.vm.box_api import http
-from tests.vm.machine import Machine
+from testbed.box_api import http
+from testbed.machine import Machine
 
 SEED_VARIABLE = "BOXD_CHAOS_SEED"
 WALLET = ["wallet.pay", "wallet.balance"]

@@ -1,4 +1,4 @@
-"""Run inside the test machine by tests/vm/chaos.py (its text through `python -c`): prints as
+"""Run inside the test machine by testbed/chaos.py (its text through `python -c`): prints as
 JSON what the record, the wallet's ledger and the system hold of the task ids read on stdin.
 Standard library only; read-only."""
 

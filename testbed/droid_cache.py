@@ -1,5 +1,5 @@
 """The Droid package for test machines, downloaded once into the host's test cache beside the
-image and bound read-only into every machine at the same path, where tests/vm/npm_registry.py
+image and bound read-only into every machine at the same path, where testbed/npm_registry.py
 serves it: no test machine reaches npm, and none pays for the download twice.
 
     droid_tarball()  # /var/cache/boxd-test/droid/cli-linux-x64-0.225.2.tgz, checked

@@ -5,8 +5,8 @@ plays an app or a plugin a stranger published."""
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from tests.vm.image import VENV
-from tests.vm.machine import Machine
+from testbed.image import VENV
+from testbed.machine import Machine
 
 PYTHON = f"{VENV}/bin/python"
 

@@ -306,7 +306,7 @@ class Machine:
             # quotactl_fd: boxd asks the kernel whether BOX_HOME keeps project quotas.
             "--system-call-filter=bpf quotactl_fd",
             f"--bind={_escape_bind(str(self.home))}:{BOX_HOME}",
-            # For tests/vm/npm_registry.py to serve Droid from, without the network.
+            # For testbed/npm_registry.py to serve Droid from, without the network.
             f"--bind-ro={_escape_bind(str(droid_cache_dir()))}:{DROID_CACHE}",
         ]
         if self.private_network:

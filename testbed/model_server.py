@@ -21,7 +21,7 @@ script was set gets turn n, and past the script's end a plain text turn "All don
      "delay": 0.5}            # optional: seconds before answering
 
 Anything else is a 404 in the API's error shape. The other half, `ModelServer`, is the tests'
-API: start it in a test machine's `outside` namespace (tests/vm/outside_world.py) as
+API: start it in a test machine's `outside` namespace (testbed/outside_world.py) as
 https://model.test:9443 (or over plain http at http://model.test:9090), set a script, read the
 requests.
 """
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tests.vm.machine import Machine, MachineProcess
+    from testbed.machine import Machine, MachineProcess
 
 SCRIPT = "script.json"
 REQUESTS = "requests.jsonl"
@@ -269,8 +269,8 @@ class ModelServer:
 
     def start(self) -> ModelServer:
         # Imported here: the machine runs this file with its own python3, without tests/.
-        from tests.vm.outside_world import DIR as OUTSIDE
-        from tests.vm.outside_world import NAMESPACE, ensure_outside
+        from testbed.outside_world import DIR as OUTSIDE
+        from testbed.outside_world import NAMESPACE, ensure_outside
 
         ensure_outside(self.machine)
         self.machine.run("mkdir", "-p", self.dir)

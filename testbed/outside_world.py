@@ -19,7 +19,7 @@ appends what it got to a log file, so a test can assert that something never arr
 
 import time
 
-from tests.vm.machine import Machine, MachineProcess
+from testbed.machine import Machine, MachineProcess
 
 NAMESPACE = "outside"
 ADDRESS = "198.18.0.2"
@@ -28,7 +28,7 @@ PRIVATE_ADDRESS = "10.77.0.2"
 PRIVATE_ADDRESS6 = "fd77::2"
 LINK_LOCAL_ADDRESS = "169.254.77.2"
 NAMES = ("allowed.test", "other.test", "wild.test", "www.wild.test")
-# The scripted model's name (tests/vm/model_server.py): the certificate covers it too.
+# The scripted model's name (testbed/model_server.py): the certificate covers it too.
 MODEL_NAME = "model.test"
 PRIVATE_NAME = "private.test"
 LOOPBACK_NAME = "sneaky.test"

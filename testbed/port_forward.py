@@ -1,7 +1,7 @@
 """A TCP forwarder from a listening socket it is handed to a port on 127.0.0.1, standard
-library only, run by tests/vm/browser.py inside a test machine's network namespace:
+library only, run by testbed/browser.py inside a test machine's network namespace:
 
-    nsenter -t <leader> -n python3 tests/vm/port_forward.py <listening fd> <port>
+    nsenter -t <leader> -n python3 testbed/port_forward.py <listening fd> <port>
 
 A socket stays in the network namespace it was made in, so the listener (made on the host)
 accepts the host's connections while each connection onward, made here, reaches the machine's

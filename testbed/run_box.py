@@ -3,7 +3,7 @@
 The machine shares this computer's network, so the box's API at 127.0.0.1:7700 is reachable
 from here. Run as root from the repository root:
 
-    .venv/bin/python -m tests.vm.run_box
+    .venv/bin/python -m testbed.run_box
 """
 
 from __future__ import annotations
@@ -256,8 +256,8 @@ def main() -> int:
 
 if __name__ == "__main__":
     if not __package__:
-        # Run as a file (`python tests/vm/run_box.py`): run again as a module from the repo
+        # Run as a file (`python testbed/run_box.py`): run again as a module from the repo
         # root, so the harness's package-relative imports resolve.
-        os.chdir(Path(__file__).resolve().parents[2])
-        os.execv(sys.executable, [sys.executable, "-m", "tests.vm.run_box", *sys.argv[1:]])
+        os.chdir(Path(__file__).resolve().parents[1])
+        os.execv(sys.executable, [sys.executable, "-m", "testbed.run_box", *sys.argv[1:]])
     sys.exit(main())

@@ -41,7 +41,7 @@ import asyncio, json, subprocess, tempfile
 from pathlib import Path
 from boxd.broker.app import make_broker
 from boxd.broker.app_link import Apps
-from tests.broker_serving import serving
+from tests.support.broker_serving import serving
 
 
 TASK = {"id": "t000000001", "tools": ["echo.say"], "budgetCents": 100, "costCents": 0}

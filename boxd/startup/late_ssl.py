@@ -10,8 +10,8 @@ own import would have; asyncio asked for TLS with no context of the caller's (`s
 it first. Nothing that asks for ssl goes without: the hold lasts for asyncio's own import alone,
 and is not made in a process where threads already run.
 
-tests/test_late_ssl.py holds asyncio's modules to what a process that imported ssl first has,
-and a TLS connection through asyncio to working.
+tests/startup/test_late_ssl.py holds asyncio's modules to what a process that imported ssl first
+has, and a TLS connection through asyncio to working.
 """
 
 import importlib.abc

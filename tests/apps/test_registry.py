@@ -18,7 +18,7 @@ LOADED: list[str] = []
 
 
 def _point(name: str, attribute: str) -> EntryPoint:
-    return EntryPoint(name, f"tests.test_app_registry:{attribute}")
+    return EntryPoint(name, f"tests.apps.test_registry:{attribute}")
 
 
 POINTS = [
@@ -75,7 +75,9 @@ def test_a_name_no_runner_could_run_under_is_not_an_app(
     odd = [_point(name, "ECHO") for name in ("Shouty", "box", "a.b", "x" * 24, "ok-app")]
     monkeypatch.setattr(entry_points, "entry_points", lambda group: odd)
     assert list(registry.installed()) == ["ok-app"]
-    assert "app 'Shouty' (tests.test_app_registry:ECHO) is not run: an app's name is" in caplog.text
+    assert (
+        "app 'Shouty' (tests.apps.test_registry:ECHO) is not run: an app's name is" in caplog.text
+    )
 
 
 def test_what_cannot_be_loaded_says_why() -> None:

@@ -28,8 +28,8 @@ from boxd.wire.models.key_use import (
 )
 from boxd.workers import fake
 from boxd.workers.broker_client import BrokerClient, BrokerRefused
-from tests.app_serving import runners, sockets
-from tests.broker_serving import serving as serving_broker
+from tests.support.app_serving import runners, sockets
+from tests.support.broker_serving import serving as serving_broker
 
 
 class MemoryLog:

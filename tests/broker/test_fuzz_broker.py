@@ -1,10 +1,10 @@
 """Garbage at every route of a task's broker (boxd/broker/app.py, docs/spec/broker-api.txt), the
 real broker on a real Unix socket, served as its unit serves it, with the manager kept in memory
 as the broker's other tests keep it: bodies from the schemas of the routes' requests (the pydantic
-models they were read with before boxd.reading.json_reader, tests/old_request_models.py), broken
-(tests/fuzz_bodies.py),
-odd paths and content types. Never a 5xx; every refusal {"error": "..."} in plain words (400,
-as the spec says); the broker still answering afterwards. tests/vm/test_fuzz.py runs a real
+models they were read with before boxd.reading.json_reader,
+tests/support/old_request_models.py), broken (tests/support/fuzz_bodies.py), odd paths and
+content types. Never a 5xx; every refusal {"error": "..."} in plain words (400, as the spec
+says); the broker still answering afterwards. tests/vm/test_fuzz.py runs a real
 broker of a real task."""
 
 import logging
@@ -21,11 +21,17 @@ from yarl import URL
 
 from boxd.broker.app import make_broker
 from boxd.broker.app_link import Apps
-from tests.app_serving import runners
-from tests.broker_serving import serving
-from tests.fuzz_bodies import FUZZ, Body, broken_bodies, segments, send
-from tests.old_request_models import AskRequest, CallRequest, CostRequest, Step, UsageRequest
-from tests.test_broker_and_fake_worker import MemoryLog, MemoryWaiter
+from tests.broker.test_broker_and_fake_worker import MemoryLog, MemoryWaiter
+from tests.support.app_serving import runners
+from tests.support.broker_serving import serving
+from tests.support.fuzz_bodies import FUZZ, Body, broken_bodies, segments, send
+from tests.support.old_request_models import (
+    AskRequest,
+    CallRequest,
+    CostRequest,
+    Step,
+    UsageRequest,
+)
 
 # What each route reads; a route the broker serves without an entry here fails the first test.
 BODIES: dict[str, type[BaseModel] | None] = {

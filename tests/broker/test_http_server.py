@@ -1,8 +1,8 @@
 """The broker's own HTTP server (boxd/broker/http_server.py, boxd/broker/http_request.py) against
 what a hostile task sends down its broker socket: requests smuggled with two lengths, heads and
 bodies too big, chunks that lie, bytes where a header should be, a client that hangs up while its
-request is in hand. Real Unix sockets, raw bytes; tests/test_connection_guard.py has the slow
-and crowding clients, tests/test_fuzz_broker.py the bodies."""
+request is in hand. Real Unix sockets, raw bytes; tests/doors/test_connection_guard.py has the slow
+and crowding clients, tests/broker/test_fuzz_broker.py the bodies."""
 
 import asyncio
 import contextlib
@@ -34,7 +34,7 @@ from boxd.broker.http_request import (
 from boxd.broker.http_server import Answer, HttpServer, Routes, json_answer, whole_answer
 from boxd.doors.connection_limits import Bounds
 from boxd.reading.strict_json import MAX_BODY, TOO_LARGE
-from tests.test_connection_guard import status_of
+from tests.doors.test_connection_guard import status_of
 
 TOO_LONG = LINE_TOO_LONG.words
 

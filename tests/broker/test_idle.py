@@ -28,8 +28,8 @@ from boxd.broker.main import LateDoors
 from boxd.doors.connection_limits import Bounds
 from boxd.doors.idle_time import DEFAULT_IDLE_MS, SHORTEST_IDLE_MS
 from boxd.doors.socket_activation import Door
-from tests.test_broker_and_fake_worker import MemoryLog, MemoryWaiter, until
-from tests.test_broker_stopping import Gate, broker, post
+from tests.broker.test_broker_and_fake_worker import MemoryLog, MemoryWaiter, until
+from tests.broker.test_stopping import Gate, broker, post
 
 __all__ = ["broker"]  # the fixture, shared with the stopping tests
 

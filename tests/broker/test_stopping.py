@@ -14,9 +14,9 @@ from pydantic import BaseModel, ConfigDict
 from boxd.broker.app import Broker, make_broker
 from boxd.broker.calls import STOPPING
 from boxd.sdk import App, Context, Tool
-from tests.app_serving import runners
-from tests.broker_serving import serving
-from tests.test_broker_and_fake_worker import MemoryLog, MemoryWaiter, until
+from tests.broker.test_broker_and_fake_worker import MemoryLog, MemoryWaiter, until
+from tests.support.app_serving import runners
+from tests.support.broker_serving import serving
 
 TOOL = "gate.pass"
 

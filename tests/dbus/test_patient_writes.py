@@ -10,7 +10,7 @@ from dbus_fast.aio import MessageBus
 
 from boxd.dbus.gathered_writes import gathered
 from boxd.dbus.patient_writes import PatientSocket, patient
-from tests.dbus_daemon import bus_address
+from tests.support.dbus_daemon import bus_address
 
 __all__ = ["bus_address"]
 

@@ -2,7 +2,7 @@
 at that moment: `boxctl follow` and the manager's unit watching. A stranger's signal sent
 straight to them (as `dbus-send --dest=<unique name>` does) is ignored, and so is boxd's old
 unique name once it restarted. (A broker hears the owner's answers as the reply to its own
-WaitApproval, no signal: tests/test_approval_waits.py.)"""
+WaitApproval, no signal: tests/manager/test_approval_waits.py.)"""
 
 import asyncio
 import json
@@ -18,8 +18,8 @@ from boxd.dbus.name_owner import NameOwner
 from boxd.manager.records import Records
 from boxd.manager.store import Store
 from boxd.manager.systemd import CLD_EXITED, Systemd, unit_path
-from tests.fake_bus import FakeBus, owner_changed, signal
-from tests.test_store import a_task
+from tests.manager.test_store import a_task
+from tests.support.fake_bus import FakeBus, owner_changed, signal
 
 TASK_ID = "t000000001"
 BOXD = ":1.10"

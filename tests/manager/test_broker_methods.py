@@ -22,7 +22,7 @@ from boxd.wire.caller import Caller, Role
 from boxd.wire.event import EventKind
 from boxd.wire.models.key_use import input_hash
 from boxd.wire.models.task import TaskState
-from tests.test_store import a_task
+from tests.manager.test_store import a_task
 
 BROKER = Caller(Role.BROKER, ":1.7", task="t000000001")
 OWNER = Caller(Role.OWNER, "owner")

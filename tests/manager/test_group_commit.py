@@ -22,7 +22,7 @@ from boxd.manager.ledger import Ledger
 from boxd.manager.store import Store
 from boxd.wire.event import EventKind
 from boxd.wire.models.event_record import Event
-from tests.test_store import a_task
+from tests.manager.test_store import a_task
 
 HOLD_SECONDS = 10.0
 

@@ -25,8 +25,8 @@ from boxd.wire.models.settings import Settings
 from boxd.wire.models.task import TaskState
 from boxd.wire.models.task_request import Autonomy, DroidOptions
 from boxd.wire.pricing import Tokens, price_cents, reservation_cents
-from tests.test_broker_methods import QuietBus, pay
-from tests.test_store import a_task
+from tests.manager.test_broker_methods import QuietBus, pay
+from tests.manager.test_store import a_task
 
 TASK = "t000000001"
 MODEL = "claude-sonnet-4-6"

@@ -4,7 +4,7 @@ fails refusing only the steps whose files it could not flush (a full disk with a
 
 syncfs itself is counted and held through TaskFlush's `sync` seam, on real directories and a
 real SQLite file; which writes make a group is decided by holding the store's thread, not by
-timing (as in tests/test_store_group_commit.py). D-Bus is a stand-in (nothing listens).
+timing (as in tests/manager/test_group_commit.py). D-Bus is a stand-in (nothing listens).
 """
 
 import asyncio
@@ -29,9 +29,9 @@ from boxd.manager.task_flush import STEP_NOT_FLUSHED, TaskFlush
 from boxd.wire.caller import Caller, Role
 from boxd.wire.event import EventKind
 from boxd.wire.models.task import TaskState
-from tests.test_broker_methods import QuietBus
-from tests.test_store import a_task
-from tests.test_store_group_commit import HOLD_SECONDS, arrived, commits, thread_held
+from tests.manager.test_broker_methods import QuietBus
+from tests.manager.test_group_commit import HOLD_SECONDS, arrived, commits, thread_held
+from tests.manager.test_store import a_task
 
 TASKS = [f"t00000000{n}" for n in range(1, 9)]
 

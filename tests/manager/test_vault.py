@@ -15,7 +15,7 @@ from boxd.manager.vault import MAX_VALUE, Vault, check_name
 from boxd.wire.caller import Caller, Role
 from boxd.wire.secret_names import CREDENTIAL_ID, credential_name
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OWNER = Caller(Role.OWNER, "ann")
 VALUE = "correct horse battery staple"
 

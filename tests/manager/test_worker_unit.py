@@ -96,12 +96,12 @@ def test_the_worker_reaches_its_model_through_the_gateway_and_holds_no_key() -> 
 def test_the_model_gateway_socket_is_bound_where_the_worker_looks() -> None:
     """units/box-model@.socket binds the port BOX_MODEL_URL names, in the task's namespace, and
     hands it to the broker under the name the broker serves the gateway on."""
-    unit = (Path(__file__).parents[1] / "units/box-model@.socket").read_text().splitlines()
+    unit = (Path(__file__).parents[2] / "units/box-model@.socket").read_text().splitlines()
     assert f"ListenStream=127.0.0.1:{MODEL_GATEWAY_PORT}" in unit
     assert f"FileDescriptorName={MODEL_GATEWAY}" in unit
     assert "NetworkNamespacePath=/run/netns/box-%i" in unit
     assert model_socket_unit("t000000001") == "box-model@t000000001.socket"
-    broker = (Path(__file__).parents[1] / "units/box-broker@.service").read_text()
+    broker = (Path(__file__).parents[2] / "units/box-broker@.service").read_text()
     assert "box-model@%i.socket" in broker.split("Sockets=", 1)[1].splitlines()[0]
 
 
@@ -136,7 +136,7 @@ def test_the_worker_starts_with_its_broker_in_one_job_and_after_the_sockets() ->
     assert properties["After"].value == sockets
     assert "Requires" not in properties and "BindsTo" not in properties
     # The sockets the broker's unit serves are the ones the worker waits for.
-    broker = (Path(__file__).parents[1] / "units/box-broker@.service").read_text()
+    broker = (Path(__file__).parents[2] / "units/box-broker@.service").read_text()
     served = broker.split("Sockets=", 1)[1].splitlines()[0].split()
     assert [name.replace("%i", "t000000001") for name in served] == sockets
 

@@ -1,6 +1,7 @@
 """The broker reads its request bodies without pydantic (boxd.reading.json_reader): what it accepts
 and refuses, and the words of each refusal, are what the pydantic models said before
-(tests/old_request_models.py, kept as the oracle), field by field and for generated garbage."""
+(tests/support/old_request_models.py, kept as the oracle), field by field and for generated
+garbage."""
 
 import json
 from collections.abc import Callable
@@ -18,8 +19,8 @@ from boxd.wire.approval import AskRequest
 from boxd.wire.models.broker_calls import CallStart, Question
 from boxd.wire.models.plain_errors import parse
 from boxd.wire.step import Step
-from tests import old_request_models as old
-from tests.fuzz_bodies import FUZZ, Pairs, Raw, broken_bodies, dump, wild
+from tests.support import old_request_models as old
+from tests.support.fuzz_bodies import FUZZ, Pairs, Raw, broken_bodies, dump, wild
 
 Outcome = tuple[str, str]
 

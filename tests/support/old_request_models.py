@@ -1,7 +1,7 @@
 """The broker's request models as they were in pydantic, before the broker read its requests
 with boxd.reading.json_reader: kept here only as the oracle the reader is compared with
-(tests/test_request_reader.py), word for word, and for the schemas the fuzz tests draw bodies
-from (tests/test_fuzz_broker.py). Copied from boxd as it was, not from what it is now."""
+(tests/reading/test_json_reader.py), word for word, and for the schemas the fuzz tests draw bodies
+from (tests/broker/test_fuzz_broker.py). Copied from boxd as it was, not from what it is now."""
 
 import math
 from typing import Annotated, Any

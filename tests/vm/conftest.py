@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .machine import Machine, MachineError, booted_box
+from testbed.machine import Machine, MachineError, booted_box
 
 VM_TESTS = Path(__file__).resolve().parent
 OWNER = "owner"

@@ -5,8 +5,8 @@ import json
 import time
 from typing import Any
 
-from tests.vm.box_api import boxctl, http, start_fake
-from tests.vm.machine import Machine
+from testbed.box_api import boxctl, http, start_fake
+from testbed.machine import Machine
 from tests.vm.test_broker_calls import short_approval_wait  # noqa: F401  (autouse: 1.5 s waits)
 
 TOOLS = ["wallet.pay", "wallet.balance", "echo.say"]

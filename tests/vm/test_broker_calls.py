@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.vm.box_api import (
+from testbed.box_api import (
     BROKER_UNIT,
     boxctl,
     finish,
@@ -16,7 +16,7 @@ from tests.vm.box_api import (
     unit_environment,
     wait_for_step,
 )
-from tests.vm.machine import Machine
+from testbed.machine import Machine
 
 WALLET = ["wallet.pay", "wallet.balance"]
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from boxd.dbus.interface import BUS_NAME, ROOT_PATH
 from boxd.wire.caller import OWNER_ONLY
-from tests.vm.box_api import API, boxctl, finish, http, start_fake
-from tests.vm.machine import Machine, MachineProcess
+from testbed.box_api import API, boxctl, finish, http, start_fake
+from testbed.machine import Machine, MachineProcess
 from tests.vm.test_signals import forge, main_pid
 
 _END = "the stream ended"

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.vm.box_api import boxctl, finish, http, start_fake
-from tests.vm.machine import Machine
+from testbed.box_api import boxctl, finish, http, start_fake
+from testbed.machine import Machine
 from tests.vm.test_personal_folders import tree
 
 ALICE, BOB, CAROL = "alice", "bob", "carol"

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.vm.box_api import boxctl, finish, http, start_fake, unit_environment
-from tests.vm.machine import Machine
+from testbed.box_api import boxctl, finish, http, start_fake, unit_environment
+from testbed.machine import Machine
 from tests.vm.test_personal_folders import folder, keep, tree
 
 PAUSES = "/run/boxd-pauses"

@@ -1,7 +1,7 @@
 """The model gateway in a real box: each task's broker serves Anthropic's Messages API on
 127.0.0.1:3130 inside the task's namespace (box-model@.socket), adds the vault's key, and
 forwards to the scripted model server in the test machine's outside world
-(tests/vm/model_server.py, http://model.test:9090 as settings' modelBaseUrl). Tasks are fake
+(testbed/model_server.py, http://model.test:9090 as settings' modelBaseUrl). Tasks are fake
 workers that speak to $BOX_MODEL_URL with curl, as Droid would."""
 
 import json
@@ -16,7 +16,7 @@ import pytest
 
 from boxd.wire.model_key import KEY_REFUSED, NO_KEY
 from boxd.wire.pricing import Tokens, price_cents, reservation_cents
-from tests.vm.box_api import (
+from testbed.box_api import (
     BROKER_UNIT,
     boxctl,
     database_bytes,
@@ -26,10 +26,10 @@ from tests.vm.box_api import (
     unit_environment,
     wait_for_step,
 )
-from tests.vm.machine import Machine, booted_box
-from tests.vm.model_server import BASE_URL, ModelServer
-from tests.vm.npm_registry import install_droid
-from tests.vm.outside_world import arrived, start_outside
+from testbed.machine import Machine, booted_box
+from testbed.model_server import BASE_URL, ModelServer
+from testbed.npm_registry import install_droid
+from testbed.outside_world import arrived, start_outside
 
 KEY = f"sk-ant-api03-{secrets.token_hex(24)}"
 MODEL = "claude-sonnet-4-6"

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from tests.vm.box_api import boxctl, finish, http, start_fake
-from tests.vm.machine import Machine
+from testbed.box_api import boxctl, finish, http, start_fake
+from testbed.machine import Machine
 
 OWNER_ONLY = {"error": "only this computer's own screen or the owner's paired device can do this"}
 

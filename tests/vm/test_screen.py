@@ -19,9 +19,9 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from boxd.web.screen_session import NO_TOKEN, SESSION_ENDED
 from boxd.wire.caller import LINK_USED
-from tests.vm.box_api import boxctl, finish, http, start_fake
-from tests.vm.browser import PHONE, browser, console_log, resize, screenshot
-from tests.vm.machine import Machine
+from testbed.box_api import boxctl, finish, http, start_fake
+from testbed.browser import PHONE, browser, console_log, resize, screenshot
+from testbed.machine import Machine
 from tests.vm.test_broker_calls import short_approval_wait  # noqa: F401  (autouse: 1.5 s waits)
 from tests.vm.test_personal_folders import folder, owner_token, tree  # noqa: F401
 

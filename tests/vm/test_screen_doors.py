@@ -11,10 +11,10 @@ import segno
 
 from boxd.web.screen_session import NO_TOKEN
 from boxd.wire.caller import OWNER_ONLY
-from tests.test_screen_doors import _modules
-from tests.vm.box_api import API, BOXCTL, boxctl, http
-from tests.vm.machine import Machine
+from testbed.box_api import API, BOXCTL, boxctl, http
+from testbed.machine import Machine
 from tests.vm.test_screen_session import session as screen_session
+from tests.web.test_screen_doors import _modules
 
 SECRET = "test.screen-doors"
 

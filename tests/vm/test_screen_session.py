@@ -9,8 +9,8 @@ from typing import Any
 
 from boxd.web.screen_session import NO_TOKEN, SESSION_ENDED, SESSION_PATH
 from boxd.wire.caller import LINK_USED, SCREEN_SESSION_SECONDS
-from tests.vm.box_api import API, boxctl, http
-from tests.vm.machine import Machine
+from testbed.box_api import API, boxctl, http
+from testbed.machine import Machine
 
 LINK = re.compile(r"^http://127\.0\.0\.1:7700/#login=(\S+)$", re.MULTILINE)
 

@@ -14,12 +14,13 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.vm.box_api import BOXCTL, boxctl, finish, start_fake
-from tests.vm.machine import Machine, MachineProcess
+import testbed
+from testbed.box_api import BOXCTL, boxctl, finish, start_fake
+from testbed.machine import Machine, MachineProcess
 from tests.vm.test_broker_calls import WALLET, bookings, pending
 
 PYTHON = "/opt/boxd/venv/bin/python"
-STRANGER_SCRIPT = (Path(__file__).parent / "bus_stranger.py").read_text()
+STRANGER_SCRIPT = Path(testbed.__file__).with_name("bus_stranger.py").read_text()
 SYSTEMD = "/org/freedesktop/systemd1"
 LEDGER = "/var/lib/box/apps/wallet/ledger.db"
 

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import testbed
 from boxd.doors.connection_limits import (
     BODY_SECONDS,
     BROKER_CONNECTIONS,
@@ -20,8 +21,8 @@ from boxd.doors.connection_limits import (
     TURNED_AWAY,
     body_words,
 )
-from tests.vm.box_api import boxctl, finish, start_fake, wait_for_step
-from tests.vm.machine import Machine
+from testbed.box_api import boxctl, finish, start_fake, wait_for_step
+from testbed.machine import Machine
 
 SCRIPT = "/tmp/slow_clients.py"
 IDLE = 2000
@@ -87,7 +88,9 @@ def check(found: dict[str, Any], cap: int) -> None:
 def attack_both(machine: Machine, token: str) -> tuple[dict[str, Any], dict[str, Any], str]:
     """Runs every attack on the gateway and on a fresh task's broker at once; returns what
     each measured and the task's id. Also bench/slow_clients.py's."""
-    shutil.copy(Path(__file__).parent / "slow_clients.py", machine.root / SCRIPT.lstrip("/"))
+    shutil.copy(
+        Path(testbed.__file__).with_name("slow_clients.py"), machine.root / SCRIPT.lstrip("/")
+    )
     task = start_fake(machine, token, "step up\nsleep 600")
     wait_for_step(machine, task["id"])
     sock = f"/var/lib/box/tasks/{task['id']}/broker.sock"

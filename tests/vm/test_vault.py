@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
+import testbed
 from boxd.wire.caller import OWNER_ONLY
-from tests.vm.box_api import (
+from testbed.box_api import (
     BOXCTL,
     boxctl,
     busctl_call,
@@ -25,8 +26,8 @@ from tests.vm.box_api import (
     start_fake,
     wait_for_step,
 )
-from tests.vm.image import TEST_VENV
-from tests.vm.machine import Machine
+from testbed.image import TEST_VENV
+from testbed.machine import Machine
 
 VAULT = "/var/lib/box/vault"
 REFUSED = "Only the box's owner may do this"
@@ -79,7 +80,7 @@ def smtp(machine: Machine) -> Iterator[Smtp]:
     password = secrets.token_urlsafe(24)
     folder = machine.root / SMTP_DIR.lstrip("/")
     folder.mkdir(mode=0o700, exist_ok=True)
-    shutil.copyfile(Path(__file__).with_name("smtp_server.py"), folder / "server.py")
+    shutil.copyfile(Path(testbed.__file__).with_name("smtp_server.py"), folder / "server.py")
     (folder / "password").write_text(password)
     (folder / "password").chmod(0o600)
     inbox = f"{SMTP_DIR}/inbox.jsonl"

@@ -1,5 +1,5 @@
 """Garbage at every route of the HTTP gateway (boxd/web/app.py), the real aiohttp app on a real
-socket: bodies from the routes' models, broken (tests/fuzz_bodies.py), weird path parameters
+socket: bodies from the routes' models, broken (tests/support/fuzz_bodies.py), weird path parameters
 and content types. Never a 5xx; every refusal {"error": "..."} in plain words; the gateway
 still answering afterwards.
 
@@ -35,7 +35,7 @@ from boxd.wire.ids import check_task_id
 from boxd.wire.models.settings import Settings, change_settings
 from boxd.wire.models.task_request import parse_task_request
 from boxd.wire.models.token_limits import parse_limits
-from tests.fuzz_bodies import FUZZ, Body, broken_bodies, fill_path, segments, send
+from tests.support.fuzz_bodies import FUZZ, Body, broken_bodies, fill_path, segments, send
 
 OWNER = "box_owner"
 TASK = {"id": "t000000001", "title": "t", "state": "queued"}

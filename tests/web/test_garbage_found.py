@@ -7,7 +7,8 @@
   parser's insides ("bytearray(b'/aaa...')"), not {"error": "..."} (boxd/doors/http_refusals.py).
 - A body that is not in the Content-Encoding it names (gzip, deflate) raised while it was read:
   a 500. A 400 in words now, and the connection closes, its rest unread (boxd/doors/json_errors.py).
-- A key given twice in a JSON object was read as its last value: tests/test_strict_json.py."""
+- A key given twice in a JSON object was read as its last value:
+  tests/reading/test_strict_json.py."""
 
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,9 +25,9 @@ from boxd.broker.app_link import Apps
 from boxd.dbus.client import GatewayClient
 from boxd.doors.json_errors import json_errors
 from boxd.web.app import make_app as make_gateway
-from tests.broker_serving import serving as serving_broker
-from tests.test_broker_and_fake_worker import MemoryLog, MemoryWaiter
-from tests.test_fuzz_gateway import OWNER, ManagerOnTheBus
+from tests.broker.test_broker_and_fake_worker import MemoryLog, MemoryWaiter
+from tests.support.broker_serving import serving as serving_broker
+from tests.web.test_fuzz_gateway import OWNER, ManagerOnTheBus
 
 HEADERS = {"Authorization": f"Bearer {OWNER}"}
 

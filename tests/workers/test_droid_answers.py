@@ -9,7 +9,7 @@ from boxd.reading.canonical_json import input_hash
 from boxd.wire.approval import MAX_KEY, MAX_QUESTION
 from boxd.workers.droid_answers import NO, YES, Answers, ask_key, owner_question
 from boxd.workers.droid_rpc import Question, read_permission
-from tests.droid_fixtures import exec_permission_params, plan_permission_params
+from tests.support.droid_fixtures import exec_permission_params, plan_permission_params
 
 
 class FakeBroker:

@@ -15,7 +15,7 @@ from boxd.droid.release import droid_binary
 from boxd.workers.droid import DroidFailed, run
 from boxd.workers.droid_answers import YES
 from boxd.workers.droid_config import RESUME_PROMPT
-from tests.scripted_model import ScriptedModel
+from tests.support.scripted_model import ScriptedModel
 
 pytestmark = pytest.mark.skipif(
     not droid_binary().exists(), reason=f"Droid is not installed at {droid_binary()}"

@@ -1,5 +1,5 @@
 """The JSON-RPC client of `droid exec --input-format stream-jsonrpc`, against a fake Droid on
-real pipes (tests/droid_fixtures.py)."""
+real pipes (tests/support/droid_fixtures.py)."""
 
 import asyncio
 
@@ -12,7 +12,7 @@ from boxd.workers.droid_rpc import (
     PermissionRequest,
     Question,
 )
-from tests.droid_fixtures import (
+from tests.support.droid_fixtures import (
     SESSION,
     ask_user_params,
     connected,

@@ -9,7 +9,7 @@ from boxd.workers.droid import Steps, converse
 from boxd.workers.droid_answers import YES, Answers
 from boxd.workers.droid_config import DISABLED_TOOLS, MODEL_CHOICE, RESUME_PROMPT
 from boxd.workers.droid_rpc import ASK_USER, REQUEST_PERMISSION
-from tests.droid_fixtures import (
+from tests.support.droid_fixtures import (
     SESSION,
     FakeDroid,
     ask_user_params,

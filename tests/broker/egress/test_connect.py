@@ -12,7 +12,7 @@ from boxd.broker.egress.dial import Dialer, Unreachable
 from boxd.broker.egress.pipe import FirstWords, tcp_socket
 from boxd.net.egress_target import parse_authority
 from boxd.net.host_rules import HostRules
-from tests.egress_fixtures import LOOPBACK, loopback_allowed, no_own_addresses, resolver_to
+from tests.support.egress_fixtures import LOOPBACK, loopback_allowed, no_own_addresses, resolver_to
 
 
 @contextmanager

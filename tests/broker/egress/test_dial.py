@@ -19,7 +19,7 @@ from boxd.broker.egress.own_addresses import (
 )
 from boxd.net.egress_target import IPAddress, make_target, parse_authority
 from boxd.net.host_rules import HostRules
-from tests.egress_fixtures import LOOPBACK, echo, loopback_allowed, resolver_to, server
+from tests.support.egress_fixtures import LOOPBACK, echo, loopback_allowed, resolver_to, server
 
 PUBLIC = ipaddress.IPv4Address("93.184.216.34")
 OWN = ipaddress.IPv4Address("192.0.2.2")

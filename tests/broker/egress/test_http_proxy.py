@@ -4,7 +4,7 @@ from boxd.broker.egress.proxies import Egress
 from boxd.broker.egress.proxy_request import parse_request
 from boxd.doors.connection_limits import TURNED_AWAY
 from boxd.net.egress_target import IPAddress
-from tests.egress_fixtures import LOOPBACK, echo, egress, free_port, listening, server
+from tests.support.egress_fixtures import LOOPBACK, echo, egress, free_port, listening, server
 
 
 async def ask(port: int, request: bytes, then: bytes = b"") -> tuple[bytes, bytes]:

@@ -11,7 +11,7 @@ import struct
 from pathlib import Path
 
 from boxd.broker.egress.pipe import MOST_GROWN, PIPE_BYTES, _Direction
-from tests.egress_fixtures import egress, server
+from tests.support.egress_fixtures import egress, server
 
 # A client's receive buffer, asked small so the broker's side fills soon.
 SMALL_BUFFER = 64 * 1024

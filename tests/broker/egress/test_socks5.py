@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from tests.egress_fixtures import echo, egress, free_port, server
+from tests.support.egress_fixtures import echo, egress, free_port, server
 
 
 def domain(name: str, port: int) -> bytes:
