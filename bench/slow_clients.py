@@ -61,7 +61,7 @@ def main() -> None:
         STALL_SECONDS,
     )
     from testbed.machine import Machine, install_boxd
-    from tests.vm.test_slow_clients import attack_both
+    from testbed.slow_attacks import attack_both
 
     bound = {"head": HEAD_SECONDS, "body": BODY_SECONDS, "stall": STALL_SECONDS}
     began = time.monotonic()

@@ -21,9 +21,9 @@ from boxd.broker import app_link
 from boxd.broker.app import make_broker
 from boxd.broker.app_link import Apps, cut_off, not_installed
 from boxd.reading.caps import MAX_DATA
-from tests.broker.test_broker_and_fake_worker import MemoryLog, MemoryWaiter, until
 from tests.support.app_serving import runners, sockets
 from tests.support.broker_serving import serving
+from tests.support.memory_log import MemoryLog, MemoryWaiter, until
 
 # The gate app's runner in a process of its own, as box-app@gate.service runs it: its tool notes
 # each key it is run with, and in `hold` never answers.

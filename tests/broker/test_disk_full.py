@@ -20,7 +20,7 @@ from boxd.errors import BoxError, Problem
 from boxd.manager.group_commit import RECORD_FULL
 from boxd.manager.task_flush import STEP_NOT_FLUSHED
 from boxd.workers import broker_client, fake
-from tests.broker.test_broker_and_fake_worker import MemoryLog, serving, until
+from tests.support.memory_log import MemoryLog, serving, until
 
 # One cent each, so the many calls below stay within the budget and never wait for an OK.
 PAY = {"to": "Ada", "cents": 1, "memo": "m" * 500}

@@ -21,28 +21,10 @@ from yarl import URL
 
 from boxd.broker.app import make_broker
 from boxd.broker.app_link import Apps
-from tests.broker.test_broker_and_fake_worker import MemoryLog, MemoryWaiter
 from tests.support.app_serving import runners
 from tests.support.broker_serving import serving
-from tests.support.fuzz_bodies import FUZZ, Body, broken_bodies, segments, send
-from tests.support.old_request_models import (
-    AskRequest,
-    CallRequest,
-    CostRequest,
-    Step,
-    UsageRequest,
-)
-
-# What each route reads; a route the broker serves without an entry here fails the first test.
-BODIES: dict[str, type[BaseModel] | None] = {
-    "GET /task": None,
-    "GET /tools": None,
-    "POST /step": Step,
-    "POST /call": CallRequest,
-    "POST /ask": AskRequest,
-    "POST /cost": CostRequest,
-    "POST /usage": UsageRequest,
-}
+from tests.support.fuzz_bodies import BODIES, FUZZ, Body, broken_bodies, segments, send
+from tests.support.memory_log import MemoryLog, MemoryWaiter
 
 Broker = tuple[aiohttp.ClientSession, MemoryLog]
 

@@ -28,10 +28,10 @@ from boxd.broker.main import LateDoors
 from boxd.doors.connection_limits import Bounds
 from boxd.doors.idle_time import DEFAULT_IDLE_MS, SHORTEST_IDLE_MS
 from boxd.doors.socket_activation import Door
-from tests.broker.test_broker_and_fake_worker import MemoryLog, MemoryWaiter, until
-from tests.broker.test_stopping import Gate, broker, post
+from tests.support.gated_broker import Gate, broker, post
+from tests.support.memory_log import MemoryLog, MemoryWaiter, until
 
-__all__ = ["broker"]  # the fixture, shared with the stopping tests
+__all__ = ["broker"]  # the fixture (tests/support/gated_broker.py)
 
 IDLE = 0.3
 # Well past the idle time: what keeps a broker up must keep it up this long.

@@ -3,63 +3,13 @@ starts no other tool: a tool cut off after it acted (a payment booked) would lea
 tool.result. The tool here is a gate the test holds shut, standing in for one in mid-run."""
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
 
-import aiohttp
-import pytest
-from pydantic import BaseModel, ConfigDict
-
-from boxd.broker.app import Broker, make_broker
+from boxd.broker.app import Broker
 from boxd.broker.calls import STOPPING
-from boxd.sdk import App, Context, Tool
-from tests.broker.test_broker_and_fake_worker import MemoryLog, MemoryWaiter, until
-from tests.support.app_serving import runners
-from tests.support.broker_serving import serving
+from tests.support.gated_broker import Gate, broker, post
+from tests.support.memory_log import MemoryLog, until
 
-TOOL = "gate.pass"
-
-
-class Nothing(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Gate:
-    """A tool that waits until the test opens it."""
-
-    def __init__(self) -> None:
-        self.open = asyncio.Event()
-        self.entered: list[str] = []
-        self.ran: list[str] = []
-        self.app = App(name="gate", tools=(Tool("pass", "Waits.", Nothing, self._pass),))
-
-    async def _pass(self, _: Nothing, context: Context) -> dict[str, Any]:
-        self.entered.append(context.key)
-        await self.open.wait()
-        self.ran.append(context.key)
-        return {"ran": context.key}
-
-
-@pytest.fixture
-async def broker(tmp_path: Path) -> AsyncIterator[tuple[str, MemoryLog, Gate, Broker]]:
-    gate = Gate()
-    log = MemoryLog("", tools=(TOOL,))
-    path = str(tmp_path / "broker.sock")
-    async with runners(tmp_path, {"gate": gate.app}) as apps:
-        broker = make_broker(log, MemoryWaiter(log), log.task, apps, wait_seconds=0.3)
-        async with serving(broker, path):
-            yield path, log, gate, broker
-            gate.open.set()
-
-
-async def post(path: str, key: str) -> tuple[int, Any]:
-    connector = aiohttp.UnixConnector(path=path)
-    async with (
-        aiohttp.ClientSession(connector=connector) as session,
-        session.post("http://box/call", json={"tool": TOOL, "key": key}) as response,
-    ):
-        return response.status, await response.json()
+__all__ = ["broker"]  # the fixture (tests/support/gated_broker.py)
 
 
 async def test_a_tool_running_when_the_broker_stops_records_its_result_first(

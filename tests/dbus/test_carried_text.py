@@ -17,8 +17,8 @@ from boxd.dbus.server import Server
 from boxd.dbus.task_object import TaskObject
 from boxd.reading.strict_json import loads
 from boxd.wire.caller import Caller, Role
-from tests.manager.test_store import a_task
 from tests.support.dbus_daemon import bus_address
+from tests.support.tasks import a_task
 
 __all__ = ["bus_address"]
 

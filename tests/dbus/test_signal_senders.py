@@ -5,7 +5,6 @@ unique name once it restarted. (A broker hears the owner's answers as the reply 
 WaitApproval, no signal: tests/manager/test_approval_waits.py.)"""
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,35 +12,17 @@ from dbus_fast import Message, Variant
 
 from boxd.cli.follow import follow
 from boxd.dbus.client import BoxClient
-from boxd.dbus.interface import BUS_NAME, MANAGER, TASK, task_path
+from boxd.dbus.interface import BUS_NAME, MANAGER, task_path
 from boxd.dbus.name_owner import NameOwner
 from boxd.manager.records import Records
 from boxd.manager.store import Store
 from boxd.manager.systemd import CLD_EXITED, Systemd, unit_path
-from tests.manager.test_store import a_task
 from tests.support.fake_bus import FakeBus, owner_changed, signal
+from tests.support.signals import BOXD, NEW_BOXD, STRANGER, TASK_ID, event
+from tests.support.tasks import a_task
 
-TASK_ID = "t000000001"
-BOXD = ":1.10"
-NEW_BOXD = ":1.99"
-STRANGER = ":1.66"
 SYSTEMD = ":1.1"
 SYSTEMD_NAME = "org.freedesktop.systemd1"
-
-
-def event(
-    sender: str, seq: int, kind: str, data: dict[str, Any], destination: str | None = None
-) -> Message:
-    body = {"seq": seq, "task": TASK_ID, "kind": kind, "at": 1.0, "data": data}
-    return signal(
-        sender,
-        task_path(TASK_ID),
-        TASK,
-        "Event",
-        "tss",
-        [seq, kind, json.dumps(body)],
-        destination=destination,
-    )
 
 
 def answer(sender: str, state: str = "approved", destination: str | None = None) -> Message:

@@ -25,6 +25,7 @@ from boxd.broker.model.gateway import api_error_words
 from boxd.doors.connection_guard import Guard
 from boxd.doors.connection_limits import Bounds, body_words, busy_words
 from boxd.doors.json_errors import error
+from tests.support.http_answers import status_of
 
 HEAD = 0.5
 BODY = 0.5
@@ -178,10 +179,6 @@ async def served(tmp_path: Path, limits: Bounds | None = None) -> AsyncIterator[
     finally:
         release.set()
         await guard.close()
-
-
-def status_of(answer: bytes) -> int:
-    return int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/1.1 ") else 0
 
 
 async def closed_after(reader: asyncio.StreamReader, within: float) -> float:

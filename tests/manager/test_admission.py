@@ -2,7 +2,7 @@
 
 from boxd.manager.admission import next_to_start
 from boxd.wire.models.task import Task
-from tests.manager.test_store import a_task
+from tests.support.tasks import a_task
 
 
 def queued(task_id: str, at: float) -> Task:

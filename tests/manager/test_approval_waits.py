@@ -14,7 +14,7 @@ from boxd.broker.approvals import MAX_WAITING, ApprovalWaiter
 from boxd.errors import BoxError, Problem
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
-from tests.manager.test_broker_methods import BROKER, OWNER, TASK, open_methods
+from tests.support.broker_methods import BROKER, OWNER, TASK, open_methods
 
 QUESTION = json.dumps({"key": "q", "question": "May I?"})
 

@@ -5,53 +5,17 @@ D-Bus is a stand-in here (nothing listens); tests/vm has the real bus."""
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
-from dbus_fast import Message
-from dbus_fast.aio import MessageBus
 
 from boxd.errors import BoxError
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
-from boxd.manager.group_commit import Flush
-from boxd.manager.records import Records
-from boxd.manager.store import Store
 from boxd.wire.approval import ApprovalState
-from boxd.wire.caller import Caller, Role
 from boxd.wire.event import EventKind
 from boxd.wire.models.key_use import input_hash
-from boxd.wire.models.task import TaskState
-from tests.manager.test_store import a_task
-
-BROKER = Caller(Role.BROKER, ":1.7", task="t000000001")
-OWNER = Caller(Role.OWNER, "owner")
-TASK = "t000000001"
-
-
-class QuietBus:
-    """Takes exports and signals, and tells no one."""
-
-    def export(self, path: str, interface: object) -> None:
-        pass
-
-    def send(self, message: Message) -> None:
-        pass
-
-
-async def open_methods(
-    path: Path, flush: Flush | None = None
-) -> tuple[BrokerMethods, ApprovalAnswers, Store]:
-    store = Store(path, flush)
-    await store.open()
-    records = Records(store, cast(MessageBus, QuietBus()))
-    task = await store.task(TASK)
-    if task is None:
-        task = a_task().model_copy(update={"state": TaskState.RUNNING})
-        records.export(task)
-        await records.record(task, EventKind.TASK_STATE, {"state": "running"})
-    records.export(task)
-    return BrokerMethods(records), ApprovalAnswers(records), store
+from tests.support.broker_methods import BROKER, OWNER, TASK, open_methods, pay
 
 
 @pytest.fixture
@@ -59,12 +23,6 @@ async def box(tmp_path: Path) -> AsyncIterator[tuple[BrokerMethods, ApprovalAnsw
     methods, answers, store = await open_methods(tmp_path / "box.db")
     yield methods, answers
     await store.close()
-
-
-def pay(to: str, cents: int, key: str) -> str:
-    return json.dumps(
-        {"key": key, "tool": "wallet.pay", "input": {"to": to, "cents": cents}, "costCents": cents}
-    )
 
 
 def okay_for(key: str, cents: int) -> str:

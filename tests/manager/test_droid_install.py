@@ -19,7 +19,7 @@ from boxd.manager.droid_install import (
 )
 from boxd.manager.systemd import CLD_EXITED, CLD_KILLED, SystemdError, UnitStatus
 from boxd.wire.models.task import Task
-from tests.manager.test_store import a_task
+from tests.support.tasks import a_task
 
 PENDING = UnitStatus("inactive", "dead", "success", 0, 0, job_pending=True)
 RUNNING = UnitStatus("activating", "start", "success", 0, 0)

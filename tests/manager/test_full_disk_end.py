@@ -19,7 +19,7 @@ from boxd.manager.systemd import Systemd
 from boxd.manager.task_os import TaskOS
 from boxd.paths import task_dir, task_own_home
 from boxd.wire.models.task import Task, TaskState
-from tests.manager.test_store import a_task
+from tests.support.tasks import a_task
 
 TASK = "t000000001"
 

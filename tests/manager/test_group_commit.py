@@ -8,9 +8,7 @@ connection runs (sqlite3's trace callback).
 
 import asyncio
 import sqlite3
-import threading
-from collections.abc import AsyncIterator, Awaitable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +20,8 @@ from boxd.manager.ledger import Ledger
 from boxd.manager.store import Store
 from boxd.wire.event import EventKind
 from boxd.wire.models.event_record import Event
-from tests.manager.test_store import a_task
-
-HOLD_SECONDS = 10.0
+from tests.support.held_store import arrived, commits, thread_held
+from tests.support.tasks import a_task
 
 
 async def opened(path: Path) -> tuple[Store, list[str]]:
@@ -36,38 +33,6 @@ async def opened(path: Path) -> tuple[Store, list[str]]:
     assert db is not None
     db.set_trace_callback(statements.append)
     return store, statements
-
-
-@asynccontextmanager
-async def thread_held(store: Store) -> AsyncIterator[None]:
-    """The store's thread is busy until the block ends: what is written meanwhile waits."""
-    started, release = threading.Event(), threading.Event()
-
-    def hold(db: sqlite3.Connection) -> None:
-        started.set()
-        release.wait(HOLD_SECONDS)
-
-    holding = asyncio.create_task(store._run(hold))
-    await asyncio.to_thread(started.wait, HOLD_SECONDS)
-    assert started.is_set()
-    try:
-        yield
-    finally:
-        release.set()
-        await holding
-
-
-async def arrived(store: Store, count: int) -> None:
-    """Waits until `count` writes wait for a commit (each caller has reached its await)."""
-    for _ in range(1000):
-        if len(store._waiting) >= count:
-            return
-        await asyncio.sleep(0)
-    raise AssertionError(f"{len(store._waiting)} writes arrived, not {count}")
-
-
-def commits(statements: list[str]) -> int:
-    return sum(statement == "COMMIT" for statement in statements)
 
 
 async def outcomes(writes: Sequence[Awaitable[Any]]) -> list[Any]:

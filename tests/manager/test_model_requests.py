@@ -25,32 +25,17 @@ from boxd.wire.models.settings import Settings
 from boxd.wire.models.task import TaskState
 from boxd.wire.models.task_request import Autonomy, DroidOptions
 from boxd.wire.pricing import Tokens, price_cents, reservation_cents
-from tests.manager.test_broker_methods import QuietBus, pay
-from tests.manager.test_store import a_task
+from tests.support.broker_methods import QuietBus, pay
+from tests.support.presence import BROKER, LATER_BROKER, TASK, Presence
+from tests.support.tasks import a_task
 
-TASK = "t000000001"
 MODEL = "claude-sonnet-4-6"
-BROKER = Caller(Role.BROKER, ":1.7", task=TASK)
-LATER_BROKER = Caller(Role.BROKER, ":1.9", task=TASK)
 OWNER = Caller(Role.OWNER, "owner")
 BODY = "a" * 64
 OTHER = "b" * 64
 # 40 KB of Droid's first turn, estimated at a token a 3 bytes, and Droid's max_tokens.
 INPUT, OUTPUT = 13_654, 32_000
 USAGE = Tokens(input=1200, output=345, cacheWrite=2000, cacheRead=48000)
-
-
-class Presence:
-    """Broker connections on a stand-in bus: those in `live` are still there."""
-
-    def __init__(self) -> None:
-        self.live = {BROKER.name, LATER_BROKER.name}
-
-    async def holder(self, sender: str) -> str:
-        return f"bus/{sender}"
-
-    async def alive(self, holder: str) -> bool:
-        return holder.removeprefix("bus/") in self.live
 
 
 @dataclass

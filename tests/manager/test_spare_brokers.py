@@ -31,7 +31,7 @@ from boxd.wire.caller import Caller, Role
 from boxd.wire.models.settings import Settings
 from boxd.wire.models.task import Task, TaskState
 from boxd.wire.secret_names import BOX
-from tests.manager.test_store import a_task
+from tests.support.tasks import a_task
 
 SPARE = "t000000001"
 

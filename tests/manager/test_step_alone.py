@@ -17,8 +17,8 @@ from boxd.manager.store import Store
 from boxd.wire.caller import Caller, Role
 from boxd.wire.event import EventKind
 from boxd.wire.models.task import Task, TaskState
-from tests.manager.test_broker_methods import open_methods as open_running
-from tests.manager.test_store import a_task
+from tests.support.broker_methods import open_methods as open_running
+from tests.support.tasks import a_task
 
 BROKER = Caller(Role.BROKER, ":1.7", task="t000000001")
 TASK = "t000000001"

@@ -19,24 +19,8 @@ from boxd.wire.approval import ApprovalState
 from boxd.wire.event import EventKind
 from boxd.wire.models.approval_record import Approval
 from boxd.wire.models.settings import Settings
-from boxd.wire.models.task import Task, TaskState
-
-
-def a_task(task_id: str = "t000000001") -> Task:
-    return Task(
-        id=task_id,
-        title="t",
-        prompt="step a",
-        state=TaskState.QUEUED,
-        user=f"box-{task_id}",
-        workspace="home",
-        worker="fake",
-        tools=[],
-        hosts=[],
-        source="api",
-        budgetCents=100,
-        createdAt=time.time(),
-    )
+from boxd.wire.models.task import TaskState
+from tests.support.tasks import a_task
 
 
 async def test_durability_settings(tmp_path: Path) -> None:

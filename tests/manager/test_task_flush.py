@@ -29,9 +29,9 @@ from boxd.manager.task_flush import STEP_NOT_FLUSHED, TaskFlush
 from boxd.wire.caller import Caller, Role
 from boxd.wire.event import EventKind
 from boxd.wire.models.task import TaskState
-from tests.manager.test_broker_methods import QuietBus
-from tests.manager.test_group_commit import HOLD_SECONDS, arrived, commits, thread_held
-from tests.manager.test_store import a_task
+from tests.support.broker_methods import QuietBus
+from tests.support.held_store import HOLD_SECONDS, arrived, commits, thread_held
+from tests.support.tasks import a_task
 
 TASKS = [f"t00000000{n}" for n in range(1, 9)]
 

@@ -22,7 +22,18 @@ from urllib.parse import quote
 import aiohttp
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 from yarl import URL
+
+from boxd.web.event_stream import EVENTS_PATH
+from boxd.web.openapi import ROUTES
+from tests.support.old_request_models import (
+    AskRequest,
+    CallRequest,
+    CostRequest,
+    Step,
+    UsageRequest,
+)
 
 MB = 1024 * 1024
 
@@ -400,3 +411,19 @@ def check_answer(status: int, content_type: str, body: bytes, what: str) -> None
     assert isinstance(words, str) and re.search(r"[A-Za-z]{2,}", words), f"{what}: {words!r}"
     assert not _PYTHON_INSIDES.search(words), f"{what}: {words!r:.500}"
     assert len(words) <= MAX_WORDS, f"{what}: {len(words)} characters: {words[:300]!r}"
+
+
+# The event stream is a long answer by design (its own tests: test_live_events.py).
+FUZZED = [route for route in ROUTES if route.path != EVENTS_PATH]
+
+
+# What each route reads; a route the broker serves without an entry here fails the first test.
+BODIES: dict[str, type[BaseModel] | None] = {
+    "GET /task": None,
+    "GET /tools": None,
+    "POST /step": Step,
+    "POST /call": CallRequest,
+    "POST /ask": AskRequest,
+    "POST /cost": CostRequest,
+    "POST /usage": UsageRequest,
+}

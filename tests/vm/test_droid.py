@@ -30,7 +30,7 @@ from testbed.machine import Machine, booted_box
 from testbed.model_server import BASE_URL, DEFAULT_USAGE, ModelServer
 from testbed.npm_registry import NpmRegistry, droid_state, install_droid, restart_boxd
 from testbed.outside_world import arrived, start_outside
-from tests.vm.test_broker_calls import bookings, pending
+from testbed.wallet_calls import bookings, pending
 
 KEY = f"sk-ant-api03-{secrets.token_hex(24)}"
 MODEL = "claude-sonnet-4-6"

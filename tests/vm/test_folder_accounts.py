@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from testbed.box_api import boxctl, finish, http, start_fake
+from testbed.folders import tree
 from testbed.machine import Machine
-from tests.vm.test_personal_folders import tree
 
 ALICE, BOB, CAROL = "alice", "bob", "carol"
 TEAM = "team"

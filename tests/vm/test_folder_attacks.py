@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from testbed.box_api import boxctl, finish, http, start_fake, unit_environment
+from testbed.folders import folder, keep, tree
 from testbed.machine import Machine
-from tests.vm.test_personal_folders import folder, keep, tree
 
 PAUSES = "/run/boxd-pauses"
 OTHER = "other"

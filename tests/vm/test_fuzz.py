@@ -18,9 +18,16 @@ from yarl import URL
 from testbed.box_api import BROKER_UNIT, http, start_fake, unit_environment
 from testbed.browser import _forwarder, _stop
 from testbed.machine import Machine
-from tests.broker.test_fuzz_broker import BODIES
-from tests.support.fuzz_bodies import FUZZ, Body, broken_bodies, fill_path, segments, send
-from tests.web.test_fuzz_gateway import FUZZED
+from tests.support.fuzz_bodies import (
+    BODIES,
+    FUZZ,
+    FUZZED,
+    Body,
+    broken_bodies,
+    fill_path,
+    segments,
+    send,
+)
 
 GATEWAY_PORT = 7700
 UNITS = ("boxd.service", "boxd-web.service")

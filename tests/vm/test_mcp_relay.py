@@ -9,7 +9,7 @@ from pathlib import Path
 import testbed
 from testbed.box_api import finish, start_fake
 from testbed.machine import Machine
-from tests.vm.test_broker_calls import WALLET, bookings
+from testbed.wallet_calls import WALLET, bookings
 
 DRIVER = Path(testbed.__file__).with_name("mcp_drive.py")
 IN_MACHINE = "/opt/boxd-test/mcp_drive.py"

@@ -26,9 +26,7 @@ from testbed.box_api import (
     wait_for_step,
 )
 from testbed.machine import Machine
-from testbed.model_server import BASE_URL, PLAIN_URL, ModelServer
-from testbed.outside_world import PRIVATE_ADDRESS
-from tests.vm.test_model_gateway import (
+from testbed.model_calls import (
     MODEL,
     USAGE,
     ask_model,
@@ -39,6 +37,8 @@ from tests.vm.test_model_gateway import (
     texts,
     wait_for_approval,
 )
+from testbed.model_server import BASE_URL, PLAIN_URL, ModelServer
+from testbed.outside_world import PRIVATE_ADDRESS
 
 
 @pytest.fixture(scope="module")

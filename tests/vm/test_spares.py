@@ -12,8 +12,8 @@ import signal
 import time
 
 from testbed.box_api import BOXCTL, BROKER_UNIT, boxctl, finish, start_fake, unit_environment
+from testbed.broker_posts import post
 from testbed.machine import Machine
-from tests.vm.test_approval_binding import post
 
 
 def task_users(machine: Machine) -> set[str]:

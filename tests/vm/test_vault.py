@@ -7,7 +7,6 @@ import binascii
 import json
 import secrets
 import shutil
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from testbed.box_api import (
 )
 from testbed.image import TEST_VENV
 from testbed.machine import Machine
+from testbed.vault import vault_names, vault_set
 
 VAULT = "/var/lib/box/vault"
 REFUSED = "Only the box's owner may do this"
@@ -35,19 +35,6 @@ SMTP_PORT = 2525
 SMTP_USER = "box"
 SMTP_DIR = "/run/smtp-test"
 SEND = 'call mail.send {"to": "ann@example.com", "subject": "Hi", "body": "Hello"}'
-
-
-def vault_set(
-    machine: Machine, name: str, value: str, user: str | None = None, check: bool = True
-) -> subprocess.CompletedProcess[str]:
-    """`boxctl vault set NAME` with the value on stdin, the way a person pipes it in."""
-    return machine.run(BOXCTL, "vault", "set", name, user=user, input=value, check=check)
-
-
-def vault_names(machine: Machine) -> list[str]:
-    secrets = json.loads(boxctl(machine, "vault", "ls", "--json").stdout)
-    assert isinstance(secrets, list)
-    return [secret["name"] for secret in secrets]
 
 
 def contains(text: str, value: str) -> bool:

@@ -25,9 +25,9 @@ from boxd.broker.app_link import Apps
 from boxd.dbus.client import GatewayClient
 from boxd.doors.json_errors import json_errors
 from boxd.web.app import make_app as make_gateway
-from tests.broker.test_broker_and_fake_worker import MemoryLog, MemoryWaiter
 from tests.support.broker_serving import serving as serving_broker
-from tests.web.test_fuzz_gateway import OWNER, ManagerOnTheBus
+from tests.support.manager_on_the_bus import OWNER, ManagerOnTheBus
+from tests.support.memory_log import MemoryLog, MemoryWaiter
 
 HEADERS = {"Authorization": f"Bearer {OWNER}"}
 

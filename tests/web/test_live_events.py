@@ -31,8 +31,8 @@ from boxd.web.event_stream import CHECK_METHOD, Timing
 from boxd.web.live_events import RULE, TOO_MANY, LiveEvent, LiveEvents, Subscription, translate
 from boxd.web.screen_session import NO_TOKEN, SESSION_ENDED
 from boxd.wire.caller import OWNER_ONLY, Role
-from tests.dbus.test_signal_senders import BOXD, NEW_BOXD, STRANGER, TASK_ID, event
 from tests.support.fake_bus import FakeBus, owner_changed, signal
+from tests.support.signals import BOXD, NEW_BOXD, STRANGER, TASK_ID, event
 
 PATH = f"{ROOT_PATH}/task/{TASK_ID}"
 

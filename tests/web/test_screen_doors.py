@@ -5,7 +5,6 @@ a paired device is let in.
 
 The fake manager admits as the real one does: by the interface table and the server's check."""
 
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,6 +20,7 @@ from boxd.web.app import make_app
 from boxd.web.screen_session import NO_TOKEN
 from boxd.wire.caller import OWNER_ONLY, Role
 from boxd.wire.pairing_qr import qr_svg, qr_text
+from tests.support.qr_modules import dark_modules
 
 SESSION = "boxscreen_s"
 TOKENS = {
@@ -184,23 +184,6 @@ async def test_bodies_are_refused_in_words_naming_the_field(
     assert manager.calls == []
 
 
-def _modules(svg: str) -> set[tuple[int, int]]:
-    """The dark modules an SVG of segno's draws: `M x y` and `m dx dy` move, `h n` draws n
-    modules to the right (on a line half a module below the row's top)."""
-    path = svg.split('class="qrline"')[1].split(' d="')[1].split('"')[0]
-    dark: set[tuple[int, int]] = set()
-    x = y = 0.0
-    for kind, first, second in re.findall(r"([Mmh])(-?[\d.]+)(?: (-?[\d.]+))?", path):
-        if kind == "M":
-            x, y = float(first), float(second)
-        elif kind == "m":
-            x, y = x + float(first), y + float(second)
-        else:
-            dark.update((int(x) + i, int(y)) for i in range(int(float(first))))
-            x += float(first)
-    return dark
-
-
 def test_the_qr_code_is_the_code_s_text_and_nothing_else() -> None:
     expected = segno.make_qr(CODE, error="m")
     # A regular QR code, not a Micro one most phone cameras do not read.
@@ -212,8 +195,8 @@ def test_the_qr_code_is_the_code_s_text_and_nothing_else() -> None:
         for x, bit in enumerate(row)
         if bit
     }
-    assert _modules(qr_svg(CODE)) == dark
-    assert _modules(qr_svg("ABCDE-FGHIK")) != dark
+    assert dark_modules(qr_svg(CODE)) == dark
+    assert dark_modules(qr_svg("ABCDE-FGHIK")) != dark
     lines = qr_text(CODE).splitlines()
     # Two rows of modules a line, with the quiet zone around them.
     assert len(lines) == (len(expected.matrix) + 2 * border + 1) // 2

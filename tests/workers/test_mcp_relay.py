@@ -22,7 +22,6 @@ from boxd.wire.approval import MAX_KEY
 from boxd.workers.mcp import lines
 from boxd.workers.mcp_tools import KEY_TOOL_CHARS, ask_key, call_key
 from boxd.workers.unix_http import MAX_ANSWER
-from tests.broker.test_broker_and_fake_worker import MemoryLog, MemoryWaiter
 from tests.support.app_serving import runners
 from tests.support.broker_serving import serving as serving_broker
 from tests.support.mcp_relay_fixtures import (
@@ -35,6 +34,7 @@ from tests.support.mcp_relay_fixtures import (
     sdk_session,
     serving,
 )
+from tests.support.memory_log import MemoryLog, MemoryWaiter
 
 ADA = {"to": "Ada", "cents": 30}
 

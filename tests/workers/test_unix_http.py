@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from boxd.workers.unix_http import LOST, BrokerGarbled, exchange
-from tests.broker.test_http_server import start
+from tests.support.served_door import start
 
 
 async def _answer_with(tmp_path: Path, answer: bytes) -> str:

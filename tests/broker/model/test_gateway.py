@@ -34,9 +34,9 @@ from boxd.wire.models.settings import Settings
 from boxd.wire.models.task import TaskState
 from boxd.wire.models.task_request import Autonomy, DroidOptions
 from boxd.wire.pricing import Tokens, price_cents, reservation_cents
-from tests.manager.test_broker_methods import QuietBus
-from tests.manager.test_model_requests import Presence
-from tests.manager.test_store import a_task
+from tests.support.broker_methods import QuietBus
+from tests.support.presence import Presence
+from tests.support.tasks import a_task
 
 KEY = "sk-ant-api03-the-owners-own-key"
 MODEL = "claude-sonnet-4-6"
