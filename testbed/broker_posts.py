@@ -4,7 +4,6 @@ import json
 from typing import Any
 
 from testbed.machine import Machine
-from testbed.wallet_calls import short_approval_wait  # noqa: F401
 
 
 def post(machine: Machine, task: dict[str, Any], path: str, body: dict[str, Any]) -> Any:

@@ -7,8 +7,6 @@ from pathlib import Path
 from testbed.machine import Machine
 
 PYTHON = "/opt/boxd/venv/bin/python"
-
-
 STRANGER_SCRIPT = Path(__file__).with_name("bus_stranger.py").read_text()
 
 

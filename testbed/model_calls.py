@@ -18,11 +18,7 @@ from testbed.model_server import BASE_URL, ModelServer
 from testbed.outside_world import start_outside
 
 KEY = f"sk-ant-api03-{secrets.token_hex(24)}"
-
-
 MODEL = "claude-sonnet-4-6"
-
-
 USAGE = {
     "input_tokens": 1200,
     "output_tokens": 345,

@@ -14,13 +14,9 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from testbed.box_api import boxctl
 from testbed.browser import browser, console_log
-from testbed.folders import folder, owner_token, tree  # noqa: F401
 from testbed.machine import Machine
-from testbed.wallet_calls import short_approval_wait  # noqa: F401
 
 LINK = re.compile(r"^(http://127\.0\.0\.1:7700/#login=\S+)$", re.MULTILINE)
-
-
 WAIT = 60
 
 

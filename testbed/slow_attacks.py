@@ -10,11 +10,7 @@ from testbed.box_api import start_fake, wait_for_step
 from testbed.machine import Machine
 
 SCRIPT = "/tmp/slow_clients.py"
-
-
 IDLE = 2000
-
-
 # Steps of almost 1 MB each: GET /task and GET /api/tasks/{id} answer some 8 MB.
 BIG_STEPS = 8
 

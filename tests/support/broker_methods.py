@@ -19,11 +19,7 @@ from boxd.wire.models.task import TaskState
 from tests.support.tasks import a_task
 
 BROKER = Caller(Role.BROKER, ":1.7", task="t000000001")
-
-
 OWNER = Caller(Role.OWNER, "owner")
-
-
 TASK = "t000000001"
 
 

@@ -415,8 +415,6 @@ def check_answer(status: int, content_type: str, body: bytes, what: str) -> None
 
 # The event stream is a long answer by design (its own tests: test_live_events.py).
 FUZZED = [route for route in ROUTES if route.path != EVENTS_PATH]
-
-
 # What each route reads; a route the broker serves without an entry here fails the first test.
 BODIES: dict[str, type[BaseModel] | None] = {
     "GET /task": None,

@@ -17,8 +17,6 @@ from boxd.wire.models.task_request import parse_task_request
 from boxd.wire.models.token_limits import parse_limits
 
 OWNER = "box_owner"
-
-
 TASK = {"id": "t000000001", "title": "t", "state": "queued"}
 
 

@@ -3,11 +3,7 @@
 from boxd.wire.caller import Caller, Role
 
 TASK = "t000000001"
-
-
 BROKER = Caller(Role.BROKER, ":1.7", task=TASK)
-
-
 LATER_BROKER = Caller(Role.BROKER, ":1.9", task=TASK)
 
 

@@ -10,14 +10,8 @@ from boxd.dbus.interface import TASK, task_path
 from tests.support.fake_bus import signal
 
 TASK_ID = "t000000001"
-
-
 BOXD = ":1.10"
-
-
 NEW_BOXD = ":1.99"
-
-
 STRANGER = ":1.66"
 
 
