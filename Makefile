@@ -24,8 +24,8 @@ $(VENV)/.ready: pyproject.toml | host-packages
 	touch $@
 
 lint: $(VENV)/.ready
-	$(VENV)/bin/ruff check boxd tests bench
-	$(VENV)/bin/ruff format --check boxd tests bench
+	$(VENV)/bin/ruff check boxd testbed tests bench
+	$(VENV)/bin/ruff format --check boxd testbed tests bench
 	$(VENV)/bin/mypy --strict
 
 unit: $(VENV)/.ready
@@ -37,7 +37,7 @@ vm: $(VENV)/.ready
 test: lint unit vm
 
 run: $(VENV)/.ready
-	$(PY) -m tests.vm.run_box
+	$(PY) -m testbed.run_box
 
 bench: $(VENV)/.ready
 	$(PY) -m bench.start_latency

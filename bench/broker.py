@@ -501,7 +501,7 @@ async def _measure(tasks: list[Task], one_count: int, each_count: int) -> None:
 
 
 def run_in_machine(one_count: int, task_count: int, each_count: int) -> None:
-    from tests.vm.machine import Machine, install_boxd
+    from testbed.machine import Machine, install_boxd
 
     with Machine() as machine:
         install_boxd(machine)

@@ -1,4 +1,4 @@
-"""Crash points, long: many chaos rounds (tests/vm/chaos.py) in one test machine, and a table.
+"""Crash points, long: many chaos rounds (testbed/chaos.py) in one test machine, and a table.
 
 Run as root from the repository: `python -m bench.chaos --rounds 10`. Each round starts
 `--tasks` fake tasks that log steps, write files, pay through wallet.pay and ask questions, while
@@ -27,8 +27,8 @@ def main() -> None:
     parser.add_argument("--strikes", type=int, default=STRIKES, help="kills per round")
     arguments = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.vm.chaos import Figures, round_seed, run_round, table
-    from tests.vm.machine import Machine, install_boxd
+    from testbed.chaos import Figures, round_seed, run_round, table
+    from testbed.machine import Machine, install_boxd
 
     first = round_seed()
     seeds = random.Random(first)

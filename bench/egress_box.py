@@ -140,9 +140,9 @@ def main() -> None:
     parser.add_argument("--setups", type=int, default=SETUPS)
     arguments = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.vm.box_api import start_fake
-    from tests.vm.machine import Machine, install_boxd
-    from tests.vm.outside_world import ADDRESS, NAMESPACE, start_outside
+    from testbed.box_api import start_fake
+    from testbed.machine import Machine, install_boxd
+    from testbed.outside_world import ADDRESS, NAMESPACE, start_outside
 
     began = time.monotonic()
     with Machine() as machine:

@@ -300,7 +300,7 @@ def run_in_machine(tasks: int, idle_ms: int) -> int:
     """As bench.in_machine's, but with the bench package beside this file: it uses bench.load's
     measures, and runs as `python -m bench.idle_memory`."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.vm.machine import Machine, install_boxd
+    from testbed.machine import Machine, install_boxd
 
     here = Path(__file__).resolve().parent
     with Machine() as machine:

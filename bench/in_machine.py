@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tests.vm.machine import Machine
+    from testbed.machine import Machine
 
 # The interpreter of boxd's own venv in the machine: the benchmark imports what boxd does.
 PYTHON = "/opt/boxd/venv/bin/python"
@@ -32,7 +32,7 @@ def run_script(
 def run_in_machine(script: str, args: Sequence[str], *, timeout: float) -> int:
     """Boots a machine with boxd, runs the benchmark there, passes on its output; its exit code."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.vm.machine import Machine, install_boxd
+    from testbed.machine import Machine, install_boxd
 
     with Machine() as machine:
         install_boxd(machine)

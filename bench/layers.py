@@ -400,7 +400,7 @@ async def inside(token: str, runs: int) -> None:
 
 
 def run_in_machine(runs: int) -> None:
-    from tests.vm.machine import Machine, install_boxd
+    from testbed.machine import Machine, install_boxd
 
     began = time.monotonic()
     with Machine() as machine:

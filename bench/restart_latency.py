@@ -64,7 +64,7 @@ def measure(runs: int) -> None:
 
 
 def run_in_machine(runs: int) -> None:
-    from tests.vm.machine import Machine, install_boxd
+    from testbed.machine import Machine, install_boxd
 
     with Machine() as machine:
         install_boxd(machine)

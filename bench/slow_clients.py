@@ -3,7 +3,7 @@ boxd/doors/connection_limits.py, measured from the attacker's side in a real box
 
 Run as root from the repository: `.venv/bin/python -m bench.slow_clients`. It boots a test
 machine, installs this checkout, starts a fake task and attacks the gateway (127.0.0.1:7700) and
-the task's broker.sock at once with tests/vm/slow_clients.py: 2,000 idle connections, one that
+the task's broker.sock at once with testbed/slow_clients.py: 2,000 idle connections, one that
 sends nothing, one sending its head a byte every 2 s, one sending 10 bytes of a 1 MB body, one
 asking for an 8 MB answer with its window shut; meanwhile a legitimate request is timed. It
 prints, per door, when the server ended each bad connection (seconds from its start, seen by
@@ -60,8 +60,8 @@ def main() -> None:
         HEAD_SECONDS,
         STALL_SECONDS,
     )
-    from tests.vm.machine import Machine, install_boxd
-    from tests.vm.test_slow_clients import attack_both
+    from testbed.machine import Machine, install_boxd
+    from testbed.slow_attacks import attack_both
 
     bound = {"head": HEAD_SECONDS, "body": BODY_SECONDS, "stall": STALL_SECONDS}
     began = time.monotonic()

@@ -197,7 +197,7 @@ async def measure(token: str, runs: int) -> None:
 
 
 def run_in_machine(runs: int) -> None:
-    from tests.vm.machine import Machine, install_boxd
+    from testbed.machine import Machine, install_boxd
 
     with Machine() as machine:
         install_boxd(machine)

@@ -165,7 +165,7 @@ def run(kind: str, tasks_count: int, count: int) -> None:
         sys.exit("bench.step_profile needs perf on this host (Debian: apt install linux-perf)")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from bench.in_machine import PYTHON
-    from tests.vm.machine import Machine, install_boxd
+    from testbed.machine import Machine, install_boxd
 
     with Machine() as machine:
         install_boxd(machine)

@@ -45,7 +45,7 @@ from pathlib import Path
 from boxd.broker.app import make_broker
 from boxd.broker.app_link import Apps
 from boxd.dbus.interface import BROKER, bound_on
-from tests.broker_serving import serving
+from tests.support.broker_serving import serving
 
 
 TASK = {"id": "t000000001", "tools": ["echo.say"], "budgetCents": 100, "costCents": 0}

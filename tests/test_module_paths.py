@@ -19,14 +19,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The repository's Python packages: boxd, the test machine's harness, the tests, the benchmarks.
+_PACKAGES = "(?:boxd|testbed|tests|bench)"
 # `boxd.a.b` not inside a longer name (org.boxd.Box1, /opt/boxd.x), and `boxd/a/b.py`.
-_DOTTED = re.compile(r"(?<![\w.-])boxd(?:\.[A-Za-z_]\w*)+")
-_FILE = re.compile(r"(?<![\w/.-])boxd/[\w/]+\.py\b")
+_DOTTED = re.compile(rf"(?<![\w.-]){_PACKAGES}(?:\.[A-Za-z_]\w*)+")
+_FILE = re.compile(rf"(?<![\w/.-]){_PACKAGES}/[\w/]+\.py\b")
 # `from boxd.patches import asyncio` in a program a test runs: the module is boxd.patches.asyncio.
 _FROM = re.compile(r"\bfrom (boxd(?:\.\w+)*) import (\w+)")
 # Names that look like module paths and are not: a unit, the sysusers file, the screen's key in
-# the browser's sessionStorage.
-_NOT_MODULES = {"boxd.service", "boxd.conf", "boxd.session"}
+# the browser's sessionStorage, a test's logger, an entry point a test names because it is gone.
+_NOT_MODULES = {"boxd.service", "boxd.conf", "boxd.session", "tests.paced", "tests.no_such_module"}
 # What a benchmark run `--against` an older checkout imports there when this one has no such name.
 _OLDER_CHECKOUTS = {
     "bench/broker_import.py": {
@@ -122,7 +124,8 @@ def _stale(paths: list[Path]) -> list[str]:
 
 
 def test_every_module_path_in_the_code_units_and_build_names_a_module() -> None:
-    files = _tracked("boxd/*.py", "tests/*.py", "bench/*.py", "units", "pyproject.toml", "Makefile")
+    code = ("boxd/*.py", "testbed/*.py", "tests/*.py", "bench/*.py")
+    files = _tracked(*code, "units", "pyproject.toml", "Makefile")
     # This file names gone modules on purpose, below.
     assert _stale([file for file in files if file != Path(__file__).resolve()]) == []
 

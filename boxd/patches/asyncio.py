@@ -18,7 +18,7 @@ import_asyncio_without_ssl()
               (boxd/workers/mcp.py). The root manager's asyncio is never patched
               (docs/decisions.md, "asyncio without ssl, in a task's processes only").
     for:      CPython 3.11 to 3.13's asyncio.
-    tests:    tests/test_late_ssl.py; its shape: tests/test_patch_shapes.py.
+    tests:    tests/patches/test_late_ssl.py; its shape: tests/patches/test_shapes.py.
 
 Nothing that asks for ssl goes without: the hold lasts for asyncio's own import alone, and is
 not made in a process where asyncio or ssl is imported already, or where threads already run.

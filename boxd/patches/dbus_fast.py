@@ -9,7 +9,7 @@ patient(bus)
               (python-dbus-next issue #153): a few large messages in a row (1 MB steps, a page
               of a long answer) cut the manager off the bus.
     for:      dbus-fast 5.2 (pyproject.toml pins >=5.2,<5.3: docs/decisions.md says why).
-    tests:    tests/test_patient_writes.py; its shape: tests/test_patch_shapes.py.
+    tests:    tests/patches/test_patient_writes.py; its shape: tests/patches/test_shapes.py.
 
 gathered(bus)
     what:     the writer's `schedule_write` becomes GatheredWrites.schedule_write: the messages
@@ -20,7 +20,7 @@ gathered(bus)
               a group commit answers many steps in one turn; dbus-fast writes each with a
               send(2) of its own, and each wakes dbus-daemon.
     for:      dbus-fast 5.2, as above.
-    tests:    tests/test_gathered_writes.py; its shape: tests/test_patch_shapes.py.
+    tests:    tests/patches/test_gathered_writes.py; its shape: tests/patches/test_shapes.py.
 
 Either patch, finding a writer not as expected, logs a warning and leaves the bus as it is.
 """

@@ -11,7 +11,7 @@ get_plugins()
               uses no plugin, and an installed package's plugin would be code run as root in
               the manager (see boxd/__init__.py).
     for:      pydantic 2.14 (pyproject.toml pins >=2.14,<2.15: docs/decisions.md says why).
-    tests:    tests/test_pydantic_plugins.py; its shape: tests/test_patch_shapes.py.
+    tests:    tests/patches/test_pydantic_plugins.py; its shape: tests/patches/test_shapes.py.
 """
 
 from typing import Any

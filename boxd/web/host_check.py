@@ -43,7 +43,7 @@ def is_loopback_host(host: str | None) -> bool:
 @web.middleware
 async def only_own_names(request: web.Request, handler: Handler) -> web.StreamResponse:
     # A second Host header never gets here: aiohttp's parser refuses it (a 400 in words,
-    # boxd.doors.http_refusals), as tests/test_host_check.py shows.
+    # boxd.doors.http_refusals), as tests/web/test_host_check.py shows.
     host = request.headers.get("Host")
     if not is_loopback_host(host):
         shown = repr(host[:100]) if host else "no host"

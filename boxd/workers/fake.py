@@ -8,7 +8,7 @@ printed once at the end, so the timing costs the steps nothing.
 
 `acks PATH` makes it append every step the broker acknowledged (or that it found logged after
 an answer was lost) to PATH, one JSON line each, fsynced before it goes on: the witness that
-tests/vm/chaos.py holds the log to after kills and power cuts. It holds for the rest of the
+testbed/chaos.py holds the log to after kills and power cuts. It holds for the rest of the
 script, also on a resume that skips the `acks` line itself.
 """
 

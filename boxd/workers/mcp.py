@@ -6,7 +6,7 @@ with which keys). It speaks MCP's stdio transport itself, newline-delimited JSON
 stdin and stdout, with the standard library only: Droid waits for its MCP servers before its
 first model request, on every start and resume, and the official SDK takes several times as long
 to import as this whole relay takes to answer (docs/decisions.md; bench/mcp_relay.py).
-The SDK's own client checks this server in tests/test_mcp_relay.py.
+The SDK's own client checks this server in tests/workers/test_mcp_relay.py.
 
 stdout carries the protocol and nothing else; logs go to stderr, which Droid keeps.
 """

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from .machine import Machine, MachineError, booted_box
+from testbed.folders import owner_token  # noqa: F401  (a fixture several modules ask for)
+from testbed.machine import Machine, MachineError, booted_box
+from testbed.screen_driver import screen  # noqa: F401  (a fixture several modules ask for)
 
 VM_TESTS = Path(__file__).resolve().parent
 OWNER = "owner"

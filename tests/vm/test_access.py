@@ -2,8 +2,8 @@
 
 import json
 
-from tests.vm.box_api import boxctl, busctl_call, database_bytes, http, start_fake, wait_for_step
-from tests.vm.machine import Machine
+from testbed.box_api import boxctl, busctl_call, database_bytes, http, start_fake, wait_for_step
+from testbed.machine import Machine
 
 REFUSED = (
     "Only the box's owner may do this: the caller is not root and not in group boxd-owner "

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from tests.vm.box_api import boxctl, finish, start_fake, wait_for_step
-from tests.vm.installed_module import installed_module
-from tests.vm.machine import Machine
-from tests.vm.test_broker_calls import WALLET, bookings, pending
-from tests.vm.test_signals import PYTHON, STRANGER_SCRIPT, Ear
-from tests.vm.test_vault import vault_names, vault_set
+from testbed.box_api import boxctl, finish, start_fake, wait_for_step
+from testbed.bus_signals import PYTHON, STRANGER_SCRIPT, Ear
+from testbed.installed_module import installed_module
+from testbed.machine import Machine
+from testbed.vault import vault_names, vault_set
+from testbed.wallet_calls import WALLET, bookings, pending
 
 LEDGER = "/var/lib/box/apps/wallet/ledger.db"
 EVIL = ["evil.snoop", "evil.listen", "evil.heard", "evil.steal"]

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.vm.box_api import boxctl, finish, start_fake
-from tests.vm.machine import Machine, booted_box
+from testbed.box_api import boxctl, finish, start_fake
+from testbed.machine import Machine, booted_box
 
 PYTHON = "/opt/boxd/venv/bin/python"
 APPS = "/var/lib/box/apps"

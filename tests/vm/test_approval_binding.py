@@ -5,30 +5,12 @@ import json
 import time
 from typing import Any
 
-from tests.vm.box_api import boxctl, http, start_fake
-from tests.vm.machine import Machine
-from tests.vm.test_broker_calls import short_approval_wait  # noqa: F401  (autouse: 1.5 s waits)
+from testbed.box_api import boxctl, http, start_fake
+from testbed.broker_posts import post
+from testbed.machine import Machine
+from testbed.wallet_calls import short_approval_wait  # noqa: F401
 
 TOOLS = ["wallet.pay", "wallet.balance", "echo.say"]
-
-
-def post(machine: Machine, task: dict[str, Any], path: str, body: dict[str, Any]) -> Any:
-    """What the task's broker answers to `body`, as (status, JSON), asked as the task's user."""
-    done = machine.run(
-        "curl",
-        "-sS",
-        "-w",
-        "\n%{http_code}",
-        "--unix-socket",
-        f"/var/lib/box/tasks/{task['id']}/broker.sock",
-        f"http://box{path}",
-        "-d",
-        json.dumps(body),
-        user=task["user"],
-        timeout=60,
-    )
-    text, _, status = done.stdout.rpartition("\n")
-    return int(status), json.loads(text)
 
 
 def pay(to: str, cents: int, key: str) -> dict[str, Any]:

@@ -4,8 +4,8 @@ of done tasks and a running task's view and home are each tried."""
 
 import base64
 
-from tests.vm.box_api import boxctl, finish, http, start_fake, wait_for_step
-from tests.vm.machine import Machine
+from testbed.box_api import boxctl, finish, http, start_fake, wait_for_step
+from testbed.machine import Machine
 
 BOX = "/var/lib/box"
 

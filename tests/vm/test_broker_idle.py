@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.vm.box_api import (
+from testbed.box_api import (
     BROKER_UNIT,
     boxctl,
     finish,
@@ -19,8 +19,8 @@ from tests.vm.box_api import (
     unit_environment,
     wait_for_step,
 )
-from tests.vm.machine import Machine
-from tests.vm.outside_world import start_outside
+from testbed.machine import Machine
+from testbed.outside_world import start_outside
 
 IDLE_MS = 1500
 IDLE_LINE = "nothing in hand for 1.5 s"

@@ -13,8 +13,8 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from boxd.web.screen_session import NO_TOKEN
-from tests.vm.box_api import API, boxctl
-from tests.vm.browser import (
+from testbed.box_api import API, boxctl
+from testbed.browser import (
     DESKTOP,
     FORWARDER,
     PHONE,
@@ -25,7 +25,7 @@ from tests.vm.browser import (
     screenshot,
     viewport,
 )
-from tests.vm.machine import Machine
+from testbed.machine import Machine
 
 LINK = re.compile(r"^(http://127\.0\.0\.1:7700/#login=\S+)$", re.MULTILINE)
 

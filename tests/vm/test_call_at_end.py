@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from tests.vm.box_api import BOXCTL, boxctl, start_fake
-from tests.vm.machine import Machine
+from testbed.box_api import BOXCTL, boxctl, start_fake
+from testbed.machine import Machine
 
 PYTHON = "/opt/boxd/venv/bin/python"
 GATE = "/var/lib/box/apps/gate"

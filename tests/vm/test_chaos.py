@@ -1,13 +1,13 @@
 """Crash points, short: a round of fake tasks that log, write, pay and ask while the manager,
 a broker, a worker and the gateway are killed with SIGKILL and the power is cut, then the box
-held to its promises (tests/vm/chaos.py). The seed is printed; BOXD_CHAOS_SEED replays it.
+held to its promises (testbed/chaos.py). The seed is printed; BOXD_CHAOS_SEED replays it.
 bench/chaos.py runs the long version."""
 
 import json
 
-from tests.vm.box_api import finish, http, start_fake, wait_for_step
-from tests.vm.chaos import COMPONENTS, Figures, round_seed, run_round, table
-from tests.vm.machine import Machine
+from testbed.box_api import finish, http, start_fake, wait_for_step
+from testbed.chaos import COMPONENTS, Figures, round_seed, run_round, table
+from testbed.machine import Machine
 
 TASKS = 7
 STRIKES = 6

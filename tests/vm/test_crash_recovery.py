@@ -5,8 +5,8 @@ systemd's start limit however often it is killed."""
 import json
 import time
 
-from tests.vm.box_api import boxctl, finish, http, start_fake, wait_for_step
-from tests.vm.machine import CommandError, Machine
+from testbed.box_api import boxctl, finish, http, start_fake, wait_for_step
+from testbed.machine import CommandError, Machine
 
 KILLS = 10
 

@@ -17,9 +17,9 @@ import pytest
 from boxd.errors import NO_ROOM_TO_START
 from boxd.manager.box import STOPPED, stop_waits_for_room
 from boxd.manager.group_commit import RECORD_FULL
-from tests.vm.box_api import boxctl, finish, http, start_fake, wait_for_step
-from tests.vm.machine import BOX_HOME, Machine, install_boxd
-from tests.vm.npm_registry import wait_for_droid
+from testbed.box_api import boxctl, finish, http, start_fake, wait_for_step
+from testbed.machine import BOX_HOME, Machine, install_boxd
+from testbed.npm_registry import wait_for_droid
 
 DISK_MIB = 128
 STEPS_WHILE_FULL = 250

@@ -1,5 +1,5 @@
 """The real Droid (0.225.2, installed by boxd's own unit) in a real box, against a scripted
-stand-in for Anthropic's Messages API in the machine's outside world (tests/vm/model_server.py):
+stand-in for Anthropic's Messages API in the machine's outside world (testbed/model_server.py):
 a stand-in for the model only, never for Droid, systemd or the broker. Each test scripts the
 model's turns, Droid acts on them inside the task's sandbox, and the box's broker meters,
 asks and pays."""
@@ -17,7 +17,7 @@ import pytest
 from boxd.droid.release import droid_binary
 from boxd.wire.model_key import KEY_REFUSED
 from boxd.wire.pricing import Tokens, price_cents
-from tests.vm.box_api import (
+from testbed.box_api import (
     BROKER_UNIT,
     boxctl,
     finish,
@@ -26,11 +26,11 @@ from tests.vm.box_api import (
     set_unit_environment,
     wait_for_step,
 )
-from tests.vm.machine import Machine, booted_box
-from tests.vm.model_server import BASE_URL, DEFAULT_USAGE, ModelServer
-from tests.vm.npm_registry import NpmRegistry, droid_state, install_droid, restart_boxd
-from tests.vm.outside_world import arrived, start_outside
-from tests.vm.test_broker_calls import bookings, pending
+from testbed.machine import Machine, booted_box
+from testbed.model_server import BASE_URL, DEFAULT_USAGE, ModelServer
+from testbed.npm_registry import NpmRegistry, droid_state, install_droid, restart_boxd
+from testbed.outside_world import arrived, start_outside
+from testbed.wallet_calls import bookings, pending
 
 KEY = f"sk-ant-api03-{secrets.token_hex(24)}"
 MODEL = "claude-sonnet-4-6"

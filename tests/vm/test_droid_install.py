@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from boxd.droid.release import VERSION, droid_binary, tarball_url
-from tests.vm.box_api import boxctl, finish, http, start_fake
-from tests.vm.machine import Machine, booted_box
-from tests.vm.npm_registry import (
+from testbed.box_api import boxctl, finish, http, start_fake
+from testbed.machine import Machine, booted_box
+from testbed.npm_registry import (
     ADDRESS,
     INSTALL_UNIT,
     NpmRegistry,

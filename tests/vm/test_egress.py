@@ -1,5 +1,5 @@
 """A task's network: only its broker's proxies, which let through what its hosts allow, against
-a simulated outside world (tests/vm/outside_world.py). Each refusal is asserted, and so is its
+a simulated outside world (testbed/outside_world.py). Each refusal is asserted, and so is its
 `net.refused` line in the task's log."""
 
 import re
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from tests.vm.box_api import boxctl, finish, http, start_fake, wait_for_step
-from tests.vm.machine import Machine
-from tests.vm.outside_world import (
+from testbed.box_api import boxctl, finish, http, start_fake, wait_for_step
+from testbed.machine import Machine
+from testbed.outside_world import (
     ADDRESS,
     ADDRESS6,
     LINK_LOCAL_ADDRESS,

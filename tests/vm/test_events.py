@@ -12,9 +12,9 @@ from typing import Any
 
 from boxd.dbus.interface import BUS_NAME, ROOT_PATH
 from boxd.wire.caller import OWNER_ONLY
-from tests.vm.box_api import API, boxctl, finish, http, start_fake
-from tests.vm.machine import Machine, MachineProcess
-from tests.vm.test_signals import forge, main_pid
+from testbed.box_api import API, boxctl, finish, http, start_fake
+from testbed.bus_signals import forge, main_pid
+from testbed.machine import Machine, MachineProcess
 
 _END = "the stream ended"
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from tests.vm.box_api import boxctl, finish, http, start_fake
-from tests.vm.machine import Machine
-from tests.vm.test_personal_folders import tree
+from testbed.box_api import boxctl, finish, http, start_fake
+from testbed.folders import tree
+from testbed.machine import Machine
 
 ALICE, BOB, CAROL = "alice", "bob", "carol"
 TEAM = "team"

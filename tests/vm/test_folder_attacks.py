@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from tests.vm.box_api import boxctl, finish, http, start_fake, unit_environment
-from tests.vm.machine import Machine
-from tests.vm.test_personal_folders import folder, keep, tree
+from testbed.box_api import boxctl, finish, http, start_fake, unit_environment
+from testbed.folders import folder, keep, tree
+from testbed.machine import Machine
 
 PAUSES = "/run/boxd-pauses"
 OTHER = "other"

@@ -15,12 +15,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from yarl import URL
 
-from tests.fuzz_bodies import FUZZ, Body, broken_bodies, fill_path, segments, send
-from tests.test_fuzz_broker import BODIES
-from tests.test_fuzz_gateway import FUZZED
-from tests.vm.box_api import BROKER_UNIT, http, start_fake, unit_environment
-from tests.vm.browser import _forwarder, _stop
-from tests.vm.machine import Machine
+from testbed.box_api import BROKER_UNIT, http, start_fake, unit_environment
+from testbed.browser import _forwarder, _stop
+from testbed.machine import Machine
+from tests.support.fuzz_bodies import (
+    BODIES,
+    FUZZ,
+    FUZZED,
+    Body,
+    broken_bodies,
+    fill_path,
+    segments,
+    send,
+)
 
 GATEWAY_PORT = 7700
 UNITS = ("boxd.service", "boxd-web.service")

@@ -7,8 +7,8 @@ import re
 import time
 from typing import Any
 
-from tests.vm.box_api import BOXCTL, boxctl, busctl_call, finish, http, start_fake, wait_for_step
-from tests.vm.machine import Machine
+from testbed.box_api import BOXCTL, boxctl, busctl_call, finish, http, start_fake, wait_for_step
+from testbed.machine import Machine
 
 PYTHON = "/opt/boxd/venv/bin/python"
 DB = "/var/lib/box/box.db"

@@ -2,8 +2,8 @@
 has file descriptors: journald keeps a file for every uid that logged, every task has one, and
 a reader of the whole journal opened them all (and boxd ran out of descriptors)."""
 
-from tests.vm.box_api import finish, start_fake
-from tests.vm.machine import Machine
+from testbed.box_api import finish, start_fake
+from testbed.machine import Machine
 
 OTHER_USERS = 1500
 

@@ -2,8 +2,8 @@
 
 import json
 
-from tests.vm.box_api import finish, http, start_fake
-from tests.vm.machine import Machine
+from testbed.box_api import finish, http, start_fake
+from testbed.machine import Machine
 
 # Starts tasks eight at a time over the HTTP API and waits until each has ended; prints how many
 # ended in each state and why any failed.

@@ -3,8 +3,8 @@
 import base64
 import json
 
-from tests.vm.box_api import boxctl, database_bytes, finish, http, start_fake, wait_for_step
-from tests.vm.machine import Machine
+from testbed.box_api import boxctl, database_bytes, finish, http, start_fake, wait_for_step
+from testbed.machine import Machine
 
 
 def new_workspace(machine: Machine, token: str, name: str) -> None:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.vm.box_api import boxctl, finish, http, start_fake
-from tests.vm.machine import Machine
+from testbed.box_api import boxctl, finish, http, start_fake
+from testbed.machine import Machine
 
 FIRST_UID = 0x7000_0000
 PYTHON = "/opt/boxd/venv/bin/python"

@@ -7,8 +7,8 @@ import json
 
 from bench import load
 from bench.in_machine import run_script
-from tests.vm.box_api import API, boxctl, finish, start_fake, wait_for_step
-from tests.vm.machine import Machine
+from testbed.box_api import API, boxctl, finish, start_fake, wait_for_step
+from testbed.machine import Machine
 
 TASKS, LINES, CALLS = 20, 50, 5
 

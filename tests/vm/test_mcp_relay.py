@@ -6,11 +6,12 @@ import json
 import shutil
 from pathlib import Path
 
-from tests.vm.box_api import finish, start_fake
-from tests.vm.machine import Machine
-from tests.vm.test_broker_calls import WALLET, bookings
+import testbed
+from testbed.box_api import finish, start_fake
+from testbed.machine import Machine
+from testbed.wallet_calls import WALLET, bookings
 
-DRIVER = Path(__file__).with_name("mcp_drive.py")
+DRIVER = Path(testbed.__file__).with_name("mcp_drive.py")
 IN_MACHINE = "/opt/boxd-test/mcp_drive.py"
 
 

@@ -1,6 +1,6 @@
 """The attacker's tests of the owner's money at the model gateway, in a real box: fake tasks that
 speak to their gateway with curl the way a hostile worker would, a scripted model in the
-machine's outside world (tests/vm/model_server.py), the real broker, manager, bus and systemd.
+machine's outside world (testbed/model_server.py), the real broker, manager, bus and systemd.
 
 Each of these spent the owner's money unseen, or let a task past what the owner allowed, on
 main before issue 32: the comment above each says what it did then."""
@@ -17,7 +17,7 @@ from boxd.broker.model.body import MAX_REQUEST
 from boxd.broker.model.in_flight import MAX_IN_FLIGHT
 from boxd.broker.model.request import BYTES_PER_TOKEN
 from boxd.wire.pricing import reservation_cents
-from tests.vm.box_api import (
+from testbed.box_api import (
     BROKER_UNIT,
     boxctl,
     finish,
@@ -26,10 +26,8 @@ from tests.vm.box_api import (
     unit_environment,
     wait_for_step,
 )
-from tests.vm.machine import Machine
-from tests.vm.model_server import BASE_URL, PLAIN_URL, ModelServer
-from tests.vm.outside_world import PRIVATE_ADDRESS
-from tests.vm.test_model_gateway import (
+from testbed.machine import Machine
+from testbed.model_calls import (
     MODEL,
     USAGE,
     ask_model,
@@ -40,6 +38,8 @@ from tests.vm.test_model_gateway import (
     texts,
     wait_for_approval,
 )
+from testbed.model_server import BASE_URL, PLAIN_URL, ModelServer
+from testbed.outside_world import PRIVATE_ADDRESS
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """The OpenAPI document as a box in a test machine serves it: to anyone, with every route."""
 
-from tests.vm.box_api import http
-from tests.vm.machine import Machine
+from testbed.box_api import http
+from testbed.machine import Machine
 
 
 def test_the_box_serves_its_openapi_document_to_anyone(machine: Machine) -> None:

@@ -1,14 +1,14 @@
 """Paired devices, as a guesser, an app and the device itself would try them: a code pairs one
 device, once; a device's tasks say phone:<its name>, and no one else's may; the device may do
 what the owner may, until it is revoked. (A code's ten minutes are tested with a clock in
-tests/test_pairing.py: a test machine cannot wait them out.)"""
+tests/manager/test_pairing.py: a test machine cannot wait them out.)"""
 
 import json
 from typing import Any
 
 from boxd.wire.caller import OWNER_ONLY
-from tests.vm.box_api import boxctl, finish, http, start_fake
-from tests.vm.machine import Machine
+from testbed.box_api import boxctl, finish, http, start_fake
+from testbed.machine import Machine
 
 WRONG = (
     "that pairing code is not one this box made: check it, or make a new one with boxctl pair NAME"

@@ -4,8 +4,8 @@ then they start in the order they came. Running tasks carry on. Only the owner p
 import json
 from typing import Any
 
-from tests.vm.box_api import boxctl, finish, http, start_fake, wait_for_step
-from tests.vm.machine import Machine
+from testbed.box_api import boxctl, finish, http, start_fake, wait_for_step
+from testbed.machine import Machine
 
 OWNER_ONLY = (
     403,

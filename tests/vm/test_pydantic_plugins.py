@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.vm.box_api import finish, start_fake
-from tests.vm.installed_module import installed_module
-from tests.vm.machine import Machine
+from testbed.box_api import finish, start_fake
+from testbed.installed_module import installed_module
+from testbed.machine import Machine
 
 PYTHON = "/opt/boxd/venv/bin/python"
 SAID = "spy plugin loaded as uid"

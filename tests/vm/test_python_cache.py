@@ -4,7 +4,7 @@ broker or a task could write would be code run in every broker)."""
 
 import json
 
-from tests.vm.machine import Machine, stage_boxd
+from testbed.machine import Machine, stage_boxd
 
 ENVIRONMENT_FILE = "/opt/boxd/python.env"
 PYTHON = "/opt/boxd/venv/bin/python"

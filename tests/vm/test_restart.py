@@ -1,7 +1,7 @@
 """boxd restarts while tasks run: systemd keeps the units, the manager picks them up again."""
 
-from tests.vm.box_api import finish, lose_worker_with_boxd, start_fake, wait_for_step
-from tests.vm.machine import Machine
+from testbed.box_api import finish, lose_worker_with_boxd, start_fake, wait_for_step
+from testbed.machine import Machine
 
 
 def test_boxd_restarted_while_a_task_runs(machine: Machine, token: str) -> None:

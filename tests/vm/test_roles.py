@@ -4,8 +4,8 @@ stop the ones it started; everything else is the owner's. Tokens are listed and 
 import json
 from typing import Any
 
-from tests.vm.box_api import boxctl, finish, http, start_fake, wait_for_step
-from tests.vm.machine import Machine
+from testbed.box_api import boxctl, finish, http, start_fake, wait_for_step
+from testbed.machine import Machine
 
 OWNER_ONLY = (
     403,

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.vm.box_api import boxctl, finish, http, start_fake, wait_for_step
-from tests.vm.machine import Machine
+from testbed.box_api import boxctl, finish, http, start_fake, wait_for_step
+from testbed.machine import Machine
 
 PROXIES_LISTEN = (
     "python3 -c \"import socket; [socket.create_connection(('127.0.0.1', p)).close() "

@@ -11,10 +11,10 @@ import segno
 
 from boxd.web.screen_session import NO_TOKEN
 from boxd.wire.caller import OWNER_ONLY
-from tests.test_screen_doors import _modules
-from tests.vm.box_api import API, BOXCTL, boxctl, http
-from tests.vm.machine import Machine
-from tests.vm.test_screen_session import session as screen_session
+from testbed.box_api import API, BOXCTL, boxctl, http
+from testbed.machine import Machine
+from testbed.screen_login import session as screen_session
+from tests.support.qr_modules import dark_modules
 
 SECRET = "test.screen-doors"
 
@@ -124,7 +124,7 @@ def test_the_screen_makes_a_pairing_code_with_its_qr_code(machine: Machine, owne
     dark = {
         (x + 4, y + 4) for y, row in enumerate(drawn.matrix) for x, bit in enumerate(row) if bit
     }
-    assert _modules(pairing["qrSvg"]) == dark
+    assert dark_modules(pairing["qrSvg"]) == dark
     # And the code pairs the device, once.
     status, paired = http(machine, "POST", "/api/pair", None, json.dumps({"code": code}))
     assert status == 201 and paired["device"] == "screen-phone"

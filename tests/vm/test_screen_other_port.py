@@ -15,10 +15,11 @@ import pytest
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
+import testbed
 from boxd.web.screen_session import NO_TOKEN
-from tests.vm.box_api import API, boxctl
-from tests.vm.browser import browser, screenshot
-from tests.vm.machine import Machine
+from testbed.box_api import API, boxctl
+from testbed.browser import browser, screenshot
+from testbed.machine import Machine
 
 ATTACKER = "mallory"
 PORT = 8766
@@ -34,7 +35,7 @@ def other_port(machine: Machine) -> Iterator[str]:
     machine.run("sh", "-c", f"id {ATTACKER} >/dev/null 2>&1 || useradd -m {ATTACKER}")
     folder = machine.root / Path(SERVER).parent.relative_to("/")
     folder.mkdir(mode=0o755, exist_ok=True)
-    shutil.copyfile(Path(__file__).with_name("other_port.py"), folder / "other_port.py")
+    shutil.copyfile(Path(testbed.__file__).with_name("other_port.py"), folder / "other_port.py")
     machine.run("rm", "-f", SEEN)
     machine.run(
         "systemd-run",

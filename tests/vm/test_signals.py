@@ -12,29 +12,14 @@ import json
 import select
 import subprocess
 import time
-from pathlib import Path
 
-from tests.vm.box_api import BOXCTL, boxctl, finish, start_fake
-from tests.vm.machine import Machine, MachineProcess
-from tests.vm.test_broker_calls import WALLET, bookings, pending
+from testbed.box_api import BOXCTL, boxctl, finish, start_fake
+from testbed.bus_signals import PYTHON, STRANGER_SCRIPT, Ear, forge, main_pid
+from testbed.machine import Machine, MachineProcess
+from testbed.wallet_calls import WALLET, bookings, pending
 
-PYTHON = "/opt/boxd/venv/bin/python"
-STRANGER_SCRIPT = (Path(__file__).parent / "bus_stranger.py").read_text()
 SYSTEMD = "/org/freedesktop/systemd1"
 LEDGER = "/var/lib/box/apps/wallet/ledger.db"
-
-
-def as_stranger(machine: Machine, *args: str) -> str:
-    return machine.run(PYTHON, "-c", STRANGER_SCRIPT, *args, user="nobody").stdout.strip()
-
-
-def forge(machine: Machine, to: str, path: str, member: str, signature: str, body: object) -> None:
-    interface, _, member = member.rpartition(".")
-    as_stranger(machine, "forge", to, path, interface, member, signature, json.dumps(body))
-
-
-def main_pid(machine: Machine, unit: str) -> int:
-    return int(machine.run("systemctl", "show", "-p", "MainPID", "--value", unit).stdout)
 
 
 def listen(
@@ -131,30 +116,6 @@ def test_forged_systemd_signals_end_no_task(machine: Machine, token: str) -> Non
     finally:
         stopping.kill()
     assert state(machine, task["id"]) == "failed"
-
-
-class Ear:
-    """A listener in the machine, as `user`, writing what it hears to a file there (a pipe
-    would fill up with systemd's chatter and stop it listening)."""
-
-    def __init__(self, machine: Machine, name: str, user: str, *argv: str) -> None:
-        self.machine = machine
-        self.file = f"/tmp/ear-{name}"
-        machine.run("rm", "-f", self.file)
-        redirect = f'exec "$@" >{self.file} 2>&1'
-        self.process = machine.spawn("sh", "-c", redirect, "sh", *argv, user=user)
-
-    def ready(self, text: str, timeout: float = 30) -> None:
-        until = f"until grep -q {text} {self.file} 2>/dev/null; do sleep 0.05; done"
-        self.machine.run("timeout", str(timeout), "sh", "-c", until)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=10)
-
-    def heard(self) -> str:
-        self.stop()
-        return self.machine.run("cat", self.file).stdout
 
 
 def test_a_stranger_hears_nothing_of_a_task(machine: Machine, token: str, owner: str) -> None:

@@ -11,9 +11,9 @@ import json
 import signal
 import time
 
-from tests.vm.box_api import BOXCTL, BROKER_UNIT, boxctl, finish, start_fake, unit_environment
-from tests.vm.machine import Machine
-from tests.vm.test_approval_binding import post
+from testbed.box_api import BOXCTL, BROKER_UNIT, boxctl, finish, start_fake, unit_environment
+from testbed.broker_posts import post
+from testbed.machine import Machine
 
 
 def task_users(machine: Machine) -> set[str]:
@@ -207,8 +207,8 @@ def test_a_task_started_as_systemd_reloads_runs_in_no_worker_of_before(
     ready = workers_ready(machine)
     # A reload since the spares were made: their workers run with the unit of before. The
     # manager makes them again as the reload ends; a task that takes one before that gets a new
-    # worker (tests/test_spare_brokers.py, with a fake systemd, for each way). Whichever comes
-    # first here, no task runs in a worker of before.
+    # worker (tests/manager/test_spare_brokers.py, with a fake systemd, for each way). Whichever
+    # comes first here, no task runs in a worker of before.
     machine.run("systemctl", "daemon-reload")
     tasks = [start_fake(machine, token, VIEW_MOUNT) for _ in ready]
     views = set()

@@ -2,7 +2,7 @@
 
 import json
 
-from tests.vm.box_api import (
+from testbed.box_api import (
     boxctl,
     busctl_call,
     busctl_result,
@@ -11,7 +11,7 @@ from tests.vm.box_api import (
     start_fake,
     wait_for_step,
 )
-from tests.vm.machine import Machine
+from testbed.machine import Machine
 
 
 def test_http_task_runs_as_its_own_user_and_ends_done(machine: Machine, token: str) -> None:
@@ -112,7 +112,7 @@ def test_a_droid_task_fails_saying_droid_could_not_be_installed(
     machine: Machine, token: str
 ) -> None:
     # A test machine has no network and no registry stand-in unless a test starts one
-    # (tests/vm/npm_registry.py): the install boxd started at boot fails at once.
+    # (testbed/npm_registry.py): the install boxd started at boot fails at once.
     status, task = http(
         machine,
         "POST",

@@ -12,10 +12,10 @@ import pytest
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from boxd.wire.caller import OWNER_ONLY
-from tests.vm.box_api import boxctl, finish, http, start_fake
-from tests.vm.browser import screenshot
-from tests.vm.machine import Machine
-from tests.vm.test_screen import _click, _one, _press, _text, screen, until  # noqa: F401
+from testbed.box_api import boxctl, finish, http, start_fake
+from testbed.browser import screenshot
+from testbed.machine import Machine
+from testbed.screen_driver import _click, _one, _press, _text, screen, until  # noqa: F401
 
 # How each kind of limited token is made, and how its refusals name it.
 KINDS = {

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from tests.vm.box_api import finish, http, start_fake, wait_for_step
-from tests.vm.machine import Machine
+from testbed.box_api import finish, http, start_fake, wait_for_step
+from testbed.machine import Machine
 
 # The figures in docs/sandbox.md, "boxd's own units".
 CEILINGS = {

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.vm.box_api import boxctl, busctl_call, http, start_fake
-from tests.vm.machine import Machine
+from testbed.box_api import boxctl, busctl_call, http, start_fake
+from testbed.machine import Machine
 
 BASE = {"title": "t", "prompt": "step ok", "worker": "fake"}
 

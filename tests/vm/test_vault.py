@@ -7,7 +7,6 @@ import binascii
 import json
 import secrets
 import shutil
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,8 +14,9 @@ from typing import Any
 
 import pytest
 
+import testbed
 from boxd.wire.caller import OWNER_ONLY
-from tests.vm.box_api import (
+from testbed.box_api import (
     BOXCTL,
     boxctl,
     busctl_call,
@@ -25,8 +25,9 @@ from tests.vm.box_api import (
     start_fake,
     wait_for_step,
 )
-from tests.vm.image import TEST_VENV
-from tests.vm.machine import Machine
+from testbed.image import TEST_VENV
+from testbed.machine import Machine
+from testbed.vault import vault_names, vault_set
 
 VAULT = "/var/lib/box/vault"
 REFUSED = "Only the box's owner may do this"
@@ -34,19 +35,6 @@ SMTP_PORT = 2525
 SMTP_USER = "box"
 SMTP_DIR = "/run/smtp-test"
 SEND = 'call mail.send {"to": "ann@example.com", "subject": "Hi", "body": "Hello"}'
-
-
-def vault_set(
-    machine: Machine, name: str, value: str, user: str | None = None, check: bool = True
-) -> subprocess.CompletedProcess[str]:
-    """`boxctl vault set NAME` with the value on stdin, the way a person pipes it in."""
-    return machine.run(BOXCTL, "vault", "set", name, user=user, input=value, check=check)
-
-
-def vault_names(machine: Machine) -> list[str]:
-    secrets = json.loads(boxctl(machine, "vault", "ls", "--json").stdout)
-    assert isinstance(secrets, list)
-    return [secret["name"] for secret in secrets]
 
 
 def contains(text: str, value: str) -> bool:
@@ -79,7 +67,7 @@ def smtp(machine: Machine) -> Iterator[Smtp]:
     password = secrets.token_urlsafe(24)
     folder = machine.root / SMTP_DIR.lstrip("/")
     folder.mkdir(mode=0o700, exist_ok=True)
-    shutil.copyfile(Path(__file__).with_name("smtp_server.py"), folder / "server.py")
+    shutil.copyfile(Path(testbed.__file__).with_name("smtp_server.py"), folder / "server.py")
     (folder / "password").write_text(password)
     (folder / "password").chmod(0o600)
     inbox = f"{SMTP_DIR}/inbox.jsonl"

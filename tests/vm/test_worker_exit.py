@@ -13,7 +13,7 @@ check of a new worker does:
 
 import json
 
-from tests.vm.machine import Machine
+from testbed.machine import Machine
 
 # Runs in the machine with boxd's venv: starts transient units shaped like a worker (Type=exec)
 # that end at once, and prints what Systemd.status() made of each once it had finished.

@@ -2,8 +2,8 @@
 
 import json
 
-from tests.vm.box_api import boxctl, finish, http, start_fake, wait_for_step
-from tests.vm.machine import Machine
+from testbed.box_api import boxctl, finish, http, start_fake, wait_for_step
+from testbed.machine import Machine
 
 
 def test_workspaces_over_http_and_boxctl(machine: Machine, token: str) -> None:

@@ -1,0 +1,70 @@
+"""The Droid package for test machines, downloaded once into the host's test cache beside the
+image and bound read-only into every machine at the same path, where testbed/npm_registry.py
+serves it: no test machine reaches npm, and none pays for the download twice.
+
+    droid_tarball()  # /var/cache/boxd-test/droid/cli-linux-x64-0.225.2.tgz, checked
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+import urllib.request
+from pathlib import Path
+
+from boxd.droid.installer import integrity_of
+from boxd.droid.release import DEFAULT_REGISTRY, INTEGRITY, VERSION, tarball_url
+
+from .image import _locked, log
+
+CACHE_DIR = Path(os.environ.get("BOXD_TEST_CACHE", "/var/cache/boxd-test")) / "droid"
+# Where machines see CACHE_DIR (read-only).
+MACHINE_DIR = "/var/cache/boxd-test/droid"
+
+
+class DroidCacheError(RuntimeError):
+    pass
+
+
+def tarball_name(version: str = VERSION) -> str:
+    return tarball_url(DEFAULT_REGISTRY, version).rsplit("/", 1)[1]
+
+
+@functools.cache
+def droid_tarball() -> Path:
+    """The pinned package in the cache, downloaded from npm the first time; its integrity is
+    checked once per test run, so a damaged cache is replaced rather than served."""
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    final = CACHE_DIR / tarball_name()
+    with _locked(CACHE_DIR / ".lock"):
+        if final.is_file() and integrity_of(final) == INTEGRITY:
+            return final
+        url = tarball_url(DEFAULT_REGISTRY)
+        log(f"downloading Droid {VERSION} for test machines (114 MB, once): {url}")
+        fd, partial = tempfile.mkstemp(prefix=".download-", dir=CACHE_DIR)
+        try:
+            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
+                while chunk := response.read(1024 * 1024):
+                    out.write(chunk)
+            if integrity_of(Path(partial)) != INTEGRITY:
+                raise DroidCacheError(f"{url} did not serve Droid {VERSION} as published")
+            os.chmod(partial, 0o644)
+            # The rename is what makes it visible, so a half download never is.
+            os.rename(partial, final)
+        finally:
+            Path(partial).unlink(missing_ok=True)
+    return final
+
+
+@functools.cache
+def droid_cache_dir() -> Path:
+    """The folder to bind into machines. A host that cannot download the package still boots
+    machines: only a test that installs Droid fails then, its stand-in saying the package is not
+    in the cache. Asked once per test run, like the download."""
+    try:
+        return droid_tarball().parent
+    except (OSError, DroidCacheError) as error:
+        log(f"Droid is not in the test cache, and could not be downloaded: {error}")
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        return CACHE_DIR

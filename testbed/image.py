@@ -1,0 +1,389 @@
+"""The Debian 12 root file system that test machines boot.
+
+`image()` returns a ready image directory, building it with debootstrap the first time. Images
+are cached under a directory named by a hash of the recipe (the package lists and this file's
+own text), so changing the recipe builds a new image and never alters one a machine may be
+using as its read-only lower layer.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CACHE_DIR = Path(os.environ.get("BOXD_TEST_CACHE", "/var/cache/boxd-test")) / "images"
+
+SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+
+# libpam-systemd is listed because polkitd fails to configure without it.
+DEBIAN_PACKAGES: tuple[str, ...] = (
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "libpam-systemd",
+    "polkitd",
+    "python3",
+    "python3-venv",
+    "python3-systemd",
+    "curl",
+    "iproute2",
+    "procps",
+    "ca-certificates",
+    "make",
+    # What agents run, to test that the worker's sandbox leaves them working.
+    "git",
+    "gcc",
+    "libc6-dev",
+    "nodejs",
+)
+
+# The screen's tests drive Debian's Chromium with Debian's WebDriver for it (one source
+# package, so always the same version); nothing is downloaded at test time. Installed by apt
+# after debootstrap, whose own resolver fails to configure GTK's dconf-service. Recommends
+# are left out: fonts-liberation is Chromium's (metric-compatible Arial, Times and Courier)
+# and DejaVu the default face, so screenshots show legible text.
+BROWSER_PACKAGES: tuple[str, ...] = (
+    "chromium",
+    "chromium-driver",
+    "fonts-dejavu-core",
+    "fonts-liberation",
+)
+
+# Used until the repository has a pyproject.toml to read them from.
+FALLBACK_DEPENDENCIES: tuple[str, ...] = (
+    "dbus-fast>=2",
+    "aiohttp>=3.9",
+    "pydantic>=2.6",
+    "systemd-python>=235",
+    "sdnotify>=0.3",
+)
+
+# They would reach for the network from inside test machines at random times.
+MASKED_UNITS: tuple[str, ...] = ("apt-daily.timer", "apt-daily-upgrade.timer")
+
+# Debian's python3-systemd provides this one; building it from source would need a compiler
+# and the libsystemd headers in the image.
+PROVIDED_BY_DEBIAN = frozenset({"systemd-python"})
+
+VENV = "/opt/boxd/venv"
+# The tests' own servers (a real SMTP server for the mail app), in a venv of their own so that
+# nothing boxd imports comes from them. Test machines have no network: it must be in the image.
+TEST_VENV = "/opt/boxd-test/venv"
+TEST_PACKAGES: tuple[str, ...] = ("aiosmtpd>=1.4",)
+HOSTNAME = "boxd-test"
+HOST_CA_DIR = Path("/usr/local/share/ca-certificates")
+CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class ImageError(RuntimeError):
+    pass
+
+
+def log(message: str) -> None:
+    print(f"[boxd-test image] {message}", file=sys.stderr, flush=True)
+
+
+def ensure_host_tools() -> None:
+    """Install systemd-nspawn and debootstrap on the host if they are missing (fresh CI)."""
+    if shutil.which("systemd-nspawn") and shutil.which("debootstrap"):
+        return
+    log("installing systemd-container and debootstrap on this host")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for argv in (
+        ["apt-get", "update"],
+        ["apt-get", "install", "-y", "systemd-container", "debootstrap"],
+    ):
+        done = subprocess.run(argv, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ImageError(
+                f"could not install the tools that test machines need: {' '.join(argv)} "
+                f"exited with status {done.returncode}\n{done.stdout}{done.stderr}"
+            )
+    if not (shutil.which("systemd-nspawn") and shutil.which("debootstrap")):
+        raise ImageError("systemd-nspawn or debootstrap is still missing after apt-get install")
+
+
+def _requirement_name(requirement: str) -> str:
+    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    if match is None:
+        raise ImageError(f"cannot read the package name in dependency {requirement!r}")
+    return re.sub(r"[-_.]+", "-", match.group(1)).lower()
+
+
+def python_dependencies() -> list[str]:
+    """The runtime dependencies to pip install into the image's venv."""
+    pyproject = REPO_ROOT / "pyproject.toml"
+    if pyproject.exists():
+        with pyproject.open("rb") as f:
+            project = tomllib.load(f).get("project", {})
+        declared = list(project.get("dependencies", []))
+    else:
+        declared = list(FALLBACK_DEPENDENCIES)
+    return sorted(d for d in declared if _requirement_name(d) not in PROVIDED_BY_DEBIAN)
+
+
+def recipe_hash(dependencies: Sequence[str]) -> str:
+    recipe = {
+        "suite": SUITE,
+        "mirror": MIRROR,
+        "packages": list(DEBIAN_PACKAGES),
+        "browser": list(BROWSER_PACKAGES),
+        "dependencies": list(dependencies),
+        "image.py": Path(__file__).read_text(),
+    }
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def image() -> Path:
+    """Return the root directory of a ready image, building it first if needed."""
+    dependencies = python_dependencies()
+    digest = recipe_hash(dependencies)
+    final = CACHE_DIR / digest
+    root = final / "root"
+    if root.is_dir():
+        return root
+    ensure_host_tools()
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with _locked(CACHE_DIR / f"{digest}.lock"):
+        # Someone else may have finished the same build while this process waited.
+        if root.is_dir():
+            return root
+        _remove_stale_builds(digest)
+        build = Path(tempfile.mkdtemp(prefix=f".build-{digest}-", dir=CACHE_DIR))
+        try:
+            _build(build / "root", dependencies)
+            build.chmod(0o755)
+            # The rename is what makes an image visible, so a half-built one never is.
+            build.rename(final)
+        except BaseException:
+            _remove_tree(build)
+            raise
+    _prune_old_images(keep=final)
+    return root
+
+
+def _prune_old_images(keep: Path, how_many: int = 3) -> None:
+    """Delete all but the newest few images, sparing any that a machine is booted from.
+
+    Every change to the recipe builds a new image of about 1.4 GB (Chromium is half of it).
+    """
+    with open("/proc/self/mountinfo") as f:
+        mounts = f.read()
+    images = sorted(
+        (p for p in CACHE_DIR.iterdir() if p.is_dir() and not p.name.startswith(".")),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    for old in images[how_many:]:
+        # Machines mount their root overlay on the host, so a used image shows as a lowerdir.
+        if old == keep or f"lowerdir={old}/root" in mounts:
+            continue
+        with _locked(CACHE_DIR / f"{old.name}.lock"):
+            log(f"removing an old image: {old}")
+            _remove_tree(old)
+        (CACHE_DIR / f"{old.name}.lock").unlink(missing_ok=True)
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log("another process is building this image; waiting for it")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _remove_stale_builds(digest: str) -> None:
+    # Only called under the lock, so a build dir that exists now belongs to a dead build.
+    for stale in CACHE_DIR.glob(f".build-{digest}-*"):
+        log(f"removing an unfinished build: {stale}")
+        _remove_tree(stale)
+
+
+def _mounts_under(path: Path) -> list[str]:
+    prefix = str(path.resolve())
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = line.split()[4].encode().decode("unicode_escape")
+            if point == prefix or point.startswith(prefix + "/"):
+                found.append(point)
+    return found
+
+
+def _remove_tree(path: Path) -> None:
+    """Delete a directory, first unmounting whatever a failed build left mounted in it.
+
+    Deleting through a leftover bind mount of /dev or /proc would reach into the host's.
+    """
+    for point in sorted(_mounts_under(path), key=len, reverse=True):
+        subprocess.run(["umount", "--lazy", point], check=False)
+    if _mounts_under(path):
+        raise ImageError(f"{path} still has mounts in it; not deleting it")
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _run_logged(argv: list[str], logfile: Path, what: str) -> None:
+    with logfile.open("a") as out:
+        out.write(f"\n$ {' '.join(argv)}\n")
+        out.flush()
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        tail = "\n".join(logfile.read_text(errors="replace").splitlines()[-40:])
+        raise ImageError(
+            f"building the test image failed while {what}: {' '.join(argv)} exited with "
+            f"status {done.returncode}. Last lines of {logfile}:\n{tail}"
+        )
+
+
+def _in_image(root: Path, *argv: str) -> list[str]:
+    # A plain chroot with a clean environment: the host's PIP_* and SSL settings point at
+    # files and mirrors that do not exist inside the image.
+    return [
+        "chroot",
+        str(root),
+        "env",
+        "-i",
+        f"PATH={CONTAINER_PATH}",
+        "LANG=C.UTF-8",
+        "HOME=/root",
+        *argv,
+    ]
+
+
+@contextmanager
+def _proc_mounted(root: Path) -> Iterator[None]:
+    # pip and ensurepip read /proc. /dev needs nothing: debootstrap made its device nodes.
+    # No bind mounts of the host's /dev or /sys, so nothing the build does can reach them.
+    target = root / "proc"
+    subprocess.run(["mount", "-t", "proc", "proc", str(target)], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", "--lazy", str(target)], check=False)
+
+
+def _build(root: Path, dependencies: Sequence[str]) -> None:
+    started = time.monotonic()
+    logfile = root.parent / "build.log"
+    log(f"building a Debian 12 test image in {root.parent} (takes about 3 minutes)")
+    log(f"build log: {logfile}")
+
+    log("debootstrap: installing " + ", ".join(DEBIAN_PACKAGES))
+    _run_logged(
+        [
+            "debootstrap",
+            "--variant=minbase",
+            "--include=" + ",".join(DEBIAN_PACKAGES),
+            SUITE,
+            str(root),
+            MIRROR,
+        ],
+        logfile,
+        "running debootstrap",
+    )
+
+    log("configuring: CA certificates, DNS, hostname, machine id")
+    shutil.copyfile("/etc/resolv.conf", root / "etc/resolv.conf")
+    image_ca_dir = root / HOST_CA_DIR.relative_to("/")
+    image_ca_dir.mkdir(parents=True, exist_ok=True)
+    if HOST_CA_DIR.is_dir():
+        for cert in HOST_CA_DIR.glob("*.crt"):
+            shutil.copyfile(cert, image_ca_dir / cert.name)
+    # Nothing needs masking for boot: this image boots to "running" in nspawn in about 0.3 s
+    # with no failed unit (systemd 252; `systemctl --failed`, `systemd-analyze blame`).
+    for unit in MASKED_UNITS:
+        link = root / "etc/systemd/system" / unit
+        link.unlink(missing_ok=True)
+        link.symlink_to("/dev/null")
+    (root / "etc/hostname").write_text(HOSTNAME + "\n")
+    # Empty, so every machine gets its own id at boot instead of sharing the build's.
+    (root / "etc/machine-id").write_text("")
+    dbus_id = root / "var/lib/dbus/machine-id"
+    if dbus_id.is_file() and not dbus_id.is_symlink():
+        dbus_id.unlink()
+        dbus_id.symlink_to("/etc/machine-id")
+
+    with _proc_mounted(root):
+        _run_logged(
+            _in_image(root, "update-ca-certificates"), logfile, "adding the host's CA certificates"
+        )
+        log(f"creating {VENV} and installing: " + ", ".join(dependencies))
+        _run_logged(
+            _in_image(root, "python3", "-m", "venv", "--system-site-packages", VENV),
+            logfile,
+            "creating the Python venv",
+        )
+        if dependencies:
+            _run_logged(
+                _in_image(
+                    root,
+                    f"{VENV}/bin/pip",
+                    "install",
+                    "--no-cache-dir",
+                    "--disable-pip-version-check",
+                    *dependencies,
+                ),
+                logfile,
+                "installing the Python dependencies from PyPI",
+            )
+        log(f"creating {TEST_VENV} for the tests' servers: " + ", ".join(TEST_PACKAGES))
+        _run_logged(
+            _in_image(root, "python3", "-m", "venv", TEST_VENV),
+            logfile,
+            "creating the tests' Python venv",
+        )
+        _run_logged(
+            _in_image(
+                root,
+                f"{TEST_VENV}/bin/pip",
+                "install",
+                "--no-cache-dir",
+                "--disable-pip-version-check",
+                *TEST_PACKAGES,
+            ),
+            logfile,
+            "installing the tests' Python packages from PyPI",
+        )
+        log("apt-get: installing " + ", ".join(BROWSER_PACKAGES))
+        _run_logged(_in_image(root, "apt-get", "update", "-q"), logfile, "updating apt's lists")
+        _run_logged(
+            _in_image(
+                root,
+                "DEBIAN_FRONTEND=noninteractive",
+                "apt-get",
+                "install",
+                "-y",
+                "-q",
+                "--no-install-recommends",
+                *BROWSER_PACKAGES,
+            ),
+            logfile,
+            "installing Chromium and its WebDriver",
+        )
+        _run_logged(_in_image(root, "apt-get", "clean"), logfile, "cleaning the apt cache")
+
+    log(f"image ready in {time.monotonic() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    print(image())
