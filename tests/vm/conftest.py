@@ -29,6 +29,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+# Seconds spent per test module (setup, call and teardown, so a module's own machine counts where
+# it is booted): printed at the end, to show where the VM suite's time goes (docs/testing.md).
+_SECONDS_BY_MODULE: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    module = report.nodeid.partition("::")[0]
+    _SECONDS_BY_MODULE[module] = _SECONDS_BY_MODULE.get(module, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _SECONDS_BY_MODULE:
+        return
+    total = sum(_SECONDS_BY_MODULE.values())
+    terminalreporter.section(f"where the VM suite's {total:.0f} s went, by module")
+    ranked = sorted(_SECONDS_BY_MODULE.items(), key=lambda item: item[1], reverse=True)
+    for module, seconds in ranked[:20]:
+        terminalreporter.write_line(f"{seconds:7.1f} s {seconds / total:6.1%}  {module}")
+    rest = ranked[20:]
+    if rest:
+        seconds = sum(seconds for _, seconds in rest)
+        terminalreporter.write_line(
+            f"{seconds:7.1f} s {seconds / total:6.1%}  the other {len(rest)} modules"
+        )
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
