@@ -12,8 +12,9 @@ from boxd.broker.model.messages_api import api_error
 
 # Model requests one task has in flight at once (read, waiting for the owner, streaming, or read
 # on after the worker hung up): Droid sends one at a time, a few with subagents. Each may hold a
-# 32 MiB body while it runs (256 MiB for all eight), one at a time is checked (some 100 MiB more
-# at most), and the broker has 512 MiB (box-broker@.service MemoryMax=).
+# 32 MiB body while it runs (256 MiB for all eight), one at a time is checked (what checking
+# costs: docs/performance.md, "A model request's memory"), and the broker has 512 MiB
+# (box-broker@.service MemoryMax=).
 MAX_IN_FLIGHT = 8
 
 # The request's exchange with the upstream, once handed to one: it holds the request's place.
