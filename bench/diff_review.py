@@ -1,5 +1,5 @@
-"""How long the review of a task's changes (boxd/manager/diffs.py) takes to make, at its caps: the
-manager makes it in a thread, so this is how long one review holds a thread and a CPU.
+"""How long the review of a task's changes (boxd/manager/workspaces/diffs.py) takes to make, at its
+caps: the manager makes it in a thread, so this is how long one review holds a thread and a CPU.
 
 Run from the repository, no root needed: `python -m bench.diff_review`. On temp folders standing
 for a task's layer over a base, it times one whole review (every page) of:
@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from boxd.manager.diffs import diff_page
+from boxd.manager.workspaces.diffs import diff_page
 from boxd.reading.strict_json import size
 from boxd.wire.models.task_diff import MAX_DIFF_FILES, MAX_DIFF_READ
 

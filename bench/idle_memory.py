@@ -53,7 +53,7 @@ from bench.load import (
     worker_unit,
 )
 from boxd.manager.spares import SPARES
-from boxd.manager.worker_ahead import catches
+from boxd.manager.units.worker_ahead import catches
 from boxd.wire.worker_kinds import WAKES
 
 TASKS = 5

@@ -9,8 +9,8 @@ machine map). Each is measured twice, in turn: with ssl held back as a task's en
 imports it. Printed: the median of `--runs` of each, the saving, and whether ssl was loaded.
 
 The processes: a task's broker (`boxd broker`), its worker (`python -m boxd.workers.ahead`, told
-to be the fake worker), the MCP relay Droid starts (`python -m boxd.workers.mcp`), and, for the
-decision to leave them as asyncio has them, the root manager (`boxd manager`) and the web
+to be the fake worker), the MCP relay Droid starts (`python -m boxd.workers.mcp.relay`), and, for
+the decision to leave them as asyncio has them, the root manager (`boxd manager`) and the web
 gateway (`boxd web`). Bytecode is compiled on a warm-up run, as an installed wheel has it.
 """
 
@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent.parent
 PROCESSES = {
     "broker": "import boxd.broker.main",
     "worker": "import boxd.workers.ahead, boxd.workers.fake",
-    "relay": "import boxd.workers.mcp",
+    "relay": "import boxd.workers.mcp.relay",
     "manager": "import boxd.manager.main",
     "web": "import boxd.web.main",
 }

@@ -46,7 +46,7 @@ from typing import Any
 
 import aiohttp
 
-from boxd.manager.netns import netns_path
+from boxd.manager.units.netns import netns_path
 from boxd.wire.models.settings import MAX_RUNNING_TASKS
 
 BOX_HOME = Path("/var/lib/box")

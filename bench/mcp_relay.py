@@ -5,8 +5,8 @@ every resume.
 
 Run from the repository, no root: `python -m bench.mcp_relay [--runs N]`. Timed, in turns:
 
-- relay: `python -I -m boxd.workers.mcp`, which asks a broker (served by this process on a Unix
-  socket, with the real tools wallet.pay, wallet.balance, echo.say) for `GET /tools`;
+- relay: `python -I -m boxd.workers.mcp.relay`, which asks a broker (served by this process on a
+  Unix socket, with the real tools wallet.pay, wallet.balance, echo.say) for `GET /tools`;
 - sdk: bench/mcp_sdk_server.py, the least server the official `mcp` SDK makes (lowlevel Server,
   stdio transport, one fixed tool, no broker at all): a floor for any relay built on the SDK;
 - and, to see where time goes, processes that only import and exit: Python with json and
@@ -34,7 +34,7 @@ from boxd.apps.runner import Runner
 PYTHON = [sys.executable, "-I"]
 SDK_SERVER = str(Path(__file__).with_name("mcp_sdk_server.py"))
 SERVERS = {
-    "relay": [*PYTHON, "-m", "boxd.workers.mcp"],
+    "relay": [*PYTHON, "-m", "boxd.workers.mcp.relay"],
     "sdk": [*PYTHON, SDK_SERVER],
 }
 IMPORTS = {

@@ -26,10 +26,10 @@ def measure(steps: int) -> None:
     """In this checkout: one line per prompt length."""
     import sqlite3
 
-    from boxd.manager.store import _SCHEMA
+    from boxd.manager.record.store import _SCHEMA
 
     try:
-        from boxd.manager.ledger import Ledger
+        from boxd.manager.record.ledger import Ledger
         from boxd.wire.event import EventKind
         from boxd.wire.models.task import Task, TaskState
     except ModuleNotFoundError:
@@ -38,9 +38,9 @@ def measure(steps: int) -> None:
         from boxd.event import EventKind  # type: ignore[import-not-found,no-redef]
         from boxd.task import Task, TaskState  # type: ignore[import-not-found,no-redef]
 
-        from boxd.manager.store import Ledger  # type: ignore[attr-defined]
+        from boxd.manager.record.store import Ledger  # type: ignore[attr-defined]
     try:
-        from boxd.manager.ledger import TaskSave
+        from boxd.manager.record.ledger import TaskSave
     except ImportError:
         # A checkout from before TaskSave (--against one): save_task took its parts as arguments.
         TaskSave = None  # type: ignore[assignment,misc]

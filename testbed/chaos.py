@@ -382,7 +382,7 @@ def dump(machine: Machine, ids: list[str]) -> dict[str, Any]:
 
 
 def layer_name(number: int) -> str:
-    from boxd.manager.layers import layer_name as name
+    from boxd.manager.workspaces.layers import layer_name as name
 
     return name(number)
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from typing import Any
 
-RELAY = [sys.executable, "-I", "-m", "boxd.workers.mcp"]
+RELAY = [sys.executable, "-I", "-m", "boxd.workers.mcp.relay"]
 PAY = {"name": "wallet__pay", "arguments": {"to": "Ada", "cents": 30}}
 
 

@@ -1,6 +1,6 @@
 """Every module path written down in the repository names a module that exists.
 
-Module paths live in strings the interpreter never checks: `python -m boxd.workers.mcp` in the
+Module paths live in strings the interpreter never checks: `python -m boxd.workers.mcp.relay` in the
 MCP configuration, the workers' table, monkeypatches by dotted name, the broker's import list,
 comments and docstrings that send the reader to `boxd/doors/door_cap.py`, the units, the
 Makefile, the README. A module moved to another folder leaves such a path behind; this finds

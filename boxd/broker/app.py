@@ -83,9 +83,9 @@ class Broker:
     async def post_step(self, request: Request) -> Answer:
         step = Step.read(request.body)
         # The manager answers once the task's files are on disk and then the step: it flushes
-        # the task's file system before the commit that holds the step (boxd.manager.task_flush),
-        # once for all the steps committed together, and refuses the step with a 507 when it
-        # cannot.
+        # the task's file system before the commit that holds the step
+        # (boxd.manager.record.task_flush), once for all the steps committed together, and refuses
+        # the step with a 507 when it cannot.
         event = await self.manager.call(api.LOG_STEP, json.dumps(step.json()))
         return json_answer(event)
 

@@ -177,8 +177,8 @@ STOP_TASK = Method("StopTask", ("id",), "task", _OWNER_OR_APP)
 # Everything else is the owner's.
 UNDO_TASK = Method("UndoTask", ("id",), "task", _OWNER)
 KEEP_TASK = Method("KeepTask", ("id",), "task", _OWNER)
-# The review of what a task changed, in pages (boxd.manager.diffs): read by the owner only, since
-# a task's files may hold what the owner's folders hold.
+# The review of what a task changed, in pages (boxd.manager.workspaces.diffs): read by the owner
+# only, since a task's files may hold what the owner's folders hold.
 DIFF_TASK = Method("DiffTask", ("id", "page"), "diff", _OWNER)
 LIST_APPROVALS = Method("ListApprovals", ("page",), "approvals", _OWNER)
 ANSWER_APPROVAL = Method(
@@ -197,7 +197,7 @@ CREATE_TOKEN = Method("CreateToken", ("name", "role", "limits"), "token", _IN_PE
 LIST_TOKENS = Method("ListTokens", (), "tokens", _OWNER)
 REVOKE_TOKEN = Method("RevokeToken", ("id",), "token", _OWNER, id_of="token")
 # Pairing: the owner makes a code for a device's name; a device exchanges it, once, within ten
-# minutes, for a token of its own (boxd.manager.pairing). On the gateway, the token is "".
+# minutes, for a token of its own (boxd.manager.access.pairing). On the gateway, the token is "".
 CREATE_PAIRING = Method("CreatePairing", ("name",), "pairing", _IN_PERSON)
 PAIR = Method("Pair", ("code",), "paired", frozenset({Door.PAIRING_CODE}))
 # Which Droid release the box runs and whether its install is under way or failed.
@@ -212,7 +212,7 @@ REMOVE_SECRET = Method("RemoveSecret", ("name",), "secret", _IN_PERSON)
 LIST_SECRETS = Method("ListSecrets", (), "names", _IN_PERSON)
 # This computer's own screen: `boxctl open` asks for a one-time link (the owner by polkit
 # only, so no token can make one); the gateway exchanges the link, passed as its token, for a
-# session once (boxd.manager.screen_sessions).
+# session once (boxd.manager.access.screen_sessions).
 CREATE_SCREEN_LINK = Method("CreateScreenLink", (), "link", _POLKIT)
 OPEN_SCREEN_SESSION = Method("OpenScreenSession", (), "session", frozenset({Door.LOGIN_LINK}))
 # Logging out: the screen ends the session it passes (its own, which is also its token).

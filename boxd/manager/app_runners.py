@@ -18,10 +18,10 @@ import os
 from pathlib import Path
 
 from boxd.apps.registry import installed
+from boxd.manager.access.vault import Vault
 from boxd.manager.app_state_of_before import split_state
-from boxd.manager.systemd import Systemd
-from boxd.manager.users import ensure_system_user, user_ids
-from boxd.manager.vault import Vault
+from boxd.manager.units.systemd import Systemd
+from boxd.manager.units.users import ensure_system_user, user_ids
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ import time
 from typing import Any
 
 from boxd.errors import Problem, die
-from boxd.manager.ledger import TaskSave
 from boxd.manager.pages import one_page, with_next
-from boxd.manager.records import Records
+from boxd.manager.record.ledger import TaskSave
+from boxd.manager.record.records import Records
 from boxd.wire.approval import ApprovalState
 from boxd.wire.caller import Caller
 from boxd.wire.event import EventKind

@@ -5,7 +5,7 @@ from dbus_fast import Message
 from dbus_fast.aio import MessageBus
 
 from boxd.dbus import interface as api
-from boxd.manager.ledger import Ledger, TaskSave
+from boxd.manager.record.ledger import Ledger, TaskSave
 from boxd.wire.event import EventKind
 from boxd.wire.models.approval_record import Approval
 from boxd.wire.models.task import Task, TaskState

@@ -18,30 +18,30 @@ from dbus_fast.aio import MessageBus
 from boxd.dbus import interface as api
 from boxd.dbus.server import Handler
 from boxd.errors import NO_ROOM_TO_START, BoxError, Problem, die, is_full
-from boxd.manager import at_rest
+from boxd.manager.access.screen_sessions import ScreenSessions
+from boxd.manager.access.vault import Vault
 from boxd.manager.app_runners import AppRunners
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.background import Background
 from boxd.manager.broker_methods import BrokerMethods
-from boxd.manager.damaged import DAMAGED
-from boxd.manager.folders import asking_account, check_folders, folder_workspace, look_as
-from boxd.manager.layers import Layers
-from boxd.manager.ledger import TaskIdTaken, TaskSave
+from boxd.manager.folders.folders import asking_account, check_folders, folder_workspace, look_as
+from boxd.manager.folders.owner_process import as_owner_work
 from boxd.manager.lifecycle import Lifecycle
 from boxd.manager.machinery import Machinery
 from boxd.manager.model_requests import ModelRequests
 from boxd.manager.owner_methods import OwnerMethods
-from boxd.manager.owner_process import as_owner_work
 from boxd.manager.pages import one_page, with_next
-from boxd.manager.records import Records
+from boxd.manager.record.damaged import DAMAGED
+from boxd.manager.record.ledger import TaskIdTaken, TaskSave
+from boxd.manager.record.records import Records
+from boxd.manager.record.store import Store
 from boxd.manager.review import ReviewMethods
-from boxd.manager.screen_sessions import ScreenSessions
 from boxd.manager.spares import SpareMaker
-from boxd.manager.store import Store
-from boxd.manager.systemd import Systemd
-from boxd.manager.task_os import TaskOS
-from boxd.manager.vault import Vault
-from boxd.manager.workspaces import PERSONAL, SHARED, Workspaces
+from boxd.manager.units import at_rest
+from boxd.manager.units.systemd import Systemd
+from boxd.manager.units.task_os import TaskOS
+from boxd.manager.workspaces.layers import Layers
+from boxd.manager.workspaces.workspaces import PERSONAL, SHARED, Workspaces
 from boxd.wire.caller import OWNER_ONLY, Caller, Role
 from boxd.wire.claude_models import DEFAULT_MODEL, resolve_model
 from boxd.wire.event import EventKind

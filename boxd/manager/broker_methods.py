@@ -1,17 +1,17 @@
 """What a task's broker asks of the manager: the task and its steps, logging steps, tool calls
 and their results, costs, refusals, and questions for the owner. A broker acts for its own task
-only (boxd.manager.authorize checks its unit)."""
+only (boxd.manager.access.authorize checks its unit)."""
 
 import time
 from typing import Any
 
 from boxd.errors import Problem, die
 from boxd.manager.asked import record_approval, tell_asked
-from boxd.manager.key_uses import used
-from boxd.manager.ledger import Ledger, TaskSave
 from boxd.manager.model_requests import model_reserved
 from boxd.manager.pages import one_page, with_next
-from boxd.manager.records import Records, found, running
+from boxd.manager.record.key_uses import used
+from boxd.manager.record.ledger import Ledger, TaskSave
+from boxd.manager.record.records import Records, found, running
 from boxd.wire.approval import ApprovalState, approval_id
 from boxd.wire.caller import Caller
 from boxd.wire.event import EventKind
@@ -57,7 +57,7 @@ class BrokerMethods:
             return ledger.save_task(TaskSave(task, EventKind.TASK_STEP, said.json()))
 
         # Answered once the task's files and then the step are on disk: the store flushes the
-        # task's file system before the commit that holds the step (boxd.manager.task_flush).
+        # task's file system before the commit that holds the step (boxd.manager.record.task_flush).
         async with self.records.locks[task_id]:
             event = await self.records.transact(log, flush=task_id)
         return event.model_dump(mode="json")

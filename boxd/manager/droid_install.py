@@ -14,8 +14,8 @@ from typing import Any
 
 from boxd.droid.installer import failure_reason
 from boxd.droid.release import VERSION, droid_binary
-from boxd.manager.last_words import last_words
-from boxd.manager.systemd import CLD_EXITED, CLD_KILLED, Systemd, SystemdError, UnitStatus
+from boxd.manager.units.last_words import last_words
+from boxd.manager.units.systemd import CLD_EXITED, CLD_KILLED, Systemd, SystemdError, UnitStatus
 from boxd.wire.models.task import Task
 from boxd.wire.models.task_request import Worker
 

@@ -14,17 +14,17 @@ from typing import Any
 
 from boxd.errors import BoxError, Problem, die
 from boxd.manager.approval_answers import ApprovalAnswers
-from boxd.manager.disk import MIB, RESERVE_BYTES, full_words, stopped_words, tree_bytes
-from boxd.manager.exit_words import why_failed
-from boxd.manager.last_words import last_words
-from boxd.manager.layers import layer_name
-from boxd.manager.ledger import TaskSave
 from boxd.manager.machinery import Machinery, OnMachinery
 from boxd.manager.model_requests import ModelRequests
-from boxd.manager.records import Records
+from boxd.manager.record.disk import MIB, RESERVE_BYTES, full_words, stopped_words, tree_bytes
+from boxd.manager.record.ledger import TaskSave
+from boxd.manager.record.records import Records
 from boxd.manager.spares import SpareMaker
-from boxd.manager.systemd import SystemdError
-from boxd.manager.worker_unit import broker_units, task_slice, worker_unit
+from boxd.manager.units.exit_words import why_failed
+from boxd.manager.units.last_words import last_words
+from boxd.manager.units.systemd import SystemdError
+from boxd.manager.units.worker_unit import broker_units, task_slice, worker_unit
+from boxd.manager.workspaces.layers import layer_name
 from boxd.paths import task_own_home
 from boxd.wire.approval import TASK_ENDED, ApprovalState
 from boxd.wire.event import EventKind

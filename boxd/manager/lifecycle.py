@@ -9,32 +9,32 @@ import logging
 from functools import partial
 
 from boxd.errors import BoxError, Problem, die
-from boxd.manager import at_rest, disk_quota
+from boxd.manager.access.vault import Vault
 from boxd.manager.admission import next_to_start
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.at_once import at_once
 from boxd.manager.droid_install import DroidInstall, sort_queue
 from boxd.manager.ending import Ending
-from boxd.manager.folders import real_folders
-from boxd.manager.keep import save_manifest, take_manifest
-from boxd.manager.layers import MAX_DONE, layer_name
-from boxd.manager.ledger import TaskSave
+from boxd.manager.folders.folders import real_folders
+from boxd.manager.folders.keep import save_manifest, take_manifest
+from boxd.manager.folders.mirror import MirrorError, sync_mirror
+from boxd.manager.folders.owner_process import OwnerError, as_owner_work
 from boxd.manager.machinery import Machinery, OnMachinery
-from boxd.manager.mirror import MirrorError, sync_mirror
 from boxd.manager.model_requests import ModelRequests
-from boxd.manager.owner_process import OwnerError, as_owner_work
-from boxd.manager.records import Records
+from boxd.manager.record.ledger import TaskSave
+from boxd.manager.record.records import Records
 from boxd.manager.spares import Ahead, SpareMaker
-from boxd.manager.systemd import SystemdError
-from boxd.manager.users import FIRST_UID, LAST_UID, id_taken, task_uid
-from boxd.manager.vault import Vault
-from boxd.manager.worker_unit import (
+from boxd.manager.units import at_rest, disk_quota
+from boxd.manager.units.systemd import SystemdError
+from boxd.manager.units.users import FIRST_UID, LAST_UID, id_taken, task_uid
+from boxd.manager.units.worker_unit import (
     WORK_GROUP,
     broker_service_unit,
     wake_signal,
     worker_properties,
     worker_unit,
 )
+from boxd.manager.workspaces.layers import MAX_DONE, layer_name
 from boxd.paths import task_manifest, task_work_dir, workspaces_dir
 from boxd.wire.event import EventKind
 from boxd.wire.ids import task_user
@@ -282,7 +282,7 @@ class Lifecycle(OnMachinery):
 
     async def _limit_disk(self, task_id: str, uid: int, quota: int) -> None:
         """The most the task's home and changes may take of the disk together (its project
-        is its uid: boxd.manager.disk_quota)."""
+        is its uid: boxd.manager.units.disk_quota)."""
         try:
             await asyncio.to_thread(disk_quota.limit, self.home, uid, quota)
         except OSError as error:

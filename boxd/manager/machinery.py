@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from boxd.manager.background import Background
-from boxd.manager.layers import Layers
-from boxd.manager.store import Store
-from boxd.manager.systemd import Systemd
-from boxd.manager.task_os import TaskOS
+from boxd.manager.record.store import Store
+from boxd.manager.units.systemd import Systemd
+from boxd.manager.units.task_os import TaskOS
+from boxd.manager.workspaces.layers import Layers
 
 
 @dataclass(frozen=True)

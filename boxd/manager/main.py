@@ -12,11 +12,11 @@ from boxd.dbus.interface import BUS_NAME
 from boxd.dbus.server import Server
 from boxd.doors.stopping import until_stopped
 from boxd.errors import Problem, die
-from boxd.manager.authorize import Authorizer
+from boxd.manager.access.authorize import Authorizer
 from boxd.manager.box import Box
-from boxd.manager.store import Store
-from boxd.manager.systemd import Systemd
-from boxd.manager.task_flush import TaskFlush
+from boxd.manager.record.store import Store
+from boxd.manager.record.task_flush import TaskFlush
+from boxd.manager.units.systemd import Systemd
 from boxd.patches.dbus_fast import gathered, patient
 from boxd.paths import box_home, database_path, tasks_dir
 

@@ -34,9 +34,9 @@ from dbus_fast.aio import MessageBus
 from boxd.dbus.bus_daemon import bus_id, name_owner
 from boxd.errors import Problem, die
 from boxd.manager.asked import record_approval, tell_asked
-from boxd.manager.key_uses import used
-from boxd.manager.ledger import Ledger, TaskSave
-from boxd.manager.records import Records, found, running
+from boxd.manager.record.key_uses import used
+from boxd.manager.record.ledger import Ledger, TaskSave
+from boxd.manager.record.records import Records, found, running
 from boxd.wire.approval import ApprovalState, approval_id
 from boxd.wire.caller import Caller
 from boxd.wire.event import EventKind

@@ -7,16 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from boxd.errors import Problem, die
-from boxd.manager import disk_quota
-from boxd.manager.app_runners import AppRunners
-from boxd.manager.background import Background
-from boxd.manager.layers import Layers
-from boxd.manager.lifecycle import Lifecycle
-from boxd.manager.pairing import LIFETIME, Pairings, check_device_name
-from boxd.manager.spares import SpareMaker
-from boxd.manager.store import Store
-from boxd.manager.systemd import Systemd, SystemdError
-from boxd.manager.tokens import (
+from boxd.manager.access.pairing import LIFETIME, Pairings, check_device_name
+from boxd.manager.access.tokens import (
     DEVICE,
     check_member_id,
     check_token_name,
@@ -25,8 +17,16 @@ from boxd.manager.tokens import (
     token_hash,
     token_role,
 )
-from boxd.manager.worker_unit import ALL_TASKS_SLICE, all_tasks_properties
-from boxd.manager.workspaces import PERSONAL, SHARED, Workspaces
+from boxd.manager.app_runners import AppRunners
+from boxd.manager.background import Background
+from boxd.manager.lifecycle import Lifecycle
+from boxd.manager.record.store import Store
+from boxd.manager.spares import SpareMaker
+from boxd.manager.units import disk_quota
+from boxd.manager.units.systemd import Systemd, SystemdError
+from boxd.manager.units.worker_unit import ALL_TASKS_SLICE, all_tasks_properties
+from boxd.manager.workspaces.layers import Layers
+from boxd.manager.workspaces.workspaces import PERSONAL, SHARED, Workspaces
 from boxd.reading.strict_json import loads
 from boxd.wire.caller import Caller, Role
 from boxd.wire.models.settings import Settings, change_settings

@@ -8,16 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from boxd.errors import Problem, die
-from boxd.manager.diffs import diff_page
 from boxd.manager.ending import Ending
-from boxd.manager.folders import asker_only, caller_uid, real_folders
-from boxd.manager.keep import KeepError, Places, keep, layer_changes, load_manifest
-from boxd.manager.layers import Layers, layer_name
-from boxd.manager.ledger import TaskSave
-from boxd.manager.owner_process import as_owner_work
+from boxd.manager.folders.folders import asker_only, caller_uid, real_folders
+from boxd.manager.folders.keep import KeepError, Places, keep, layer_changes, load_manifest
+from boxd.manager.folders.owner_process import as_owner_work
 from boxd.manager.pages import with_next
-from boxd.manager.records import Records
-from boxd.manager.store import Store
+from boxd.manager.record.ledger import TaskSave
+from boxd.manager.record.records import Records
+from boxd.manager.record.store import Store
+from boxd.manager.workspaces.diffs import diff_page
+from boxd.manager.workspaces.layers import Layers, layer_name
 from boxd.paths import task_manifest, workspaces_dir
 from boxd.wire.caller import Caller
 from boxd.wire.event import EventKind
@@ -129,9 +129,9 @@ class ReviewMethods:
         return task.public()
 
     async def diff_task(self, caller: Caller, task_id: str, page: str) -> dict[str, Any]:
-        """One page of the review of what a task changed (boxd.manager.diffs): its layer against
-        the workspace as it saw it, which is what keep replaces when it applies anything (keep
-        applies nothing if a path the task changed is no longer as the task saw it). Read
+        """One page of the review of what a task changed (boxd.manager.workspaces.diffs): its layer
+        against the workspace as it saw it, which is what keep replaces when it applies anything
+        (keep applies nothing if a path the task changed is no longer as the task saw it). Read
         without the task's lock: a running task may be reviewed as it works."""
         task = await self.records.task(task_id)
         if task.folders:

@@ -25,13 +25,18 @@ from functools import partial
 from dbus_fast import Variant
 
 from boxd.errors import Problem, die
-from boxd.manager import at_rest
+from boxd.manager.access.vault import Vault
 from boxd.manager.at_once import at_once
 from boxd.manager.machinery import Machinery, OnMachinery
-from boxd.manager.systemd import SystemdError
-from boxd.manager.users import FIRST_UID, LAST_UID, id_taken
-from boxd.manager.vault import Vault
-from boxd.manager.worker_unit import ahead_worker_properties, broker_units, task_slice, worker_unit
+from boxd.manager.units import at_rest
+from boxd.manager.units.systemd import SystemdError
+from boxd.manager.units.users import FIRST_UID, LAST_UID, id_taken
+from boxd.manager.units.worker_unit import (
+    ahead_worker_properties,
+    broker_units,
+    task_slice,
+    worker_unit,
+)
 from boxd.paths import task_dir, task_work_dir
 from boxd.wire.ids import is_task_id, new_task_id, task_user
 from boxd.wire.models.settings import Settings

@@ -14,8 +14,8 @@ import_asyncio_without_ssl()
               and the MCP relay never do. What it saves each: docs/performance.md, "asyncio
               without ssl".
     where:    the per-task entry points alone, first thing: the broker (boxd/main.py), the
-              workers (boxd/workers/ahead.py, fake.py, droid.py as programs) and the MCP relay
-              (boxd/workers/mcp.py). The root manager's asyncio is never patched
+              workers (boxd/workers/ahead.py, fake.py, droid/worker.py as programs) and the MCP
+              relay (boxd/workers/mcp/relay.py). The root manager's asyncio is never patched
               (docs/decisions.md, "asyncio without ssl, in a task's processes only").
     for:      CPython 3.11 to 3.13's asyncio.
     tests:    tests/patches/test_late_ssl.py; its shape: tests/patches/test_shapes.py.

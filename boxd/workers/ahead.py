@@ -8,7 +8,7 @@ manager mounts the task's view on it. The manager then sends it the signal of th
 process but this one runs as that user. It goes into its view (a new lookup of its working
 directory, which finds the mount) and runs that worker as if started for the task.
 
-The manager sends the signal only once this process catches it (boxd/manager/worker_ahead.py):
+The manager sends the signal only once this process catches it (boxd/manager/units/worker_ahead.py):
 until then the signals are blocked, so one sent early waits rather than kills it.
 """
 

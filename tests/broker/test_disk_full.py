@@ -18,8 +18,8 @@ from boxd.apps import wallet
 from boxd.apps.runner import tool_full
 from boxd.dbus.interface import BROKER, Method, bound_on
 from boxd.errors import BoxError, Problem
-from boxd.manager.group_commit import RECORD_FULL
-from boxd.manager.task_flush import STEP_NOT_FLUSHED
+from boxd.manager.record.group_commit import RECORD_FULL
+from boxd.manager.record.task_flush import STEP_NOT_FLUSHED
 from boxd.workers import broker_client, fake
 from tests.support.memory_log import MemoryLog, serving, until
 
@@ -81,8 +81,8 @@ async def test_a_full_record_refuses_steps_and_calls_with_507_in_words(
 async def test_a_step_whose_files_cannot_be_flushed_is_refused_unlogged(
     broker: tuple[str, FullLog], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The manager flushes a step's files (boxd.manager.task_flush) and refuses it when the disk
-    is full: the broker passes the 507 and its words on as they are."""
+    """The manager flushes a step's files (boxd.manager.record.task_flush) and refuses it when the
+    disk is full: the broker passes the 507 and its words on as they are."""
     path, log = broker
 
     async def not_flushed(member: str, *args: str) -> Any:

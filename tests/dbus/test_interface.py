@@ -24,14 +24,14 @@ from boxd.dbus.interface import (
     introspection_xml,
 )
 from boxd.dbus.server import Handler, check_handler
+from boxd.manager.access.screen_sessions import ScreenSessions
+from boxd.manager.access.vault import Vault
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.box import Box
 from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.model_requests import ModelRequests
 from boxd.manager.owner_methods import OwnerMethods
 from boxd.manager.review import ReviewMethods
-from boxd.manager.screen_sessions import ScreenSessions
-from boxd.manager.vault import Vault
 from boxd.wire.caller import Caller, Role
 
 

@@ -14,9 +14,9 @@ from boxd.cli.follow import follow
 from boxd.dbus.client import BoxClient
 from boxd.dbus.interface import BUS_NAME, GET_TASK, MANAGER, task_path
 from boxd.dbus.name_owner import NameOwner
-from boxd.manager.records import Records
-from boxd.manager.store import Store
-from boxd.manager.systemd import CLD_EXITED, Systemd, unit_path
+from boxd.manager.record.records import Records
+from boxd.manager.record.store import Store
+from boxd.manager.units.systemd import CLD_EXITED, Systemd, unit_path
 from tests.support.fake_bus import FakeBus, owner_changed, signal
 from tests.support.signals import BOXD, NEW_BOXD, STRANGER, TASK_ID, event
 from tests.support.tasks import a_task

@@ -12,9 +12,9 @@ import pytest
 
 from boxd.apps.entry_points import EntryPoint
 from boxd.manager import app_runners
+from boxd.manager.access.vault import Vault
 from boxd.manager.app_runners import AppRunners
-from boxd.manager.systemd import Systemd
-from boxd.manager.vault import Vault
+from boxd.manager.units.systemd import Systemd
 
 
 class FakeSystemd:

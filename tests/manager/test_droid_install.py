@@ -17,7 +17,7 @@ from boxd.manager.droid_install import (
     Phase,
     sort_queue,
 )
-from boxd.manager.systemd import CLD_EXITED, CLD_KILLED, SystemdError, UnitStatus
+from boxd.manager.units.systemd import CLD_EXITED, CLD_KILLED, SystemdError, UnitStatus
 from boxd.wire.models.task import Task
 from tests.support.tasks import a_task
 

@@ -12,12 +12,12 @@ import pytest
 from dbus_fast.aio import MessageBus
 
 from boxd.manager.box import STOPPED, Box
-from boxd.manager.disk import MIB, stopped_words
-from boxd.manager.layers import THROWN_AWAY
-from boxd.manager.ledger import TaskSave
-from boxd.manager.store import Store
-from boxd.manager.systemd import Systemd
-from boxd.manager.task_os import TaskOS
+from boxd.manager.record.disk import MIB, stopped_words
+from boxd.manager.record.ledger import TaskSave
+from boxd.manager.record.store import Store
+from boxd.manager.units.systemd import Systemd
+from boxd.manager.units.task_os import TaskOS
+from boxd.manager.workspaces.layers import THROWN_AWAY
 from boxd.paths import task_dir, task_own_home
 from boxd.wire.models.task import Task, TaskState
 from tests.support.tasks import a_task

@@ -16,11 +16,11 @@ import pytest
 from dbus_fast.aio import MessageBus
 
 from boxd.manager.box import Box
+from boxd.manager.record.store import Store
 from boxd.manager.spares import Spares
-from boxd.manager.store import Store
-from boxd.manager.systemd import Systemd, SystemdError, UnitStatus
-from boxd.manager.task_os import TaskOS
-from boxd.manager.worker_unit import (
+from boxd.manager.units.systemd import Systemd, SystemdError, UnitStatus
+from boxd.manager.units.task_os import TaskOS
+from boxd.manager.units.worker_unit import (
     AHEAD_MODULE,
     broker_service_unit,
     broker_units,

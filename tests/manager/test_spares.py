@@ -5,7 +5,7 @@ and stops there, and what an earlier manager left is found for removal, never a 
 import asyncio
 
 from boxd.manager.spares import Spares, leftovers
-from boxd.manager.users import FIRST_UID
+from boxd.manager.units.users import FIRST_UID
 from boxd.wire.ids import is_task_id
 
 

@@ -11,9 +11,9 @@ import pytest
 from boxd.errors import BoxError
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
-from boxd.manager.damaged import DAMAGED
-from boxd.manager.ledger import Ledger, TaskSave
-from boxd.manager.store import Store
+from boxd.manager.record.damaged import DAMAGED
+from boxd.manager.record.ledger import Ledger, TaskSave
+from boxd.manager.record.store import Store
 from boxd.wire.caller import Caller, Role
 from boxd.wire.event import EventKind
 from boxd.wire.models.task import Task, TaskState

@@ -46,7 +46,7 @@ def _run(code: str) -> str:
 
 def test_a_task_s_process_imports_asyncio_without_ssl() -> None:
     found = _run(
-        HOLD + "import sys, boxd.broker.main, boxd.workers.fake, boxd.workers.mcp\n"
+        HOLD + "import sys, boxd.broker.main, boxd.workers.fake, boxd.workers.mcp.relay\n"
         "import asyncio.base_events\n"
         "print(sorted(name for name in sys.modules if name in ('ssl', '_ssl')),"
         " asyncio.base_events.ssl)"
@@ -76,8 +76,8 @@ else:
     [
         ["boxd", "broker", "no-such-task"],
         ["boxd.workers.fake"],
-        ["boxd.workers.droid"],
-        ["boxd.workers.mcp"],
+        ["boxd.workers.droid.worker"],
+        ["boxd.workers.mcp.relay"],
     ],
 )
 def test_a_task_s_entry_points_hold_ssl_back(command: list[str]) -> None:

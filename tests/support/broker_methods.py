@@ -10,10 +10,10 @@ from dbus_fast.aio import MessageBus
 
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.broker_methods import BrokerMethods
-from boxd.manager.group_commit import Flush
-from boxd.manager.ledger import TaskSave
-from boxd.manager.records import Records
-from boxd.manager.store import Store
+from boxd.manager.record.group_commit import Flush
+from boxd.manager.record.ledger import TaskSave
+from boxd.manager.record.records import Records
+from boxd.manager.record.store import Store
 from boxd.wire.caller import Caller, Role
 from boxd.wire.event import EventKind
 from boxd.wire.models.task import TaskState

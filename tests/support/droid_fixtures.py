@@ -7,7 +7,7 @@ import json
 import os
 from typing import Any
 
-from boxd.workers.droid_rpc import DroidRpc
+from boxd.workers.droid.rpc import DroidRpc
 
 SESSION = "07821474-dc48-4a8f-8f70-04ef5bed23ca"
 ENVELOPE = {"jsonrpc": "2.0", "factoryApiVersion": "1.0.0", "factoryProtocolVersion": "1.220.0"}

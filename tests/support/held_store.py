@@ -6,7 +6,7 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from boxd.manager.store import Store
+from boxd.manager.record.store import Store
 
 HOLD_SECONDS = 10.0
 

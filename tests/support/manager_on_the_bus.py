@@ -8,8 +8,9 @@ from typing import Any
 from dbus_fast import Message, MessageType
 
 from boxd.errors import BoxError, Problem, die
-from boxd.manager import pairing, vault, workspaces
-from boxd.manager.tokens import token_role
+from boxd.manager.access import pairing, vault
+from boxd.manager.access.tokens import token_role
+from boxd.manager.workspaces import workspaces
 from boxd.reading.strict_json import loads
 from boxd.wire.ids import check_task_id
 from boxd.wire.models.settings import Settings, change_settings

@@ -16,7 +16,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from boxd.workers.broker_patience import PATIENCE_VARIABLE
 
-RELAY = [sys.executable, "-I", "-m", "boxd.workers.mcp"]
+RELAY = [sys.executable, "-I", "-m", "boxd.workers.mcp.relay"]
 # How long a test waits for the relay to say something it expects.
 RELAY_SECONDS = 30.0
 

@@ -16,7 +16,7 @@ import pytest
 
 from boxd.errors import NO_ROOM_TO_START
 from boxd.manager.box import STOPPED, stop_waits_for_room
-from boxd.manager.group_commit import RECORD_FULL
+from boxd.manager.record.group_commit import RECORD_FULL
 from testbed.box_api import boxctl, finish, http, start_fake, wait_for_step
 from testbed.machine import BOX_HOME, Machine, install_boxd
 from testbed.npm_registry import wait_for_droid

@@ -1,7 +1,7 @@
 """Paired devices, as a guesser, an app and the device itself would try them: a code pairs one
 device, once; a device's tasks say phone:<its name>, and no one else's may; the device may do
 what the owner may, until it is revoked. (A code's ten minutes are tested with a clock in
-tests/manager/test_pairing.py: a test machine cannot wait them out.)"""
+tests/manager/access/test_pairing.py: a test machine cannot wait them out.)"""
 
 import json
 from typing import Any

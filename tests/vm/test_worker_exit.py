@@ -21,7 +21,7 @@ PROBE = """
 import asyncio, json, sys
 from dbus_fast import BusType, Variant
 from dbus_fast.aio import MessageBus
-from boxd.manager.systemd import Systemd
+from boxd.manager.units.systemd import Systemd
 
 async def one(systemd, name, argv):
     changed = asyncio.Event()

@@ -16,9 +16,9 @@ from boxd.cli import open_screen
 from boxd.dbus.client import GatewayClient
 from boxd.dbus.interface import CREATE_SCREEN_LINK, GATEWAY, MANAGER, Method, bound_on
 from boxd.errors import BoxError, Problem, die
-from boxd.manager.screen_sessions import LINK_SECONDS, SESSION_NAME, ScreenSessions
-from boxd.manager.store import Store
-from boxd.manager.tokens import token_hash
+from boxd.manager.access.screen_sessions import LINK_SECONDS, SESSION_NAME, ScreenSessions
+from boxd.manager.access.tokens import token_hash
+from boxd.manager.record.store import Store
 from boxd.web.app import make_app
 from boxd.web.openapi import ROUTES
 from boxd.web.screen_session import NO_TOKEN, SESSION_ENDED, SESSION_PATH

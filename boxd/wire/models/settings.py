@@ -186,7 +186,7 @@ class Settings(BaseModel):
     ] = 200
 
     # A task's home and changes together, as a project quota where BOX_HOME's file system
-    # enforces them (boxd.manager.disk_quota); null, the default: none.
+    # enforces them (boxd.manager.units.disk_quota); null, the default: none.
     taskDiskQuotaBytes: Annotated[int | None, BeforeValidator(_disk_quota)] = None
 
     # All tasks' workers together, in box.slice; and how many tasks run at once, the rest

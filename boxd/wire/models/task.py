@@ -65,8 +65,8 @@ class Task(BaseModel):
     createdAt: float
     endedAt: float | None = None
     # Personal: the uid of the account that asked for the task, whose folders it works on and as
-    # whom they are read and kept (manager/folders.py). Kept in the record only, not shown: no
-    # API answer carries it. None in a record from before boxd kept it.
+    # whom they are read and kept (manager/folders/folders.py). Kept in the record only, not shown:
+    # no API answer carries it. None in a record from before boxd kept it.
     askerUid: SkipJsonSchema[int | None] = None
 
     def public(self) -> dict[str, Any]:

@@ -29,10 +29,10 @@ from boxd.broker.model.usage import MAX_LINE, JsonUsage, StreamUsage
 from boxd.dbus import interface as api
 from boxd.errors import BoxError, Problem
 from boxd.manager.approval_answers import ApprovalAnswers
-from boxd.manager.ledger import TaskSave
 from boxd.manager.model_requests import ModelRequests
-from boxd.manager.records import Records
-from boxd.manager.store import Store
+from boxd.manager.record.ledger import TaskSave
+from boxd.manager.record.records import Records
+from boxd.manager.record.store import Store
 from boxd.wire.caller import Caller, Role
 from boxd.wire.event import EventKind
 from boxd.wire.model_key import KEY_REFUSED

@@ -12,9 +12,9 @@ import pytest
 
 from boxd.cli.show import token_table
 from boxd.errors import BoxError, Problem
+from boxd.manager.access.tokens import TokenRecord
 from boxd.manager.box import allowed_for
-from boxd.manager.store import Store
-from boxd.manager.tokens import TokenRecord
+from boxd.manager.record.store import Store
 from boxd.wire.caller import Caller, Role
 from boxd.wire.models.owner_requests import NewToken
 from boxd.wire.models.settings import NetworkDefault, Settings
