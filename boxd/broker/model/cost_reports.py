@@ -56,6 +56,15 @@ class CostReports:
         """Logs the rest of the reply's cost, once what message_start said is logged."""
         self._log_soon(self._report_end(seen))
 
+    async def delivered(self) -> None:
+        """Until the reports on their way now have reached the manager (or given up). A reply
+        that has ended holds its worst case in the record until its report arrives, and Droid
+        sends its next request as soon as it has read the reply: begun before the report, that
+        request would be counted beside a finished one and the owner asked about a budget the
+        task is within."""
+        if self.pending:
+            await asyncio.wait(set(self.pending))
+
     def _log_soon(self, job: Awaitable[None]) -> "asyncio.Task[None]":
         """A report in a job of its own, so a handler cancelled mid-way still makes it."""
         task = asyncio.ensure_future(job)

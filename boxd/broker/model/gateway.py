@@ -217,6 +217,7 @@ class ModelGateway:
                 "inFlight": self._in_flight(),
             }
         )
+        await self._reports.delivered()
         begun: dict[str, Any] = await self._manager.call(api.BEGIN_MODEL_REQUEST, start)
         if begun.get("admitted"):
             return begun
