@@ -22,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench.broker_import import PRIVATE_KIB
+
 RUNS = 15
 HERE = Path(__file__).resolve().parent.parent
 
@@ -37,23 +39,17 @@ PROCESSES = {
 # What a task's entry points do first.
 HELD = "from boxd.patches.asyncio import import_asyncio_without_ssl\nimport_asyncio_without_ssl()\n"
 
-_MEASURE = """
+_MEASURE = (
+    PRIVATE_KIB
+    + """
 import json, sys
-
-def private_kib(kinds=("Private_Clean:", "Private_Dirty:")):
-    total = 0
-    with open("/proc/self/smaps_rollup") as rollup:
-        for line in rollup:
-            if line.startswith(kinds):
-                total += int(line.split()[1])
-    return total
-
 print(json.dumps({
     "private_kib": private_kib(),
     "dirty_kib": private_kib(("Private_Dirty:",)),
     "ssl": "ssl" in sys.modules,
 }))
 """
+)
 
 
 def measure(code: str) -> dict[str, float]:
