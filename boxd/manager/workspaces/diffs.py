@@ -79,19 +79,19 @@ class _Entry:
     old: _Old | None  # None: added
 
 
-_ABSENT = "absent"  # not in this layer: look further down
-_HIDDEN = "hidden"  # this layer hides it: it is nowhere below either
+ABSENT = "absent"  # not in this layer: look further down
+HIDDEN = "hidden"  # this layer hides it: it is nowhere below either
 
 
-class _Below:
+class Below:
     """The layers under the task's own, newest first, as open folder fds (the caller's)."""
 
     def __init__(self, roots: list[int], marks: Marks) -> None:
         self.roots = roots
         self.marks = marks
 
-    def _in(self, root: int, parts: list[str]) -> tuple[os.stat_result | str, bool]:
-        """The path's lstat in one layer, or _ABSENT or _HIDDEN; and whether a folder on the
+    def look(self, root: int, parts: list[str]) -> tuple[os.stat_result | str, bool]:
+        """The path's lstat in one layer, or ABSENT or HIDDEN; and whether a folder on the
         way is opaque there, which hides the path in the layers further down."""
         fd = os.dup(root)
         opaque_above = False
@@ -100,33 +100,33 @@ class _Below:
                 try:
                     info = lstat_at(fd, name)
                 except OSError:
-                    return _HIDDEN, opaque_above
+                    return HIDDEN, opaque_above
                 if info is None:
-                    return (_HIDDEN if opaque_above else _ABSENT), opaque_above
+                    return (HIDDEN if opaque_above else ABSENT), opaque_above
                 if self.marks.whiteout(info):
-                    return _HIDDEN, opaque_above
+                    return HIDDEN, opaque_above
                 if number == len(parts) - 1:
                     return info, opaque_above
                 if not stat.S_ISDIR(info.st_mode):
-                    return _HIDDEN, opaque_above
+                    return HIDDEN, opaque_above
                 try:
                     inner = open_dir(fd, name)
                 except OSError:
-                    return _HIDDEN, opaque_above
+                    return HIDDEN, opaque_above
                 os.close(fd)
                 fd = inner
                 opaque_above = opaque_above or self.marks.opaque(fd)
-            return _HIDDEN, opaque_above
+            return HIDDEN, opaque_above
         finally:
             os.close(fd)
 
     def find(self, path: str) -> _Old | None:
         parts = path.split("/")
         for root in self.roots:
-            found, _ = self._in(root, parts)
+            found, _ = self.look(root, parts)
             if isinstance(found, os.stat_result):
                 return _Old(root, found)
-            if found == _HIDDEN:
+            if found == HIDDEN:
                 return None
         return None
 
@@ -134,8 +134,8 @@ class _Below:
         """What the folder `path` holds in the layers below, merged as overlayfs merges it."""
         seen: dict[str, _Old | None] = {}
         for root in self.roots:
-            found, opaque_above = self._in(root, path.split("/"))
-            if found == _ABSENT:
+            found, opaque_above = self.look(root, path.split("/"))
+            if found == ABSENT:
                 continue
             if not isinstance(found, os.stat_result) or not stat.S_ISDIR(found.st_mode):
                 break
@@ -170,7 +170,7 @@ class _Below:
                 yield from self.gone_under(inner, set())
 
 
-def _entries(layer: int, prefix: str, below: _Below, replaced: bool) -> Iterator[_Entry]:
+def _entries(layer: int, prefix: str, below: Below, replaced: bool) -> Iterator[_Entry]:
     """The layer's changes, parents first, in name order. `replaced`: the folder is opaque, or
     inside one, so what the layers below held in it and the layer does not is gone."""
     names = sorted(os.listdir(layer))
@@ -209,7 +209,7 @@ def _entries(layer: int, prefix: str, below: _Below, replaced: bool) -> Iterator
             os.close(inner)
 
 
-def _kind(info: os.stat_result) -> Kind:
+def kind_of(info: os.stat_result) -> Kind:
     mode = info.st_mode
     if stat.S_ISREG(mode):
         return Kind.FILE
@@ -220,6 +220,8 @@ def _kind(info: os.stat_result) -> Kind:
 
 def shown_name(path: str) -> tuple[str, bool]:
     """The name as text, and whether it was not UTF-8 (its bytes then show as \\xNN)."""
+    if path.isascii():
+        return path, False  # the common case, and a folder lists thousands (stack_view.py)
     raw = os.fsencode(path)
     try:
         return raw.decode("utf-8"), False
@@ -274,11 +276,11 @@ def describe(entry: _Entry, layer: int, personal: bool) -> dict[str, Any]:
     now = new if new is not None else old.info if old is not None else None
     assert now is not None
     change = Change.DELETED if new is None else Change.ADDED if old is None else Change.CHANGED
-    kind = _kind(now)
+    kind = kind_of(now)
     fields: dict[str, Any] = {"path": name, "change": change, "kind": kind}
     if not_utf8:
         fields["nameNotUtf8"] = True
-    old_kind = _kind(old.info) if old is not None else None
+    old_kind = kind_of(old.info) if old is not None else None
     if new is not None and old_kind is not None and old_kind != kind:
         fields["oldKind"] = old_kind
     if personal and kind == Kind.OTHER and new is not None:
@@ -349,7 +351,7 @@ def diff_page(
             stack.callback(os.close, fd)
             roots.append(fd)
         try:
-            changes = _entries(root, "", _Below(roots, marks), False)
+            changes = _entries(root, "", Below(roots, marks), False)
             found = list(islice(changes, MAX_DIFF_FILES + 1))
         except RecursionError:
             die(Problem.FAILED, "the task's changes hold folders nested too deep to review")

@@ -5,7 +5,6 @@ xattr, through the Marks seam. The attacker's cases come first."""
 
 import json
 import os
-import stat
 import threading
 import time
 from pathlib import Path
@@ -20,45 +19,13 @@ from boxd.dbus.client import GatewayClient
 from boxd.dbus.interface import GATEWAY, Method, bound_on
 from boxd.errors import BoxError, Problem, die
 from boxd.manager.workspaces import diffs, text_diff
-from boxd.manager.workspaces.diffs import KEEP_SKIPS, Marks, diff_page, shown_name
+from boxd.manager.workspaces.diffs import KEEP_SKIPS, diff_page, shown_name
 from boxd.manager.workspaces.text_diff import unified
 from boxd.reading.strict_json import size
 from boxd.web.app import make_app
 from boxd.wire.caller import OWNER_ONLY, Role
 from boxd.wire.models.task_diff import MAX_DIFF_FILES, MAX_DIFF_READ, MAX_DIFF_TEXT, FileChange
-
-_OPAQUE = "user.test.opaque"
-
-
-def _whiteout(info: os.stat_result) -> bool:
-    return stat.S_ISREG(info.st_mode) and info.st_size == 0 and bool(info.st_mode & stat.S_ISVTX)
-
-
-def _opaque(fd: int) -> bool:
-    try:
-        return os.getxattr(fd, _OPAQUE) == b"y"
-    except OSError:
-        return False
-
-
-MARKS = Marks(whiteout=_whiteout, opaque=_opaque)
-
-
-def delete(layer: Path, name: str) -> None:
-    """What overlayfs leaves in a layer for a deleted path (the test's mark: an empty sticky
-    file, since a user.* xattr cannot be read from an lstat)."""
-    (layer / name).parent.mkdir(parents=True, exist_ok=True)
-    (layer / name).write_bytes(b"")
-    os.chmod(layer / name, 0o1600)
-
-
-def write(root: Path, name: str, content: str | bytes) -> None:
-    path = root / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(content, str):
-        path.write_text(content)
-    else:
-        path.write_bytes(content)
+from tests.support.layer_marks import MARKS, OPAQUE, delete, write
 
 
 @pytest.fixture
@@ -227,7 +194,7 @@ def test_deletions_of_files_folders_and_a_replaced_folder(
     delete(layer, "old")
     delete(layer, "never-there")  # a whiteout over nothing is no change
     write(layer, "redo/keep.txt", "k2\n")
-    os.setxattr(layer / "redo", _OPAQUE, b"y")
+    os.setxattr(layer / "redo", OPAQUE, b"y")
     found = review(layers)
     assert set(found) == {
         "gone.txt",
@@ -458,6 +425,6 @@ def test_an_opaque_folder_above_hides_what_is_further_down_in_it(
     layer, below, base = layers
     write(base, "a/b/old.txt", "old\n")
     write(below, "a/b/kept.txt", "kept\n")
-    os.setxattr(below / "a", _OPAQUE, b"y")
+    os.setxattr(below / "a", OPAQUE, b"y")
     delete(layer, "a/b")
     assert list(review(layers)) == ["a/b", "a/b/kept.txt"]

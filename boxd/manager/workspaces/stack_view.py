@@ -1,0 +1,263 @@
+"""The workspace as it stands, for its owner: the base with every done layer over it, exactly what
+the next task would see, read from the stack's folders and never through a mount.
+
+A path is found as overlayfs finds it (diffs.Below): the layers newest first, the first that has
+the path wins; a whiteout, a non-folder on the way or the end of an opaque folder hides what is
+further down. A folder's listing merges its layers the same way.
+
+Every layer was written by a task, an attacker, so this reads them with the diff review's care:
+every path walked from a folder's fd one name at a time following no link (beneath.py), a link
+listed as a link and never followed, a file opened with O_NOFOLLOW | O_NONBLOCK and handed out
+only if fstat says it is a plain file, so a FIFO never blocks and a file swapped for a link since
+it was listed is refused. Sync: the manager calls these in asyncio.to_thread.
+"""
+
+import contextlib
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from operator import itemgetter
+from pathlib import Path
+from typing import NoReturn
+
+from boxd.errors import Problem, die
+from boxd.manager.folders.beneath import (
+    DIR_FLAGS,
+    READ_FLAGS,
+    NotBeneath,
+    open_folder,
+    parent_of,
+    split,
+)
+from boxd.manager.workspaces.diffs import ABSENT, Below, Marks, kind_of, shown_name
+from boxd.manager.workspaces.layers import Layers
+from boxd.paths import workspaces_dir
+from boxd.wire.models.task_diff import Kind
+from boxd.wire.models.task_request import MAX_PATH
+
+# Entries in one folder's listing; beyond, the listing stops and says it was cut.
+MAX_LISTED = 10_000
+# Names read in one folder across its layers, hidden ones (whiteouts) too: a layer of a million
+# whiteouts ends the listing here rather than holding a thread.
+MAX_SCANNED = 10 * MAX_LISTED
+# One name in a path, in bytes (Linux's NAME_MAX): a longer one is no file's.
+MAX_NAME = 255
+
+
+@dataclass(frozen=True)
+class Level:
+    """One folder of the stack: a done layer, by its name in the layer store, or the base."""
+
+    name: str | None  # None: the base
+    path: Path
+
+
+@dataclass(frozen=True)
+class Stack:
+    levels: list[Level]  # newest first, the base last
+    marks: Marks = field(default_factory=Marks)
+
+
+def stack_of(layers: Layers, workspace: str, done: list[str]) -> Stack:
+    """The stack of `workspace` with the done layers `done` (layer names, newest first)."""
+    levels = [Level(name, layers.store(workspace) / name) for name in done]
+    return Stack([*levels, Level(None, workspaces_dir(layers.home) / workspace)])
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str  # as shown_name shows it: bytes that are not UTF-8 as \xNN
+    not_utf8: bool
+    kind: Kind
+    size: int
+    mtime: float
+    layer: str | None  # the topmost layer that has it: the task that last changed it; None: base
+
+
+@dataclass(frozen=True)
+class Listing:
+    entries: list[Entry]  # by name
+    truncated: bool  # more than MAX_LISTED entries (or MAX_SCANNED names): some are left out
+
+
+# A name's lstat and the layer it was found in, until it becomes an Entry.
+_Found = tuple[os.stat_result, str | None]
+
+
+def _entry(name: str, info: os.stat_result, layer: str | None) -> Entry:
+    shown, not_utf8 = shown_name(name)
+    return Entry(shown, not_utf8, kind_of(info), info.st_size, info.st_mtime, layer)
+
+
+def checked(path: str) -> list[str]:
+    """The names of a requested path ("" is the workspace itself), refused in words as the diff
+    review refuses a path: no absolute path, no "..", ".", empty name or NUL, length caps."""
+    if path == "":
+        return []
+    shown = shown_name(path)[0][:80]
+    if len(os.fsencode(path)) > MAX_PATH:
+        die(Problem.INVALID, f"a path in a workspace is at most {MAX_PATH} bytes")
+    if path.startswith("/"):
+        die(Problem.INVALID, f"{shown!r}: a path in a workspace is relative, with no leading /")
+    try:
+        parts = split(path)
+    except NotBeneath:
+        die(
+            Problem.INVALID,
+            f"{shown!r} is not a path in the workspace: it has an empty name, '.', '..' or NUL",
+        )
+    if any(len(os.fsencode(part)) > MAX_NAME for part in parts):
+        die(Problem.INVALID, f"a name in a workspace is at most {MAX_NAME} bytes")
+    return parts
+
+
+@contextlib.contextmanager
+def _opened(stack: Stack) -> Iterator[list[tuple[str | None, int]]]:
+    """Each level's name and folder fd, newest first; one that is not there (undone and cleaned
+    up since) is left out, as the diff review leaves it out."""
+    with contextlib.ExitStack() as closing:
+        roots = []
+        for level in stack.levels:
+            try:
+                fd = os.open(level.path, DIR_FLAGS)
+            except FileNotFoundError:
+                continue
+            closing.callback(os.close, fd)
+            roots.append((level.name, fd))
+        yield roots
+
+
+def _topmost(
+    stack: Stack, roots: list[tuple[str | None, int]], parts: list[str]
+) -> tuple[str | None, int, os.stat_result] | None:
+    """The level that shows `parts`, its fd and the path's lstat there; None: not in the view."""
+    below = Below([fd for _, fd in roots], stack.marks)
+    for name, fd in roots:
+        found, _ = below.look(fd, parts)
+        if isinstance(found, os.stat_result):
+            return name, fd, found
+        if found != ABSENT:
+            return None
+    return None
+
+
+def list_folder(stack: Stack, path: str) -> Listing:
+    """The folder `path` as the next task would see it: each visible entry and the layer that
+    last changed it."""
+    parts = checked(path)
+    shown = shown_name(path)[0]
+    with _opened(stack) as roots:
+        below = Below([fd for _, fd in roots], stack.marks)
+        # None: hidden from the layers further down. Entries are made last, for those shown.
+        seen: dict[str, _Found | None] = {}
+        found_one = False
+        for layer, root in roots:
+            opaque_above = False
+            if parts:
+                found, opaque_above = below.look(root, parts)
+                if found == ABSENT:
+                    continue
+                if not isinstance(found, os.stat_result) or not stat.S_ISDIR(found.st_mode):
+                    if not found_one:
+                        _not_a_folder(shown, found)
+                    break
+            try:
+                fd = open_folder(root, path)
+            except OSError:
+                break  # swapped for something else since it was looked up: it hides the rest
+            found_one = True
+            try:
+                with os.scandir(fd) as names:
+                    for item in names:
+                        if item.name in seen:
+                            continue
+                        if len(seen) >= MAX_SCANNED:
+                            return _listing(seen, True)
+                        try:
+                            info = item.stat(follow_symlinks=False)
+                        except FileNotFoundError:
+                            continue
+                        hidden = stack.marks.whiteout(info)
+                        seen[item.name] = None if hidden else (info, layer)
+                opaque = opaque_above or stack.marks.opaque(fd)
+            finally:
+                os.close(fd)
+            if opaque:
+                break
+        if not found_one:
+            _not_a_folder(shown, None)
+        return _listing(seen, False)
+
+
+def _not_a_folder(shown: str, found: os.stat_result | str | None) -> NoReturn:
+    if isinstance(found, os.stat_result):
+        die(Problem.INVALID, f"{shown!r} is a {kind_of(found).value}, not a folder")
+    die(Problem.NOT_FOUND, f"there is no folder {shown!r} in the workspace")
+
+
+def _listing(seen: dict[str, _Found | None], cut: bool) -> Listing:
+    shown = [(name, where) for name, where in seen.items() if where is not None]
+    found = sorted(shown, key=itemgetter(0))
+    entries = [_entry(name, info, layer) for name, (info, layer) in found[:MAX_LISTED]]
+    return Listing(entries, cut or len(found) > MAX_LISTED)
+
+
+_WHAT = {
+    stat.S_IFLNK: "a link",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a device",
+    stat.S_IFBLK: "a device",
+    stat.S_IFDIR: "a folder",
+}
+
+
+def _refuse(shown: str, mode: int) -> NoReturn:
+    what = _WHAT.get(stat.S_IFMT(mode), "not a plain file")
+    die(Problem.INVALID, f"{shown!r} is {what}, not a plain file: only plain files are read")
+
+
+def open_file(stack: Stack, path: str) -> tuple[int, Entry]:
+    """An O_RDONLY fd of the plain file the view shows at `path` (the caller closes it), and its
+    entry as fstat sees the open file."""
+    parts = checked(path)
+    shown = shown_name(path)[0]
+    if not parts:
+        die(Problem.INVALID, "the workspace itself is a folder, not a plain file")
+    with _opened(stack) as roots:
+        top = _topmost(stack, roots, parts)
+        if top is None:
+            die(Problem.NOT_FOUND, f"there is no file {shown!r} in the workspace")
+        layer, root, info = top
+        # Refused before it is opened: a device is never opened at all.
+        if not stat.S_ISREG(info.st_mode):
+            _refuse(shown, info.st_mode)
+        try:
+            parent, name = parent_of(root, path)
+            try:
+                fd = os.open(name, READ_FLAGS, dir_fd=parent)
+            finally:
+                os.close(parent)
+        except OSError as error:
+            # ELOOP: swapped for a link since it was looked up; ENOTDIR: a folder on the way was.
+            die(Problem.FAILED, f"{shown!r} could not be opened ({error.strerror or error})")
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode):
+            os.close(fd)
+            _refuse(shown, opened.st_mode)
+        # The open fd is what is read from now on: nothing swapped in the layer reaches it.
+        os.set_blocking(fd, True)
+        return fd, _entry(parts[-1], opened, layer)
+
+
+def history(stack: Stack, path: str) -> list[str | None]:
+    """The levels that touch `path`, newest first: each done layer that wrote it, deleted it (a
+    whiteout, a file over a folder on its way) or made an opaque folder over it, and last None if
+    the base has it."""
+    parts = checked(path)
+    if not parts:
+        die(Problem.INVALID, "a file's history needs a path in the workspace")
+    with _opened(stack) as roots:
+        below = Below([fd for _, fd in roots], stack.marks)
+        return [name for name, fd in roots if below.look(fd, parts)[0] != ABSENT]
