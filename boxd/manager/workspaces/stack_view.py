@@ -13,6 +13,7 @@ it was listed is refused. Sync: the manager calls these in asyncio.to_thread.
 """
 
 import contextlib
+import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -235,19 +236,29 @@ def open_file(stack: Stack, path: str) -> tuple[int, Entry]:
             _refuse(shown, info.st_mode)
         try:
             parent, name = parent_of(root, path)
-            try:
-                fd = os.open(name, READ_FLAGS, dir_fd=parent)
-            finally:
-                os.close(parent)
         except OSError as error:
-            # ELOOP: swapped for a link since it was looked up; ENOTDIR: a folder on the way was.
+            die(
+                Problem.FAILED,
+                f"{shown!r} could not be reached: a folder on its way changed "
+                f"({error.strerror or error})",
+            )
+        try:
+            fd = os.open(name, READ_FLAGS, dir_fd=parent)
+        except OSError as error:
+            if error.errno == errno.ELOOP:  # swapped for a link since it was looked up
+                _refuse(shown, stat.S_IFLNK)
             die(Problem.FAILED, f"{shown!r} could not be opened ({error.strerror or error})")
-        opened = os.fstat(fd)
-        if not stat.S_ISREG(opened.st_mode):
+        finally:
+            os.close(parent)
+        try:
+            opened = os.fstat(fd)
+            if not stat.S_ISREG(opened.st_mode):
+                _refuse(shown, opened.st_mode)
+            # The open fd is what is read from now on: nothing swapped in the layer reaches it.
+            os.set_blocking(fd, True)
+        except BaseException:
             os.close(fd)
-            _refuse(shown, opened.st_mode)
-        # The open fd is what is read from now on: nothing swapped in the layer reaches it.
-        os.set_blocking(fd, True)
+            raise
         return fd, _entry(parts[-1], opened, layer)
 
 

@@ -127,8 +127,27 @@ def test_a_file_swapped_between_listing_and_reading_is_refused(
         return found
 
     monkeypatch.setattr(stack_view, "_topmost", then_swapped)
-    words = refused(levels, "report.md", Problem.FAILED if swap == "link" else Problem.INVALID)
-    assert "could not be opened" in words if swap == "link" else "a FIFO" in words
+    words = refused(levels, "report.md")
+    assert f"is a {swap.replace('fifo', 'FIFO')}, not a plain file" in words
+
+
+def test_a_folder_swapped_for_a_link_between_lookup_and_open_is_refused(
+    levels: tuple[Path, Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    newer, _, _ = levels
+    write(newer, "docs/report.md", "the report")
+    write(tmp_path / "outside", "report.md", "secret")
+    looked_up = stack_view._topmost
+
+    def then_swapped(*args: object, **kwargs: object) -> object:
+        found = looked_up(*args, **kwargs)  # type: ignore[arg-type]
+        (newer / "docs").rename(tmp_path / "moved")
+        (newer / "docs").symlink_to(tmp_path / "outside")
+        return found
+
+    monkeypatch.setattr(stack_view, "_topmost", then_swapped)
+    words = refused(levels, "docs/report.md", Problem.FAILED)
+    assert "a folder on its way changed" in words
 
 
 @pytest.mark.parametrize("name", ["esc\x1b[31mred", "cr\rhidden", "evil\u202etxt.exe", "nl\nx"])
