@@ -121,9 +121,7 @@ async def test_a_strangers_descriptors_are_closed_on_arrival(
     served: Served, bus_address: str, tmp_path: Path
 ) -> None:
     # Patient: it sends faster than the bus reads (boxd.patches.dbus_fast).
-    stranger = patient(
-        await MessageBus(bus_address=bus_address, negotiate_unix_fd=True).connect()
-    )
+    stranger = patient(await MessageBus(bus_address=bus_address, negotiate_unix_fd=True).connect())
     try:
         await asyncio.sleep(0.1)
         before = open_fds()
