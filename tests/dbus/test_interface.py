@@ -43,7 +43,7 @@ def test_introspection_is_valid_and_complete() -> None:
         described = {m.name: m for m in names[bound.interface].methods}[bound.name]
         assert [a.signature for a in described.in_args] == list(bound.types)
         assert [a.name for a in described.in_args] == list(bound.names)
-        assert "".join(a.signature for a in described.out_args) == bound.method.reply_signature
+        assert "".join(str(a.signature) for a in described.out_args) == bound.method.reply_signature
     assert [child.name for child in node.nodes] == ["task"]
 
 
