@@ -49,11 +49,15 @@ async def served(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], Ma
         yield client, manager
 
 
+def _open_fds() -> set[int]:
+    return {int(name) for name in os.listdir("/proc/self/fd")}
+
+
 async def closed(fds: list[int]) -> bool:
     """Whether the handlers closed them: each closes its descriptor once it returns, which may
     be just after the client has the whole answer."""
     for _ in range(200):
-        if all(not os.path.exists(f"/proc/self/fd/{fd}") for fd in fds):
+        if not set(fds) & _open_fds():
             return True
         await asyncio.sleep(0.01)
     return False
