@@ -25,14 +25,14 @@ HEADERS = {"Authorization": "Bearer x"}
 class Manager(GatewayClient):
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.opened: list[int] = []
+        self.opened: list[tuple[int, Path]] = []
 
     async def call_as(self, token: str, method: Method, *args: Any) -> Any:
         return {"workspace": args[0], "path": args[1], "entries": [], "truncated": False}
 
     async def call_for_fd_as(self, token: str, method: Method, *args: Any) -> tuple[Any, int]:
         fd = os.open(self.folder / args[1], os.O_RDONLY)
-        self.opened.append(fd)
+        self.opened.append((fd, self.folder / args[1]))
         size = os.fstat(fd).st_size
         if args[1] == "shrinks":
             os.truncate(self.folder / "shrinks", CHUNK + 10)
@@ -49,15 +49,19 @@ async def served(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], Ma
         yield client, manager
 
 
-def _open_fds() -> set[int]:
-    return {int(name) for name in os.listdir("/proc/self/fd")}
+def _still_open(fd: int, path: Path) -> bool:
+    """Whether `fd` is still the one opened on `path` (its number may be another's since)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}") == str(path)
+    except OSError:
+        return False
 
 
-async def closed(fds: list[int]) -> bool:
+async def closed(fds: list[tuple[int, Path]]) -> bool:
     """Whether the handlers closed them: each closes its descriptor once it returns, which may
     be just after the client has the whole answer."""
     for _ in range(200):
-        if not set(fds) & _open_fds():
+        if not any(_still_open(fd, path) for fd, path in fds):
             return True
         await asyncio.sleep(0.01)
     return False
