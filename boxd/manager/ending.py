@@ -159,6 +159,9 @@ class Ending(OnMachinery):
                 async with self.layers.joins[task.workspace]:
                     layer = await self.store.next_layer(task.workspace)
                     await self.layers.join(task.id, task.workspace, layer_name(layer))
+                    await self.views.open_layer(
+                        self.layers.store(task.workspace) / layer_name(layer)
+                    )
                     task = await self._record_end(task, state, error, layer, waiting)
                     recorded = True
         except (BoxError, OSError) as failure:
@@ -168,6 +171,8 @@ class Ending(OnMachinery):
             if full:
                 await self.layers.throw_away(task.id)
             task = await self._record_end(task, state, error, None, waiting)
+        if recorded:
+            await self.views.remake(task.workspace)
         await self.clear_ended(task)
         await self.collect_layers(task.workspace)
         # The layer it left or threw away may have given back the space boxd keeps in reserve.

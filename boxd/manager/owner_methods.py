@@ -180,7 +180,9 @@ class OwnerMethods:
         return [self.workspaces.describe(name) for name in self.workspaces.names()]
 
     async def create_workspace(self, caller: Caller, name: str) -> dict[str, Any]:
-        return await self.workspaces.create(name)
+        made = await self.workspaces.create(name)
+        await self.lifecycle.views.made(name)
+        return made
 
     async def remove_workspace(self, caller: Caller, name: str) -> dict[str, Any]:
         unfinished = (TaskState.QUEUED, TaskState.RUNNING, TaskState.WAITING)
@@ -188,4 +190,6 @@ class OwnerMethods:
         self.workspaces.check_removable(name, busy)
         async with self.layers.joins[name]:
             await self.store.drop_workspace_layers(name)
-            return await self.workspaces.move_to_trash(name, self.layers.store(name))
+            removed = await self.workspaces.move_to_trash(name, self.layers.store(name))
+        await self.lifecycle.views.drop(name)
+        return removed
