@@ -113,7 +113,11 @@ class OwnerViews:
         propagates to, and it is empty and closed."""
         commands = []
         if str(self.root) not in mount_points(_mountinfo()):
-            self.root.mkdir(mode=0o755, parents=True, exist_ok=True)
+            # /run/boxd, passed through by all (the manager's umask would make it root's alone);
+            # the gate is the tmpfs below it.
+            self.root.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            os.chmod(self.root.parent, 0o755)
+            self.root.mkdir(mode=0o755, exist_ok=True)
             commands.append(
                 [
                     "mount",
