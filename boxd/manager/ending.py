@@ -159,9 +159,8 @@ class Ending(OnMachinery):
                 async with self.layers.joins[task.workspace]:
                     layer = await self.store.next_layer(task.workspace)
                     await self.layers.join(task.id, task.workspace, layer_name(layer))
-                    await self.views.open_layer(
-                        self.layers.store(task.workspace) / layer_name(layer)
-                    )
+                    joined = self.layers.store(task.workspace) / layer_name(layer)
+                    await self.views.open_layer(task.workspace, joined)
                     task = await self._record_end(task, state, error, layer, waiting)
                     recorded = True
         except (BoxError, OSError) as failure:

@@ -17,8 +17,7 @@ from boxd.manager.run import complaint
 from boxd.manager.units import at_rest
 from boxd.manager.workspaces import owner_access
 from boxd.manager.workspaces.layers import Layers, layer_name
-from boxd.manager.workspaces.owner_views import EMPTY, OwnerViews, mount_options
-from boxd.manager.workspaces.workspaces import NAME
+from boxd.manager.workspaces.owner_views import EMPTY, OwnerViews, mount_options, shown
 from boxd.paths import workspaces_dir
 
 log = logging.getLogger(__name__)
@@ -47,7 +46,7 @@ class ViewMounts:
         self._ready = True
         for name in await asyncio.to_thread(self.views.stale_links, set(workspaces)):
             await self.drop(name)
-        for name in workspaces:
+        for name in filter(shown, workspaces):
             await asyncio.to_thread(self._open_base, name)
             await self.remake(name)
         for generation in await asyncio.to_thread(self.views.unused):
@@ -70,7 +69,7 @@ class ViewMounts:
 
     async def open_base(self, workspace: str) -> None:
         """A new workspace's base opened to boxd-owner, before anything is put in it."""
-        if self.gid is not None and NAME.fullmatch(workspace):
+        if self.gid is not None and shown(workspace):
             await asyncio.to_thread(self._open_base, workspace)
 
     async def made(self, workspace: str) -> None:
@@ -78,10 +77,10 @@ class ViewMounts:
         await self.open_base(workspace)
         await self.remake(workspace)
 
-    async def open_layer(self, layer: Path) -> None:
+    async def open_layer(self, workspace: str, layer: Path) -> None:
         """A layer joining: readable by boxd-owner through the view (owner_access). Never fails
         the join: the owner may then not read some of it, which the journal says."""
-        if self.gid is None:
+        if self.gid is None or not shown(workspace):
             return
         try:
             await asyncio.to_thread(owner_access.open_to_owner, layer, self.gid)
@@ -90,7 +89,7 @@ class ViewMounts:
 
     async def remake(self, workspace: str) -> None:
         """Mounts the workspace's view as its stack stands in the record, and swaps it in."""
-        if not self._ready or not NAME.fullmatch(workspace):
+        if not self._ready or not shown(workspace):
             return
         async with self.layers.joins[workspace]:
             try:

@@ -29,6 +29,7 @@ import secrets
 import stat
 from pathlib import Path
 
+from boxd.manager.workspaces.workspaces import NAME, PERSONAL
 from boxd.paths import workspaces_dir
 
 VIEWS = Path("/run/boxd/views")
@@ -38,6 +39,13 @@ EMPTY = ".empty"
 # Overlay options besides the layers: no redirects or metacopy, as the tasks' views are mounted
 # (layers.py), so it shows what they would; nothing in it runs, is a device or is set-id.
 _OPTIONS = "ro,nosuid,nodev,noexec,redirect_dir=off,metacopy=off"
+
+
+def shown(workspace: str) -> bool:
+    """Whether the workspace gets a view. Not the copies of a member's personal folders: several
+    members of boxd-owner share one box, and none of them gets another's files (folders.py);
+    only the member who asked reviews and keeps such a task."""
+    return NAME.fullmatch(workspace) is not None and not workspace.startswith(PERSONAL)
 
 
 def mount_options(stack: list[str], base: str, empty: Path) -> str:

@@ -11,6 +11,7 @@ from boxd.manager.workspaces.owner_views import (
     mount_options,
     mount_points,
     propagation,
+    shown,
 )
 
 PAGE = 4096
@@ -66,3 +67,8 @@ def test_a_swap_replaces_the_link_in_one_rename(tmp_path: Path) -> None:
     assert views.unused() == []
     assert views.stale_links({"w"}) == [] and views.stale_links(set()) == ["w"]
     assert views.unlink("w") == second and views.unlink("w") is None
+
+
+def test_a_members_personal_copy_gets_no_view() -> None:
+    assert shown("home") and shown("files-abc") and shown("docs.v2")
+    assert not shown("owner-1000-abcdef") and not shown(".gen") and not shown("../x")
