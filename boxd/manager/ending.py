@@ -156,11 +156,12 @@ class Ending(OnMachinery):
             if full:
                 await self.task_os.remove_home(self.home, task.id)
             if state == TaskState.DONE:
+                # Its worker is stopped: the upper folder is root's to walk now, and walked
+                # before the workspace's lock, which a big layer would hold up.
+                await self.views.open_layer(task.workspace, self.layers.upper(task.id))
                 async with self.layers.joins[task.workspace]:
                     layer = await self.store.next_layer(task.workspace)
                     await self.layers.join(task.id, task.workspace, layer_name(layer))
-                    joined = self.layers.store(task.workspace) / layer_name(layer)
-                    await self.views.open_layer(task.workspace, joined)
                     task = await self._record_end(task, state, error, layer, waiting)
                     recorded = True
         except (BoxError, OSError) as failure:

@@ -68,13 +68,27 @@ def test_the_owner_reads_done_work_and_no_one_else_does(box: Machine) -> None:
         token,
         "seen",
         "write a.txt first\n"
-        "sh mkdir -p deep && echo hidden > deep/s.txt && chmod 600 deep/s.txt && chmod 700 deep",
+        "sh mkdir -p deep && echo hidden > deep/s.txt && chmod 600 deep/s.txt && chmod 700 deep"
+        " && ln -s /etc/shadow shadow-link && mkfifo pipe",
     )
     # The owner's account reads what the task left, its 0700 folder and 0600 file too.
     assert _as(box, OWNER, f"cat {VIEWS}/seen/a.txt {VIEWS}/seen/deep/s.txt") == (
         0,
         "firsthidden\n",
     )
+    # A link the task left is followed with the owner's own rights, which do not reach
+    # /etc/shadow; the FIFO is shown as one, and got no ACL entry.
+    code, said = _as(box, OWNER, f"cat {VIEWS}/seen/shadow-link")
+    assert code != 0 and "Permission denied" in said
+    assert box.run("stat", "-c", "%F", f"{VIEWS}/seen/pipe").stdout.strip() == "fifo"
+    acls = box.run(
+        "/opt/boxd/venv/bin/python",
+        "-c",
+        "import os, sys; print(*(os.listxattr(p, follow_symlinks=False) for p in sys.argv[1:]))",
+        f"{VIEWS}/seen/pipe",
+        f"{VIEWS}/seen/deep/s.txt",
+    ).stdout
+    assert acls.strip() == "[] ['system.posix_acl_access']"
     # Another user on the machine is kept out at the gate.
     code, said = _as(box, STRANGER, f"ls {VIEWS}/seen/")
     assert code != 0 and "Permission denied" in said

@@ -5,10 +5,10 @@ user's, 0700, a task may leave files 0600, and the base is 2770 root:boxd-work, 
 account is in boxd-owner, not boxd-work. So boxd gives group boxd-owner read access (and search
 for folders) with a POSIX ACL entry, on each folder and plain file, and nothing more:
 
-- a joined layer, once, as it joins: it is then root's alone in the layer store, its task's
-  worker stopped; walked by directory fds following no link, each file opened O_NOFOLLOW and
-  checked with fstat, so a name swapped for a link or a FIFO is skipped, never followed or opened
-  for reading;
+- a done task's layer, once, as it ends: its worker is stopped, its view unmounted, so no
+  process of its user is left to change it; walked by directory fds following no link, each
+  file opened O_NOFOLLOW and checked with fstat, so a name swapped for a link or a FIFO is
+  skipped, never followed or opened for reading;
 - a base folder, as it is made and at every start, with a default ACL too, so what is put in it
   later inherits the entry.
 
