@@ -42,6 +42,12 @@ class ViewMounts:
             if failed:
                 log.error("the owner's views cannot be mounted in %s: %s", self.views.root, failed)
                 return
+        # The first try's lesson: no view is mounted where a mount could propagate.
+        if not await asyncio.to_thread(self.views.gate_is_private):
+            log.error(
+                "%s is not a private mount: the owner's views are not mounted", self.views.root
+            )
+            return
         await asyncio.to_thread(self.views.prepare)
         self._ready = True
         for name in await asyncio.to_thread(self.views.stale_links, set(workspaces)):
