@@ -188,8 +188,8 @@ class OwnerMethods:
         unfinished = (TaskState.QUEUED, TaskState.RUNNING, TaskState.WAITING)
         busy = [t.id for t in await self.store.tasks(unfinished) if t.workspace == name]
         self.workspaces.check_removable(name, busy)
+        # Its view first: nothing stays mounted from the folders that go to the trash.
+        await self.lifecycle.views.drop(name)
         async with self.layers.joins[name]:
             await self.store.drop_workspace_layers(name)
-            removed = await self.workspaces.move_to_trash(name, self.layers.store(name))
-        await self.lifecycle.views.drop(name)
-        return removed
+            return await self.workspaces.move_to_trash(name, self.layers.store(name))
