@@ -89,6 +89,18 @@ def test_the_owner_reads_done_work_and_no_one_else_does(box: Machine) -> None:
         f"{VIEWS}/seen/deep/s.txt",
     ).stdout
     assert acls.strip() == "[] ['system.posix_acl_access']"
+    # GNU tar, as the owner, reads all of it: every folder and file is open to boxd-owner.
+    code, said = _as(
+        box, OWNER, f"tar -C {VIEWS}/seen -cf ~/seen.tar . && tar -tf ~/seen.tar | sort"
+    )
+    assert code == 0 and said.split() == [
+        "./",
+        "./a.txt",
+        "./deep/",
+        "./deep/s.txt",
+        "./pipe",
+        "./shadow-link",
+    ], said
     # Another user on the machine is kept out at the gate.
     code, said = _as(box, STRANGER, f"ls {VIEWS}/seen/")
     assert code != 0 and "Permission denied" in said
