@@ -41,6 +41,7 @@ from boxd.manager.units import at_rest
 from boxd.manager.units.systemd import Systemd
 from boxd.manager.units.task_os import TaskOS
 from boxd.manager.workspace_files import WorkspaceFiles
+from boxd.manager.view_mounts import ViewMounts
 from boxd.manager.workspaces.layers import Layers
 from boxd.manager.workspaces.workspaces import PERSONAL, SHARED, Workspaces
 from boxd.wire.caller import OWNER_ONLY, Caller, Role
@@ -95,7 +96,10 @@ class Box:
         self.model_requests = ModelRequests(self.records)
         self.background = Background()
         self.screen = ScreenSessions(store)
-        machinery = Machinery(home, store, systemd, self.layers, self.task_os, self.background)
+        self.views = ViewMounts(store, self.layers)
+        machinery = Machinery(
+            home, store, systemd, self.layers, self.task_os, self.background, self.views
+        )
         self.spare_maker = SpareMaker(machinery, self.vault)
         self.spares = self.spare_maker.pool
         self.lifecycle = Lifecycle(
@@ -142,6 +146,9 @@ class Box:
                 self.lifecycle.take_place(task.id)
         for task_id, state in await self.store.damaged_tasks():
             await self._fail_damaged(task_id, state)
+        # After the record is read: /run is a tmpfs, so after a reboot the views are made again
+        # from the stacks it holds.
+        await self.views.open(await asyncio.to_thread(self.workspaces.names))
 
     async def _fail_damaged(self, task_id: str, state: str) -> None:
         """A task whose record cannot be read is stopped and recorded failed, saying so; the
@@ -277,6 +284,8 @@ class Box:
                 # Shared files make a workspace of their own; the log keeps names and sizes only.
                 workspace = f"files-{task_id}"
                 await self.workspaces.create(workspace, files=True)
+                # Before the files, which then inherit the owner's read access.
+                await self.views.open_base(workspace)
                 shared = [{"name": f.name, "size": len(f.content)} for f in asked.files]
             task = Task(
                 id=task_id,
@@ -303,6 +312,7 @@ class Box:
             try:
                 if asked.files is not None:
                     await self.workspaces.put(workspace, {f.name: f.content for f in asked.files})
+                    await self.views.remake(workspace)
                 await self.store.save_task(
                     TaskSave(
                         task,

@@ -156,6 +156,9 @@ class Ending(OnMachinery):
             if full:
                 await self.task_os.remove_home(self.home, task.id)
             if state == TaskState.DONE:
+                # Its worker is stopped: the upper folder is root's to walk now, and walked
+                # before the workspace's lock, which a big layer would hold up.
+                await self.views.open_layer(task.workspace, self.layers.upper(task.id))
                 async with self.layers.joins[task.workspace]:
                     layer = await self.store.next_layer(task.workspace)
                     await self.layers.join(task.id, task.workspace, layer_name(layer))
@@ -168,6 +171,8 @@ class Ending(OnMachinery):
             if full:
                 await self.layers.throw_away(task.id)
             task = await self._record_end(task, state, error, None, waiting)
+        if recorded:
+            await self.views.remake(task.workspace)
         await self.clear_ended(task)
         await self.collect_layers(task.workspace)
         # The layer it left or threw away may have given back the space boxd keeps in reserve.

@@ -1,7 +1,7 @@
 """What the manager's parts that make, start and end tasks share (boxd.manager.spares, lifecycle,
-ending): the box's home, its record, systemd, the layers, what a task is given on the machine
-besides its units, and the jobs that run in the background. Box makes it once; each part keeps
-its pieces under their own names."""
+ending): the box's home, its record, systemd, the layers and the owner's views of them, what a
+task is given on the machine besides its units, and the jobs that run in the background. Box
+makes it once; each part keeps its pieces under their own names."""
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +10,7 @@ from boxd.manager.background import Background
 from boxd.manager.record.store import Store
 from boxd.manager.units.systemd import Systemd
 from boxd.manager.units.task_os import TaskOS
+from boxd.manager.view_mounts import ViewMounts
 from boxd.manager.workspaces.layers import Layers
 
 
@@ -21,6 +22,8 @@ class Machinery:
     layers: Layers
     task_os: TaskOS
     background: Background
+    # The owner's mounted views, remade as stacks change.
+    views: ViewMounts
 
 
 class OnMachinery:
@@ -34,3 +37,4 @@ class OnMachinery:
         self.layers = machinery.layers
         self.task_os = machinery.task_os
         self.background = machinery.background
+        self.views = machinery.views

@@ -180,12 +180,16 @@ class OwnerMethods:
         return [self.workspaces.describe(name) for name in self.workspaces.names()]
 
     async def create_workspace(self, caller: Caller, name: str) -> dict[str, Any]:
-        return await self.workspaces.create(name)
+        made = await self.workspaces.create(name)
+        await self.lifecycle.views.made(name)
+        return made
 
     async def remove_workspace(self, caller: Caller, name: str) -> dict[str, Any]:
         unfinished = (TaskState.QUEUED, TaskState.RUNNING, TaskState.WAITING)
         busy = [t.id for t in await self.store.tasks(unfinished) if t.workspace == name]
         self.workspaces.check_removable(name, busy)
+        # Its view first: nothing stays mounted from the folders that go to the trash.
+        await self.lifecycle.views.drop(name)
         async with self.layers.joins[name]:
             await self.store.drop_workspace_layers(name)
             return await self.workspaces.move_to_trash(name, self.layers.store(name))

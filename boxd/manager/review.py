@@ -85,6 +85,8 @@ class ReviewMethods:
                 )
             )
         await self.ending.cleared(task.id)
+        # Before its layer's files may go (collect_layers): the new view no longer stacks it.
+        await self.ending.views.remake(task.workspace)
         await self.ending.collect_layers(task.workspace)
         return task.public()
 
@@ -124,7 +126,9 @@ class ReviewMethods:
             )
             if "stoppedAt" in data and task.error is not None:
                 # Recorded first, so the log and the task's error say what was applied.
+                await self.ending.views.remake(task.workspace)
                 die(Problem.FAILED, task.error)
+        await self.ending.views.remake(task.workspace)
         await self.ending.collect_layers(task.workspace)
         return task.public()
 

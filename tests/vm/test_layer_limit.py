@@ -50,6 +50,12 @@ def test_499_done_tasks_and_the_500th_refused(machine: Machine, token: str) -> N
     ended = finish(machine, last["id"])
     assert ended["state"] == "done", ended
     assert ended["steps"][0]["text"] == "498\n0497"
+    # The owner's view stacks all 499 done layers over the base too, remade at each join.
+    view = "/run/boxd/views/deep"
+    assert machine.run("sh", "-c", f"ls {view} | wc -l; cat {view}/n0.txt").stdout == "498\n0"
+    options = machine.run("findmnt", "-n", "-o", "OPTIONS", "-T", f"{view}/").stdout
+    lowers = options.split("lowerdir=")[1].split(",")[0].split(":")
+    assert len(lowers) == 500
     refused = start_fake(machine, token, "step too deep", workspace="deep")
     assert refused["state"] == "failed"
     assert refused["error"] == (

@@ -28,6 +28,19 @@ def test_keep_applies_writes_and_deletions(machine: Machine, owner: str, owner_t
     assert ended["state"] == "done", ended
     assert ended["review"] == "pending"
     assert ended["steps"][0]["text"] == "old"
+    # The copy of a member's folder gets no owner's view (other members of boxd-owner would read
+    # it), and its layer no ACL entry for boxd-owner.
+    gone = machine.run("test", "-e", f"/run/boxd/views/{task['workspace']}", check=False)
+    assert gone.returncode != 0
+    layers = f"/var/lib/box/layers/{task['workspace']}"
+    entries = machine.run(
+        "/opt/boxd/venv/bin/python",
+        "-c",
+        "import os, sys; print(sum('system.posix_acl_access' in os.listxattr(os.path.join(d, n),"
+        " follow_symlinks=False) for d, ds, fs in os.walk(sys.argv[1]) for n in ds + fs))",
+        layers,
+    ).stdout
+    assert entries.strip() == "0"
     # Done is not kept: the real folder is as it was.
     assert tree(machine, real) == {"a.txt": "old", "b.txt": "bye", "sub/c.txt": "c"}
 
