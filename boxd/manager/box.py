@@ -40,8 +40,8 @@ from boxd.manager.spares import SpareMaker
 from boxd.manager.units import at_rest
 from boxd.manager.units.systemd import Systemd
 from boxd.manager.units.task_os import TaskOS
-from boxd.manager.workspace_files import WorkspaceFiles
 from boxd.manager.view_mounts import ViewMounts
+from boxd.manager.workspace_files import WorkspaceFiles
 from boxd.manager.workspaces.layers import Layers
 from boxd.manager.workspaces.workspaces import PERSONAL, SHARED, Workspaces
 from boxd.wire.caller import OWNER_ONLY, Caller, Role
