@@ -187,6 +187,10 @@ ANSWER_APPROVAL = Method(
 LIST_WORKSPACES = Method("ListWorkspaces", (), "workspaces", _OWNER)
 CREATE_WORKSPACE = Method("CreateWorkspace", ("name",), "workspace", _OWNER)
 REMOVE_WORKSPACE = Method("RemoveWorkspace", ("name",), "removed", _IN_PERSON)
+# The owner's changes to a workspace, each an entry of its stack of its own, answered as a task
+# (boxd.manager.owner_changes): a path deleted, or renamed (`fromPath` to `toPath`).
+DELETE_FROM_WORKSPACE = Method("DeleteFromWorkspace", ("name", "path"), "task", _OWNER)
+RENAME_IN_WORKSPACE = Method("RenameInWorkspace", ("name", "fromPath", "toPath"), "task", _OWNER)
 GET_SETTINGS = Method("GetSettings", (), "settings", _IN_PERSON)
 SET_SETTINGS = Method("SetSettings", ("changes",), "settings", _IN_PERSON)
 # The role is owner, app or member; a member's token is named by the member's id. An app's or
@@ -248,6 +252,8 @@ METHODS: tuple[Method, ...] = (
     LIST_WORKSPACES,
     CREATE_WORKSPACE,
     REMOVE_WORKSPACE,
+    DELETE_FROM_WORKSPACE,
+    RENAME_IN_WORKSPACE,
     GET_SETTINGS,
     SET_SETTINGS,
     CREATE_TOKEN,

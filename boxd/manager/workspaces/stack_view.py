@@ -272,3 +272,33 @@ def history(stack: Stack, path: str) -> list[str | None]:
     with _opened(stack) as roots:
         below = Below([fd for _, fd in roots], stack.marks)
         return [name for name, fd in roots if below.look(fd, parts)[0] != ABSENT]
+
+
+def lookup(stack: Stack, path: str) -> os.stat_result | None:
+    """The lstat of what the view shows at `path` ("" is the workspace's base), or None."""
+    parts = checked(path)
+    if not parts:
+        return os.stat(stack.levels[-1].path, follow_symlinks=False)
+    with _opened(stack) as roots:
+        top = _topmost(stack, roots, parts)
+        return None if top is None else top[2]
+
+
+def read_link(stack: Stack, path: str) -> str:
+    """The target of the link the view shows at `path`, as bytes made text (never followed)."""
+    parts = checked(path)
+    shown = shown_name(path)[0]
+    with _opened(stack) as roots:
+        top = _topmost(stack, roots, parts)
+        if top is None or not stat.S_ISLNK(top[2].st_mode):
+            die(Problem.NOT_FOUND, f"there is no link {shown!r} in the workspace")
+        try:
+            parent, name = parent_of(top[1], path)
+        except OSError as error:
+            die(Problem.FAILED, f"{shown!r} could not be reached ({error.strerror or error})")
+        try:
+            return os.readlink(name, dir_fd=parent)
+        except OSError as error:
+            die(Problem.FAILED, f"{shown!r} changed while it was read ({error.strerror or error})")
+        finally:
+            os.close(parent)
