@@ -30,6 +30,7 @@ from boxd.wire.models.owner_requests import (
     NewToken,
     NewWorkspace,
     PairRequest,
+    RenameRequest,
     SecretValue,
     SettingsChanges,
 )
@@ -52,6 +53,7 @@ _MODELS: tuple[tuple[type[BaseModel], _Mode], ...] = (
     (NewPairing, "validation"),
     (SessionRequest, "validation"),
     (NewToken, "validation"),
+    (RenameRequest, "validation"),
     (Settings, "serialization"),
     (Task, "serialization"),
     (Approval, "serialization"),
@@ -166,9 +168,86 @@ class Route:
     open_to_all: bool = False
     # The answer's media type; an event stream's answer is described in words, not a schema.
     media: str = "application/json"
+    # A body that is not a JSON model (an upload): its media types and their schemas.
+    upload: dict[str, Any] | None = None
 
 
 _APP_TOO = "the owner, or an app's or a member's token for the tasks it started"
+_BYTES = {"schema": {"type": "string", "format": "binary"}}
+_TAR = {
+    "application/x-tar": _BYTES,
+    "application/gzip": _BYTES,
+    "multipart/form-data": {
+        "schema": {
+            "type": "object",
+            "properties": {
+                "file": {
+                    "type": "array",
+                    "items": {"type": "string", "format": "binary"},
+                    "description": (
+                        "files; a part's filename may be a relative path (folder/file), as a "
+                        "browser sends a folder picked whole"
+                    ),
+                }
+            },
+        }
+    },
+}
+_OWNER_CHANGE = (
+    "An owner's change, a task of worker owner, done from the start: the next tasks see it, "
+    "its layer can be undone like a task's"
+)
+_OWNER_CHANGES: tuple[Route, ...] = (
+    Route(
+        "PUT",
+        "/api/workspaces/{name}/files/{path}",
+        "Put one file in a workspace (the body is its bytes, as curl -T sends them). "
+        + _OWNER_CHANGE,
+        201,
+        _ref(Task),
+        None,
+        (400, 404, 507),
+        upload={"application/octet-stream": _BYTES},
+    ),
+    Route(
+        "POST",
+        "/api/workspaces/{name}/files",
+        f"Add files or folders to a workspace (multipart, or a tar or gzip tar). {_OWNER_CHANGE}",
+        201,
+        _ref(Task),
+        None,
+        (400, 404, 507),
+        upload=_TAR,
+    ),
+    Route(
+        "POST",
+        "/api/workspaces/{name}/files/{path}",
+        f"Add files or folders under a folder of a workspace. {_OWNER_CHANGE}",
+        201,
+        _ref(Task),
+        None,
+        (400, 404, 507),
+        upload=_TAR,
+    ),
+    Route(
+        "DELETE",
+        "/api/workspaces/{name}/files/{path}",
+        f"Delete a file or a folder from a workspace. {_OWNER_CHANGE}",
+        201,
+        _ref(Task),
+        None,
+        (400, 404, 507),
+    ),
+    Route(
+        "POST",
+        "/api/workspaces/{name}/rename",
+        f"Rename or move a file or folder in a workspace. {_OWNER_CHANGE}",
+        201,
+        _ref(Task),
+        RenameRequest,
+        (400, 404, 413, 507),
+    ),
+)
 ROUTES: tuple[Route, ...] = (
     Route(
         "POST",
@@ -406,6 +485,7 @@ ROUTES: tuple[Route, ...] = (
         (400, 404),
         who=_IN_PERSON,
     ),
+    *_OWNER_CHANGES,
     Route(
         "GET",
         OPENAPI_PATH,
@@ -482,6 +562,8 @@ def _operation(route: Route) -> dict[str, Any]:
             "required": True,
             "content": {"application/json": {"schema": _ref(route.body)}},
         }
+    if route.upload is not None:
+        operation["requestBody"] = {"required": True, "content": route.upload}
     return operation
 
 

@@ -10,7 +10,7 @@ from dbus_fast import Message, MessageType
 from boxd.errors import BoxError, Problem, die
 from boxd.manager.access import pairing, vault
 from boxd.manager.access.tokens import token_role
-from boxd.manager.workspaces import workspaces
+from boxd.manager.workspaces import stack_view, workspaces
 from boxd.reading.strict_json import loads
 from boxd.wire.ids import check_task_id
 from boxd.wire.models.settings import Settings, change_settings
@@ -53,6 +53,21 @@ ANSWERS: dict[str, Callable[[list[Any]], Any]] = {
     "ListWorkspaces": lambda args: [{"name": "home"}],
     "CreateWorkspace": lambda args: {"name": workspaces.check_name(args[0])},
     "RemoveWorkspace": lambda args: {"name": workspaces.check_name(args[0]), "trash": "/t"},
+    "DeleteFromWorkspace": lambda args: (
+        (
+            workspaces.check_name(args[0]),
+            stack_view.checked(args[1]) or die(Problem.INVALID, "name a path"),
+        )
+        and TASK
+    ),
+    "RenameInWorkspace": lambda args: (
+        (
+            workspaces.check_name(args[0]),
+            stack_view.checked(args[1]),
+            stack_view.checked(args[2]),
+        )
+        and TASK
+    ),
     "ListTokens": lambda args: [],
     "CreateToken": lambda args: (token_role(args[1]), parse_limits(args[2])) and "box_made",
     "RevokeToken": lambda args: die(Problem.NOT_FOUND, f"no token {args[0][:80]}"),

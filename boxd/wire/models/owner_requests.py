@@ -60,3 +60,12 @@ class NewWorkspace(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: StrictStr
+
+
+class RenameRequest(BaseModel):
+    """POST /api/workspaces/{name}/rename: a path in the workspace and its new one."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    from_: StrictStr = Field(alias="from")
+    to: StrictStr
