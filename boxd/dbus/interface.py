@@ -72,7 +72,7 @@ def door(interface: str, role: Role) -> Door | None:
 
 
 # The Python type a handler takes each D-Bus type as.
-_PYTHON_TYPES: dict[str, type] = {"s": str, "b": bool}
+_PYTHON_TYPES: dict[str, type] = {"s": str, "b": bool, "h": int}
 
 
 @dataclass(frozen=True)
@@ -189,6 +189,8 @@ CREATE_WORKSPACE = Method("CreateWorkspace", ("name",), "workspace", _OWNER)
 REMOVE_WORKSPACE = Method("RemoveWorkspace", ("name",), "removed", _IN_PERSON)
 # The owner's changes to a workspace, each an entry of its stack of its own, answered as a task
 # (boxd.manager.owner_changes): a path deleted, or renamed (`fromPath` to `toPath`).
+# `fd` reads a tar stream (boxctl's or the web process's) whose entries go under folder `path`.
+ADD_TO_WORKSPACE = Method("AddToWorkspace", ("name", "path", "fd:h"), "task", _OWNER)
 DELETE_FROM_WORKSPACE = Method("DeleteFromWorkspace", ("name", "path"), "task", _OWNER)
 RENAME_IN_WORKSPACE = Method("RenameInWorkspace", ("name", "fromPath", "toPath"), "task", _OWNER)
 GET_SETTINGS = Method("GetSettings", (), "settings", _IN_PERSON)
@@ -252,6 +254,7 @@ METHODS: tuple[Method, ...] = (
     LIST_WORKSPACES,
     CREATE_WORKSPACE,
     REMOVE_WORKSPACE,
+    ADD_TO_WORKSPACE,
     DELETE_FROM_WORKSPACE,
     RENAME_IN_WORKSPACE,
     GET_SETTINGS,

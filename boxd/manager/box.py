@@ -184,6 +184,7 @@ class Box:
             api.LIST_WORKSPACES: self.owner.list_workspaces,
             api.CREATE_WORKSPACE: self.owner.create_workspace,
             api.REMOVE_WORKSPACE: self.owner.remove_workspace,
+            api.ADD_TO_WORKSPACE: self.changes.add_to_workspace,
             api.DELETE_FROM_WORKSPACE: self.changes.delete_from_workspace,
             api.RENAME_IN_WORKSPACE: self.changes.rename_in_workspace,
             api.GET_SETTINGS: self.owner.get_settings,

@@ -184,10 +184,7 @@ _TAR = {
                 "file": {
                     "type": "array",
                     "items": {"type": "string", "format": "binary"},
-                    "description": (
-                        "files; a part's filename may be a relative path (folder/file), as a "
-                        "browser sends a folder picked whole"
-                    ),
+                    "description": "files; a filename may be a relative path (folder/file)",
                 }
             },
         }

@@ -194,6 +194,7 @@ def _path(request: web.Request) -> str:
 
 async def put_file(client: GatewayClient, add: AddCall, request: web.Request) -> web.Response:
     """PUT /api/workspaces/{name}/files/{path}: the body is the file."""
+    token = token_of(request)
     path = _path(request)
     folder, _, file_name = path.rpartition("/")
     size = request.content_length
@@ -208,11 +209,12 @@ async def put_file(client: GatewayClient, add: AddCall, request: web.Request) ->
     if not file_name:
         die(Problem.INVALID, "name the file: PUT /api/workspaces/{name}/files/{path}")
     stream = _one_file(file_name, size, _chunks(request))
-    return await send(client, token_of(request), add, request.match_info["name"], folder, stream)
+    return await send(client, token, add, request.match_info["name"], folder, stream)
 
 
 async def post_files(client: GatewayClient, add: AddCall, request: web.Request) -> web.Response:
     """POST /api/workspaces/{name}/files[/{folder}]: multipart files, or a tar (gzip too)."""
+    token = token_of(request)
     kind = request.content_type
     name, folder = request.match_info["name"], _path(request)
     if kind.startswith("multipart/"):
@@ -225,7 +227,7 @@ async def post_files(client: GatewayClient, add: AddCall, request: web.Request) 
             f"an upload is multipart/form-data, or a tar (application/x-tar, or gzip-compressed "
             f"as application/gzip), not {kind or 'a body with no Content-Type'}",
         )
-    return await send(client, token_of(request), add, name, folder, stream)
+    return await send(client, token, add, name, folder, stream)
 
 
 async def delete_file(client: GatewayClient, request: web.Request) -> web.Response:
@@ -236,9 +238,10 @@ async def delete_file(client: GatewayClient, request: web.Request) -> web.Respon
 
 
 async def rename(client: GatewayClient, request: web.Request) -> web.Response:
+    token = token_of(request)
     body = parse(RenameRequest, await request.read())
     task = await client.call_as(
-        token_of(request),
+        token,
         api.RENAME_IN_WORKSPACE,
         request.match_info["name"],
         body.from_,

@@ -53,6 +53,9 @@ ANSWERS: dict[str, Callable[[list[Any]], Any]] = {
     "ListWorkspaces": lambda args: [{"name": "home"}],
     "CreateWorkspace": lambda args: {"name": workspaces.check_name(args[0])},
     "RemoveWorkspace": lambda args: {"name": workspaces.check_name(args[0]), "trash": "/t"},
+    "AddToWorkspace": lambda args: (
+        (workspaces.check_name(args[0]), stack_view.checked(args[1])) and TASK
+    ),
     "DeleteFromWorkspace": lambda args: (
         (
             workspaces.check_name(args[0]),

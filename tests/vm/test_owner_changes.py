@@ -8,16 +8,20 @@ recorded and nothing left in the layer store."""
 import base64
 import io
 import json
+import shutil
+import subprocess
 import tarfile
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from testbed.box_api import API, boxctl, finish, http, start_fake
-from testbed.machine import BOX_HOME, Machine
+from testbed.machine import BOX_HOME, Machine, install_boxd
+from testbed.npm_registry import wait_for_droid
 from testbed.wallet_calls import pending
-from tests.vm.test_disk_full import _small_disk
 
 
 def new_workspace(machine: Machine, token: str, name: str) -> None:
@@ -85,9 +89,13 @@ def test_an_upload_is_seen_by_the_next_task_named_by_saw_and_undone_like_one(
 
     # boxctl put, as the caller: a folder and a file, into a folder of the workspace.
     machine.run(
-        "sh", "-c", "mkdir -p /root/pics/inner && echo a > /root/pics/inner/a.txt && echo b > /root/b.txt"
+        "sh",
+        "-c",
+        "mkdir -p /root/pics/inner && echo a > /root/pics/inner/a.txt && echo b > /root/b.txt",
     )
-    put = json.loads(boxctl(machine, "put", "/root/pics", "/root/b.txt", "uploads:in", "--json").stdout)
+    put = json.loads(
+        boxctl(machine, "put", "/root/pics", "/root/b.txt", "uploads:in", "--json").stdout
+    )
     assert put["worker"] == "owner" and put["source"] == "boxctl"
     listing = seen(machine, token, "uploads", "cat in/pics/inner/a.txt in/b.txt")
     assert listing["steps"][0]["text"] == "a\nb"
@@ -117,7 +125,11 @@ def test_delete_and_rename(machine: Machine, token: str) -> None:
     status, renamed = http(machine, "POST", "/api/workspaces/moves/rename", token, body)
     assert status == 201 and renamed["title"] == "Renamed d to e/d2", renamed
     status, again = http(
-        machine, "POST", "/api/workspaces/moves/rename", token, json.dumps({"from": "a.md", "to": "e"})
+        machine,
+        "POST",
+        "/api/workspaces/moves/rename",
+        token,
+        json.dumps({"from": "a.md", "to": "e"}),
     )
     assert status == 400 and "already in the workspace" in again["error"]
     after = seen(machine, token, "moves", "ls; cat e/d2/b.md; ls d gone.md 2>&1 || true")
@@ -147,7 +159,10 @@ def test_hostile_uploads_are_refused_and_leave_nothing(machine: Machine, token: 
     new_workspace(machine, token, "hostile")
     before = len(owner_tasks(machine))
     cases = {
-        "link": (_tar(("ok.md", b"ok", ""), ("etc", b"", "/etc"), ("etc/x", b"x", "")), "symbolic link"),
+        "link": (
+            _tar(("ok.md", b"ok", ""), ("etc", b"", "/etc"), ("etc/x", b"x", "")),
+            "symbolic link",
+        ),
         "dotdot": (_tar(("../../escape", b"x", "")), "not a path in the workspace"),
         "absolute": (_tar(("/etc/cron.d/evil", b"x", "")), "absolute path"),
         "cut": (_tar(("a", b"A" * 5000, ""))[:3000], "not a whole tar archive"),
@@ -167,7 +182,10 @@ def test_hostile_uploads_are_refused_and_leave_nothing(machine: Machine, token: 
         assert status == 400 and words in refused["error"], (name, refused)
     # Over the caps, made by GNU tar: 10,001 files in one upload.
     machine.run(
-        "sh", "-c", "mkdir -p /root/many && cd /root/many && seq 10001 | xargs touch && tar czf /root/many.tgz ."
+        "sh",
+        "-c",
+        "mkdir -p /root/many && cd /root/many && seq 10001 | xargs touch"
+        " && tar czf /root/many.tgz .",
     )
     status, refused = curl(
         machine,
@@ -190,7 +208,25 @@ def test_hostile_uploads_are_refused_and_leave_nothing(machine: Machine, token: 
 
 @pytest.fixture
 def small_disk() -> Iterator[Machine]:
-    yield from _small_disk()
+    """A machine whose BOX_HOME is a small ext4 of its own, as in test_disk_full.py: an image
+    file loop-mounted on the host and bound over /var/lib/box."""
+    place = Path(tempfile.mkdtemp(prefix="boxd-owner-disk-", dir="/var/tmp"))
+    image, mount = place / "disk.img", place / "home"
+    mount.mkdir()
+    subprocess.run(["truncate", "-s", "128M", str(image)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
+    subprocess.run(["mount", "-o", "loop", str(image), str(mount)], check=True)
+    mount.chmod(0o755)
+    machine = Machine(binds=[(mount, BOX_HOME, False)])
+    try:
+        machine.start()
+        install_boxd(machine)
+        wait_for_droid(machine)
+        yield machine
+    finally:
+        machine.stop()
+        subprocess.run(["umount", str(mount)], check=False)
+        shutil.rmtree(place, ignore_errors=True)
 
 
 def test_a_full_disk_refuses_an_upload_in_words_and_loses_nothing(
@@ -199,10 +235,16 @@ def test_a_full_disk_refuses_an_upload_in_words_and_loses_nothing(
     machine = small_disk
     token = boxctl(machine, "token", "create").stdout.strip()
     machine.run("sh", "-c", "head -c 4M /dev/urandom > /root/small.bin")
-    status, first = curl(machine, token, "-T", "/root/small.bin", f"{API}/api/workspaces/home/files/first.bin")
+    status, first = curl(
+        machine, token, "-T", "/root/small.bin", f"{API}/api/workspaces/home/files/first.bin"
+    )
     assert status == 201, first
     # The owner's own file fills the disk but for a few MiB.
-    machine.run("sh", "-c", f"fallocate -l $(( $(stat -f -c '%a*%S' {BOX_HOME}) - 8*1024*1024 )) {BOX_HOME}/filler")
+    machine.run(
+        "sh",
+        "-c",
+        f"fallocate -l $(( $(stat -f -c '%a*%S' {BOX_HOME}) - 8*1024*1024 )) {BOX_HOME}/filler",
+    )
     status, refused = curl(
         machine, token, "-T", "/root/small.bin", f"{API}/api/workspaces/home/files/second.bin"
     )
@@ -211,7 +253,9 @@ def test_a_full_disk_refuses_an_upload_in_words_and_loses_nothing(
     assert [t["id"] for t in owner_tasks(machine)] == [first["id"]]
     assert staged(machine, "home") == ""
     machine.run("rm", f"{BOX_HOME}/filler")
-    status, second = curl(machine, token, "-T", "/root/small.bin", f"{API}/api/workspaces/home/files/second.bin")
+    status, second = curl(
+        machine, token, "-T", "/root/small.bin", f"{API}/api/workspaces/home/files/second.bin"
+    )
     assert status == 201, second
     ended = seen(machine, token, "home", "cmp first.bin second.bin && echo same")
     assert ended["steps"][0]["text"] == "same"
