@@ -87,7 +87,7 @@ async def add(
     read, write = os.pipe2(os.O_CLOEXEC)
     writer = asyncio.create_task(asyncio.to_thread(_tar_into, write, sources))
     try:
-        answer: dict[str, Any] = await client.call(api.ADD_TO_WORKSPACE, name, folder, read)
+        answer: dict[str, Any] = await client.call_with_fd(api.ADD_TO_WORKSPACE, read, name, folder)
     finally:
         # The manager has its own copy: ours closed, a writer it stopped reading meets EPIPE.
         os.close(read)

@@ -14,9 +14,12 @@ from pydantic.json_schema import models_json_schema
 
 from boxd.errors import NO_ROOM_TO_START
 from boxd.reading.strict_json import TOO_LARGE
+from boxd.web.byte_ranges import past_the_end
 from boxd.web.event_stream import EVENTS_PATH, HEARTBEAT_SECONDS
 from boxd.web.host_check import OTHER_ORIGIN
 from boxd.web.live_events import TOO_MANY
+from boxd.web.openapi_files import FILE, FILE_MEDIA, FILE_SUMMARY, HISTORY, LISTING, READERS
+from boxd.web.openapi_uploads import ADD_MANY, ADD_UNDER, DELETE_ONE, MANY, ONE, PUT_ONE, RENAME
 from boxd.web.screen_session import (
     NO_TOKEN,
     SESSION_ENDED,
@@ -173,77 +176,18 @@ class Route:
 
 
 _APP_TOO = "the owner, or an app's or a member's token for the tasks it started"
-_BYTES = {"schema": {"type": "string", "format": "binary"}}
-_TAR = {
-    "application/x-tar": _BYTES,
-    "application/gzip": _BYTES,
-    "multipart/form-data": {
-        "schema": {
-            "type": "object",
-            "properties": {
-                "file": {
-                    "type": "array",
-                    "items": {"type": "string", "format": "binary"},
-                    "description": "files; a filename may be a relative path (folder/file)",
-                }
-            },
-        }
-    },
-}
-_OWNER_CHANGE = (
-    "An owner's change, a task of worker owner, done from the start: the next tasks see it, "
-    "its layer can be undone like a task's"
-)
+# The workspace as it stands (boxd/web/workspace_files.py).
+_FILES = "/api/workspaces/{name}"
+_READ = (400, 404)
+# The owner's changes (boxd/web/uploads.py), each answered with the change as a task.
+_CHANGED = (201, _ref(Task))
+_CHANGE = (400, 404, 507)
 _OWNER_CHANGES: tuple[Route, ...] = (
-    Route(
-        "PUT",
-        "/api/workspaces/{name}/files/{path}",
-        "Put one file in a workspace (the body is its bytes, as curl -T sends them). "
-        + _OWNER_CHANGE,
-        201,
-        _ref(Task),
-        None,
-        (400, 404, 507),
-        upload={"application/octet-stream": _BYTES},
-    ),
-    Route(
-        "POST",
-        "/api/workspaces/{name}/files",
-        f"Add files or folders to a workspace (multipart, or a tar or gzip tar). {_OWNER_CHANGE}",
-        201,
-        _ref(Task),
-        None,
-        (400, 404, 507),
-        upload=_TAR,
-    ),
-    Route(
-        "POST",
-        "/api/workspaces/{name}/files/{path}",
-        f"Add files or folders under a folder of a workspace. {_OWNER_CHANGE}",
-        201,
-        _ref(Task),
-        None,
-        (400, 404, 507),
-        upload=_TAR,
-    ),
-    Route(
-        "DELETE",
-        "/api/workspaces/{name}/files/{path}",
-        f"Delete a file or a folder from a workspace. {_OWNER_CHANGE}",
-        201,
-        _ref(Task),
-        None,
-        (400, 404, 507),
-    ),
-    Route(
-        "POST",
-        "/api/workspaces/{name}/rename",
-        f"Rename or move a file or folder in a workspace. {_OWNER_CHANGE}",
-        201,
-        _ref(Task),
-        RenameRequest,
-        (400, 404, 413, 507),
-    ),
+    Route("PUT", f"{_FILES}/files/{{path}}", PUT_ONE, *_CHANGED, None, _CHANGE, upload=ONE),
+    Route("POST", f"{_FILES}/files", ADD_MANY, *_CHANGED, None, _CHANGE, upload=MANY),
+    Route("POST", f"{_FILES}/files/{{path}}", ADD_UNDER, *_CHANGED, None, _CHANGE, upload=MANY),
+    Route("DELETE", f"{_FILES}/files/{{path}}", DELETE_ONE, *_CHANGED, None, _CHANGE),
+    Route("POST", f"{_FILES}/rename", RENAME, *_CHANGED, RenameRequest, (*_CHANGE, 413)),
 )
 ROUTES: tuple[Route, ...] = (
     Route(
@@ -482,6 +426,29 @@ ROUTES: tuple[Route, ...] = (
         (400, 404),
         who=_IN_PERSON,
     ),
+    Route("GET", f"{_FILES}/list", "A workspace's top folder", 200, LISTING, None, _READ, READERS),
+    Route("GET", f"{_FILES}/list/{{path}}", "A folder", 200, LISTING, None, _READ, READERS),
+    Route(
+        "GET",
+        f"{_FILES}/files/{{path}}",
+        FILE_SUMMARY,
+        200,
+        FILE,
+        None,
+        (*_READ, 416),
+        READERS,
+        media=FILE_MEDIA,
+    ),
+    Route(
+        "GET",
+        f"{_FILES}/history/{{path}}",
+        "The tasks that touched a path, newest first",
+        200,
+        HISTORY,
+        None,
+        _READ,
+        READERS,
+    ),
     *_OWNER_CHANGES,
     Route(
         "GET",
@@ -516,6 +483,10 @@ _REFUSALS: dict[int, tuple[str, dict[str, Any]]] = {
     ),
     404: ("No such task, approval, workspace or token", _error("no task t3k9x2a1b2")),
     413: ("The body is over 10 MB", _error(TOO_LARGE)),
+    416: (
+        "The range starts past the file's end (Content-Range: bytes */size)",
+        _error(past_the_end(10)),
+    ),
     503: (
         "boxd is not running, or (for the live events) too many streams are open",
         _error("boxd is not running (no one owns org.boxd.Box1 on the system bus)", TOO_MANY),

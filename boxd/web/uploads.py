@@ -254,4 +254,4 @@ async def add_to_workspace(
     client: GatewayClient, token: str, name: str, folder: str, fd: int
 ) -> Any:
     """AddToWorkspace with the pipe's read end passed as a unix fd."""
-    return await client.call_as(token, api.ADD_TO_WORKSPACE, name, folder, fd)
+    return await client.call_with_fd_as(token, api.ADD_TO_WORKSPACE, fd, name, folder)

@@ -32,12 +32,14 @@ class Manager:
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
 
     async def call(self, method: api.Method, *args: Any) -> Any:
-        self.calls.append((method.name, args[:2]))
-        if method.name == "CreateWorkspace":
-            return {"name": args[0], "path": f"/w/{args[0]}"}
+        self.calls.append((method.name, args))
+        return {"name": args[0], "path": f"/w/{args[0]}"}
+
+    async def call_with_fd(self, method: api.Method, fd: int, *args: Any) -> Any:
+        self.calls.append((method.name, args))
         if self.refuse:
             die(Problem.NOT_FOUND, f"no workspace {args[0]}")
-        _, folder, fd = args
+        _, folder = args
         await asyncio.to_thread(add_tar, self.made, self.stack, folder, fd)
         return {"id": "t000000001", "worker": "owner", "title": "Added"}
 
