@@ -1,12 +1,14 @@
 """The gateway's fuzz tests' manager: a stand-in on a real bus that answers every method."""
 
 import json
+import os
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from dbus_fast import Message, MessageType
 
+from boxd.dbus.incoming_fds import guarded
 from boxd.errors import BoxError, Problem, die
 from boxd.manager.access import pairing, vault
 from boxd.manager.access.tokens import token_role
@@ -37,6 +39,21 @@ def _approval(args: list[Any]) -> dict[str, Any]:
     if not re.fullmatch(r"t[0-9a-z]{9}\.[^\x00]{1,200}", args[0]):
         die(Problem.NOT_FOUND, f"no approval {args[0][:80]}")
     return {"id": args[0], "state": "approved" if args[1] else "denied"}
+
+
+def _workspace(args: list[Any]) -> dict[str, Any]:
+    """A workspace's path, checked as the manager checks it; only `home` is there."""
+    if args[0] != "home":
+        die(Problem.NOT_FOUND, f"there is no workspace {args[0][:80]!r}")
+    stack_view.checked(args[1])
+    return {"workspace": args[0], "path": args[1]}
+
+
+def _file(args: list[Any]) -> dict[str, Any]:
+    found = _workspace(args)
+    if not args[1]:
+        die(Problem.INVALID, "the workspace itself is a folder, not a plain file")
+    return {**found, "size": 0, "modified": "2026-01-01T00:00:00Z", "task": None}
 
 
 # The manager's answers by method, after its own checks on the arguments (token excluded).
@@ -89,6 +106,9 @@ ANSWERS: dict[str, Callable[[list[Any]], Any]] = {
         "code": "ABCDE-FGHIJ",
         "expiresInSeconds": 600,
     },
+    "ListWorkspaceFiles": lambda args: {**_workspace(args), "entries": [], "truncated": False},
+    "GetWorkspaceFileHistory": lambda args: {**_workspace(args), "tasks": [], "inBase": True},
+    "OpenWorkspaceFile": _file,
     "OpenScreenSession": lambda args: die(Problem.UNAUTHORIZED, "that link was used already"),
     "CloseScreenSession": lambda args: {"ended": True},
 }
@@ -122,6 +142,17 @@ class ManagerOnTheBus:
 
     def __init__(self) -> None:
         self.calls = 0
+        self._serial = 0
+        self._handlers: list[Callable[[Message], Any]] = []
+        # As the gateway's own connection: every descriptor that comes in is guarded.
+        guarded(cast(Any, self))
+
+    def add_message_handler(self, handler: Callable[[Message], Any]) -> None:
+        self._handlers.append(handler)
+
+    def next_serial(self) -> int:
+        self._serial += 1
+        return self._serial
 
     async def call(self, message: Message) -> Message:
         # What dbus-fast does to every message before it goes on the socket.
@@ -131,6 +162,19 @@ class ManagerOnTheBus:
         try:
             if token != OWNER and message.member not in OPEN_TO_ALL:
                 die(Problem.UNAUTHORIZED, "a valid bearer token is required")
-            return _reply(message, ANSWERS[str(message.member)](args))
+            answer = ANSWERS[str(message.member)](args)
         except BoxError as failure:
             return _error(message, failure)
+        if message.member != "OpenWorkspaceFile":
+            return _reply(message, answer)
+        # A descriptor, as the bus brings it: through the handlers first (boxd.dbus.incoming_fds).
+        reply = Message(
+            message_type=MessageType.METHOD_RETURN,
+            reply_serial=message.serial,
+            signature="hs",
+            body=[0, json.dumps(answer)],
+            unix_fds=[os.open("/dev/null", os.O_RDONLY)],
+        )
+        for handler in self._handlers:
+            handler(reply)
+        return reply
