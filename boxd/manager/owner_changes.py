@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -70,6 +71,19 @@ def _added_title(made: Made, folder: str) -> str:
     return f"Added {files}{where}"
 
 
+class _Held:
+    """A descriptor that exactly one of two threads takes, to read and close."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+        self._lock = threading.Lock()
+
+    def take(self) -> int | None:
+        with self._lock:
+            fd, self._fd = self._fd, None
+            return fd
+
+
 class OwnerChanges:
     def __init__(
         self,
@@ -93,9 +107,19 @@ class OwnerChanges:
     ) -> dict[str, Any]:
         """Adds the tar stream read from `fd` (files and folders) under folder `path`."""
         self._check_workspace(name)
+        # Our own copy: the server closes `fd` once this returns, and a thread still reading
+        # (this call cancelled) must never read a number reused by then for another file. Its
+        # one holder closes it: the thread that reads it, or this call if no thread took it.
+        own = _Held(os.dup(fd))
 
         def work(made: Made, stack: Stack) -> tuple[str, dict[str, Any]]:
-            add_tar(made, stack, path, fd)
+            source = own.take()
+            if source is None:
+                die(Problem.FAILED, "the upload was given up before it was read")
+            try:
+                add_tar(made, stack, path, source)
+            finally:
+                os.close(source)
             data = {
                 "change": "added",
                 "path": path,
@@ -106,7 +130,12 @@ class OwnerChanges:
             }
             return _added_title(made, path), data
 
-        return await self._change(caller, name, work, locked=False)
+        try:
+            return await self._change(caller, name, work, locked=False)
+        finally:
+            left = own.take()
+            if left is not None:
+                os.close(left)
 
     async def delete_from_workspace(self, caller: Caller, name: str, path: str) -> dict[str, Any]:
         self._check_workspace(name)

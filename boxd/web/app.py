@@ -8,6 +8,7 @@ from aiohttp import web
 
 from boxd.dbus import interface as api
 from boxd.dbus.client import GatewayClient, connect_system_bus, pages
+from boxd.doors.connection_guard import streams_body
 from boxd.doors.json_errors import MAX_BODY, json_errors
 from boxd.errors import Problem, die
 from boxd.web import uploads, workspace_files
@@ -201,10 +202,12 @@ async def remove_workspace(request: web.Request) -> web.Response:
     return _json(await _call(request, api.REMOVE_WORKSPACE, request.match_info["name"]))
 
 
+@streams_body
 async def put_workspace_file(request: web.Request) -> web.Response:
     return await uploads.put_file(request.app[CLIENT], uploads.add_to_workspace, request)
 
 
+@streams_body
 async def post_workspace_files(request: web.Request) -> web.Response:
     return await uploads.post_files(request.app[CLIENT], uploads.add_to_workspace, request)
 

@@ -166,7 +166,19 @@ async def send(
     call = asyncio.ensure_future(add(client, token, name, folder, read))
     failure: BaseException | None = None
     try:
-        async for chunk in stream:
+        # Each chunk raced with the manager's answer: a client that stops sending is given up on
+        # when the manager gives up on the pipe (tar_upload.IDLE_SECONDS), not waited for.
+        chunks = stream.__aiter__()
+        while True:
+            following = asyncio.ensure_future(chunks.__anext__())
+            await asyncio.wait((following, call), return_when=asyncio.FIRST_COMPLETED)
+            if not following.done():
+                following.cancel()
+                raise _Answered
+            try:
+                chunk = following.result()
+            except StopAsyncIteration:
+                break
             await _write(write, chunk, call)
     except _Answered:
         pass
