@@ -134,8 +134,8 @@ def test_delete_and_rename(machine: Machine, token: str) -> None:
     assert status == 400 and "already in the workspace" in again["error"]
     after = seen(machine, token, "moves", "ls; cat e/d2/b.md; ls d gone.md 2>&1 || true")
     text = after["steps"][0]["text"]
-    assert text.startswith("a.md\ne\nbeta\n"), text
-    assert "No such file" in text
+    assert text.startswith("a.md\ne\nbeta"), text
+    assert "cannot access 'd'" in text and "cannot access 'gone.md'" in text
     # A task changes what the owner renamed: the files are the tasks' to change.
     changed = start_fake(machine, token, "write e/d2/b.md gamma", workspace="moves")
     assert finish(machine, changed["id"])["state"] == "done"
@@ -196,7 +196,8 @@ def test_hostile_uploads_are_refused_and_leave_nothing(machine: Machine, token: 
         "@/root/many.tgz",
         f"{API}/api/workspaces/hostile/files",
     )
-    assert status == 400 and "at most 10000 files and folders" in refused["error"], refused
+    assert status == 400 and "10000" in refused["error"], refused
+    assert "nothing was added" in refused["error"]
     assert machine.run("test", "-e", "/etc/cron.d/evil", check=False).returncode != 0
     assert len(owner_tasks(machine)) == before
     assert staged(machine, "hostile") == ""
