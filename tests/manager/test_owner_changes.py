@@ -3,6 +3,7 @@ real store and stand-ins for systemd: an upload recorded as a done task of worke
 layer joins the stack, shown by DiffTask and listed, undone as a task is; a refused one leaves
 nothing, on the disk or in the record; CreateTask refuses worker "owner"."""
 
+import errno
 import io
 import json
 import os
@@ -181,3 +182,27 @@ async def test_create_task_refuses_worker_owner(box: Box) -> None:
         await box.create_task(OWNER, request)
     assert caught.value.problem == Problem.INVALID
     assert "unknown worker 'owner'" in caught.value.message
+
+
+async def test_a_disk_that_fills_while_an_upload_is_written_loses_nothing(
+    box: Box, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENOSPC from a write half-way (the disk filled by something else meanwhile): a 507 in
+    words, the staged layer gone, nothing recorded, the stack as it was."""
+    kept = await upload(box, tmp_path, {"kept.md": b"k"})
+    written = []
+
+    def fills(fd: int, data: bytes) -> None:
+        if written:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written.append(len(data))
+        os.write(fd, data)
+
+    monkeypatch.setattr(owner_layer, "_write_all", fills)
+    with pytest.raises(BoxError) as caught:
+        await upload(box, tmp_path, {"a.md": b"a", "b.md": b"b"})
+    assert caught.value.problem == Problem.FULL
+    assert "nothing was added, and the workspace is as it was" in caught.value.message
+    assert staged(box) == []
+    assert await box.store.stack("home") == [(1, kept["id"])]
+    assert [t["id"] for t in (await box.list_tasks(OWNER, ""))["tasks"]] == [kept["id"]]

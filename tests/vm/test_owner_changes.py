@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from testbed.box_api import API, boxctl, finish, http, start_fake
+from testbed.box_api import API, boxctl, busctl_call, busctl_result, finish, http, start_fake
 from testbed.machine import BOX_HOME, Machine, install_boxd
 from testbed.npm_registry import wait_for_droid
 from testbed.wallet_calls import pending
@@ -136,6 +136,11 @@ def test_delete_and_rename(machine: Machine, token: str) -> None:
     text = after["steps"][0]["text"]
     assert text.startswith("a.md\ne\nbeta"), text
     assert "cannot access 'd'" in text and "cannot access 'gone.md'" in text
+    # busctl, a client no one here wrote, as the owner by polkit: the change is a task too.
+    renamed_again = busctl_result(
+        busctl_call(machine, "RenameInWorkspace", "moves", "a.md", "z.md")
+    )
+    assert renamed_again["title"] == "Renamed a.md to z.md" and renamed_again["source"] == "boxctl"
     # A task changes what the owner renamed: the files are the tasks' to change.
     changed = start_fake(machine, token, "write e/d2/b.md gamma", workspace="moves")
     assert finish(machine, changed["id"])["state"] == "done"
