@@ -35,16 +35,9 @@ from boxd.manager.workspaces.workspaces import PERSONAL, Workspaces
 from boxd.wire.caller import Caller, Role
 from boxd.wire.event import EventKind
 from boxd.wire.ids import new_task_id
-from boxd.wire.models.task import Task, TaskState
+from boxd.wire.models.task import OWNER_WORKER, Task, TaskState
 
 log = logging.getLogger(__name__)
-
-# The worker of an owner's change: no worker runs it. CreateTask knows only droid and fake.
-OWNER_WORKER = "owner"
-
-
-def is_owner_change(task: Task) -> bool:
-    return task.worker == OWNER_WORKER
 
 
 def _source(caller: Caller) -> str:

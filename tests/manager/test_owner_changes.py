@@ -41,6 +41,8 @@ class FakeSystemd:
         pass
 
 
+# The task users the box was asked to remove: an owner's change never had one.
+USERS_REMOVED: list[str] = []
 OWNER = Caller(Role.OWNER, "alice", user="alice", uid=1000)
 
 
@@ -49,9 +51,13 @@ async def box(tmp_path: Path) -> AsyncIterator[Box]:
     async def nothing(*args: Any) -> None:
         return None
 
+    async def remove_user(name: str) -> None:
+        USERS_REMOVED.append(name)
+
+    USERS_REMOVED.clear()
     store = Store(tmp_path / "box.db")
     await store.open()
-    task_os = TaskOS(remove_user=nothing, remove_netns=nothing)
+    task_os = TaskOS(remove_user=remove_user, remove_netns=nothing)
     made = Box(tmp_path, store, cast(MessageBus, None), cast(Systemd, FakeSystemd()), task_os)
     made.workspaces.open()
     made.layers.open()
@@ -113,8 +119,9 @@ async def test_an_owner_change_is_undone_as_a_task(box: Box, tmp_path: Path) -> 
     undone = await box.review.undo_task(OWNER, change["id"])
     assert undone["state"] == "undone"
     assert await box.store.stack("home") == []
-    # No unfinished task stacks it: its files are gone.
+    # No unfinished task stacks it: its files are gone, and no user is looked for.
     assert not layer.exists()
+    assert USERS_REMOVED == []
 
 
 async def test_a_refused_upload_leaves_nothing(box: Box, tmp_path: Path) -> None:
@@ -190,7 +197,7 @@ async def test_a_disk_that_fills_while_an_upload_is_written_loses_nothing(
     """ENOSPC from a write half-way (the disk filled by something else meanwhile): a 507 in
     words, the staged layer gone, nothing recorded, the stack as it was."""
     kept = await upload(box, tmp_path, {"kept.md": b"k"})
-    written = []
+    written: list[int] = []
 
     def fills(fd: int, data: bytes) -> None:
         if written:
