@@ -271,3 +271,20 @@ def test_a_full_disk_refuses_an_upload_in_words_and_loses_nothing(
     assert status == 201, second
     ended = seen(machine, token, "home", "cmp first.bin second.bin && echo same")
     assert ended["steps"][0]["text"] == "same"
+
+
+def test_boxctl_put_reads_as_the_caller(machine: Machine, token: str, owner: str) -> None:
+    """A member of boxd-owner puts files of theirs; a file only root may read stays out, since
+    boxctl reads as its caller, and nothing is added."""
+    new_workspace(machine, token, "theirs")
+    mine = f"/home/{owner}/mine.md"
+    machine.run("sh", "-c", f"echo mine > {mine}", user=owner)
+    put = json.loads(boxctl(machine, "put", mine, "theirs", "--json", user=owner).stdout)
+    assert put["worker"] == "owner" and put["user"] == owner, put
+    before = len(owner_tasks(machine))
+    refused = boxctl(machine, "put", "/etc/shadow", "theirs", user=owner, check=False)
+    assert refused.returncode == 1
+    assert "Permission denied" in refused.stderr, refused.stderr
+    assert len(owner_tasks(machine)) == before
+    ended = seen(machine, token, "theirs", "ls")
+    assert ended["steps"][0]["text"] == "mine.md"
