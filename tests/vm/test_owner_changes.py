@@ -288,3 +288,32 @@ def test_boxctl_put_reads_as_the_caller(machine: Machine, token: str, owner: str
     assert len(owner_tasks(machine)) == before
     ended = seen(machine, token, "theirs", "ls")
     assert ended["steps"][0]["text"] == "mine.md"
+
+
+def test_multipart_and_a_gzip_tar_from_real_clients(machine: Machine, token: str) -> None:
+    """curl -F, with a relative path in a part's filename as a browser sends a folder picked
+    whole; and GNU tar's gzip piped to curl."""
+    new_workspace(machine, token, "forms")
+    machine.run("sh", "-c", "echo one > /root/one.txt && echo two > /root/two.txt")
+    status, change = curl(
+        machine,
+        token,
+        "-F",
+        "file=@/root/one.txt;filename=picked/one.txt",
+        "-F",
+        "file=@/root/two.txt;filename=picked/deeper/two.txt",
+        f"{API}/api/workspaces/forms/files/in",
+    )
+    assert status == 201 and change["title"] == "Added 2 files to in/", change
+    machine.run("sh", "-c", "mkdir -p /root/tree/a && echo z > /root/tree/a/z.txt")
+    done = machine.run(
+        "sh",
+        "-c",
+        f"tar czf - -C /root/tree . | curl -sS -w '\\n%{{http_code}}' --data-binary @- "
+        f"-H 'Content-Type: application/gzip' -H 'Authorization: Bearer {token}' "
+        f"{API}/api/workspaces/forms/files",
+    )
+    text, _, code = done.stdout.rpartition("\n")
+    assert code == "201", text
+    ended = seen(machine, token, "forms", "cat in/picked/one.txt in/picked/deeper/two.txt a/z.txt")
+    assert ended["steps"][0]["text"] == "one\ntwo\nz"
