@@ -288,6 +288,16 @@ def test_boxctl_put_reads_as_the_caller(machine: Machine, token: str, owner: str
     assert len(owner_tasks(machine)) == before
     ended = seen(machine, token, "theirs", "ls")
     assert ended["steps"][0]["text"] == "mine.md"
+    # A workspace made with a folder's files: its first change imports the folder's contents.
+    folder = f"/home/{owner}/papers"
+    machine.run("sh", "-c", f"mkdir -p {folder}/in && echo p > {folder}/in/p.md", user=owner)
+    made = json.loads(
+        boxctl(
+            machine, "workspace", "create", "papers", "--from", folder, "--json", user=owner
+        ).stdout
+    )
+    assert made["name"] == "papers" and made["change"]["worker"] == "owner", made
+    assert seen(machine, token, "papers", "cat in/p.md")["steps"][0]["text"] == "p"
 
 
 def test_multipart_and_a_gzip_tar_from_real_clients(machine: Machine, token: str) -> None:
