@@ -13,6 +13,7 @@ from typing import Any
 from boxd.cli import show, workspace_files
 from boxd.cli.follow import follow
 from boxd.cli.open_screen import open_screen
+from boxd.cli.put import create_from, put
 from boxd.dbus import interface as api
 from boxd.dbus.client import BoxClient, connect_system_bus, pages, whole
 from boxd.dbus.interface import MANAGER
@@ -75,12 +76,25 @@ def _parser() -> argparse.ArgumentParser:
     listing = workspace_commands.add_parser("ls", help="list workspaces")
     listing.add_argument("--json", action="store_true")
     for name, text in (
-        ("create", "make an empty workspace"),
+        ("create", "make a workspace, empty or (--from DIR) with a folder's files"),
         ("rm", "move a workspace to BOX_HOME/trash"),
     ):
         command = workspace_commands.add_parser(name, help=text)
         command.add_argument("name", help="the workspace's name")
         command.add_argument("--json", action="store_true")
+        if name == "create":
+            command.add_argument(
+                "--from", dest="source", metavar="DIR", help="import this folder's files"
+            )
+
+    put_files = commands.add_parser(
+        "put", help="add your files and folders to a workspace, as one change of yours"
+    )
+    put_files.add_argument("sources", nargs="+", metavar="SRC", help="a file or folder")
+    put_files.add_argument(
+        "target", metavar="WORKSPACE[:FOLDER]", help="where they go, like home or home:docs"
+    )
+    put_files.add_argument("--json", action="store_true")
 
     commands.add_parser(
         "open", help="open this computer's own screen in your browser (a one-time link)"
@@ -268,6 +282,9 @@ async def run(arguments: argparse.Namespace) -> int:
         if arguments.workspace_command == "ls":
             found = await client.call(api.LIST_WORKSPACES)
             lines = [f"{w['name']:<20} {w['path']}" for w in found]
+        elif arguments.workspace_command == "create" and arguments.source is not None:
+            found = await create_from(client, arguments.name, arguments.source)
+            lines = [f"{found['name']:<20} {show.task_line(found['change'])}"]
         elif arguments.workspace_command == "create":
             found = await client.call(api.CREATE_WORKSPACE, arguments.name)
             lines = [f"{found['name']:<20} {found['path']}"]
@@ -275,6 +292,9 @@ async def run(arguments: argparse.Namespace) -> int:
             found = await client.call(api.REMOVE_WORKSPACE, arguments.name)
             lines = [f"{found['name']} moved to {found['trash']}"]
         print(show.as_json(found) if as_json else "\n".join(lines))
+    elif command == "put":
+        change = await put(client, arguments.sources, arguments.target)
+        print(show.as_json(change) if as_json else show.task_line(change))
     elif command == "open":
         return await open_screen(client)
     elif command == "token":

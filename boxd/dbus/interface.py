@@ -217,6 +217,12 @@ ANSWER_APPROVAL = Method(
 LIST_WORKSPACES = Method("ListWorkspaces", (), "workspaces", _OWNER)
 CREATE_WORKSPACE = Method("CreateWorkspace", ("name",), "workspace", _OWNER)
 REMOVE_WORKSPACE = Method("RemoveWorkspace", ("name",), "removed", _IN_PERSON)
+# The owner's changes to a workspace, each an entry of its stack of its own, answered as a task
+# (boxd.manager.owner_changes): a path deleted, or renamed (`fromPath` to `toPath`).
+# `fd` reads a tar stream (boxctl's or the web process's) whose entries go under folder `path`.
+ADD_TO_WORKSPACE = Method("AddToWorkspace", ("name", "path"), "task", _OWNER, takes_fd=True)
+DELETE_FROM_WORKSPACE = Method("DeleteFromWorkspace", ("name", "path"), "task", _OWNER)
+RENAME_IN_WORKSPACE = Method("RenameInWorkspace", ("name", "fromPath", "toPath"), "task", _OWNER)
 GET_SETTINGS = Method("GetSettings", (), "settings", _IN_PERSON)
 SET_SETTINGS = Method("SetSettings", ("changes",), "settings", _IN_PERSON)
 # The role is owner, app or member; a member's token is named by the member's id. An app's or
@@ -281,6 +287,9 @@ METHODS: tuple[Method, ...] = (
     LIST_WORKSPACES,
     CREATE_WORKSPACE,
     REMOVE_WORKSPACE,
+    ADD_TO_WORKSPACE,
+    DELETE_FROM_WORKSPACE,
+    RENAME_IN_WORKSPACE,
     GET_SETTINGS,
     SET_SETTINGS,
     CREATE_TOKEN,

@@ -29,6 +29,17 @@ from boxd.doors.stopping import until_stopped
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# Marks a route's handler that reads its own body as it comes (an upload streamed on to the
+# manager, boxd/web/uploads.py): its body is not read whole first, which would hold it all in
+# memory and cap it at the JSON routes' size. What bounds a sender that stalls is its reader's.
+_STREAMS_BODY = "_boxd_streams_body"
+
+
+def streams_body(handler: Handler) -> Handler:
+    setattr(handler, _STREAMS_BODY, True)
+    return handler
+
+
 Answer = Callable[[str, int], web.Response]
 
 
@@ -254,7 +265,8 @@ def _whole_body(guard: Guard) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         connection = guard.connections.get(request.protocol)
-        if connection is not None and request.body_exists:
+        streamed = getattr(request.match_info.handler, _STREAMS_BODY, False)
+        if connection is not None and request.body_exists and not streamed:
             connection.reading_body = True
             try:
                 # Kept: the handler's own read gets it at once.

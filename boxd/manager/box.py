@@ -29,6 +29,7 @@ from boxd.manager.folders.owner_process import as_owner_work
 from boxd.manager.lifecycle import Lifecycle
 from boxd.manager.machinery import Machinery
 from boxd.manager.model_requests import ModelRequests
+from boxd.manager.owner_changes import OwnerChanges
 from boxd.manager.owner_methods import OwnerMethods
 from boxd.manager.pages import one_page, with_next
 from boxd.manager.record.damaged import DAMAGED
@@ -125,6 +126,7 @@ class Box:
         )
         self.review = ReviewMethods(home, store, self.records, self.layers, self.ending)
         self.files = WorkspaceFiles(store, self.layers, self.workspaces)
+        self.changes = OwnerChanges(store, self.records, self.layers, self.workspaces)
 
     # Start-up and recovery.
 
@@ -194,6 +196,9 @@ class Box:
             api.LIST_WORKSPACES: self.owner.list_workspaces,
             api.CREATE_WORKSPACE: self.owner.create_workspace,
             api.REMOVE_WORKSPACE: self.owner.remove_workspace,
+            api.ADD_TO_WORKSPACE: self.changes.add_to_workspace,
+            api.DELETE_FROM_WORKSPACE: self.changes.delete_from_workspace,
+            api.RENAME_IN_WORKSPACE: self.changes.rename_in_workspace,
             api.GET_SETTINGS: self.owner.get_settings,
             api.SET_SETTINGS: self.owner.set_settings,
             api.CREATE_TOKEN: self.owner.create_token,

@@ -29,7 +29,7 @@ from boxd.paths import task_own_home
 from boxd.wire.approval import TASK_ENDED, ApprovalState
 from boxd.wire.event import EventKind
 from boxd.wire.ids import task_user
-from boxd.wire.models.task import Review, Task, TaskState
+from boxd.wire.models.task import OWNER_WORKER, Review, Task, TaskState
 
 log = logging.getLogger(__name__)
 
@@ -352,5 +352,8 @@ class Ending(OnMachinery):
             for number, task_id in dropped:
                 if task_id not in needed:
                     await self.layers.remove(workspace, layer_name(number))
-                    # Its files are gone with its layer: nothing of its user's is left.
-                    await self.task_os.remove_task_user(task_id)
+                    # Its files are gone with its layer: nothing of its user's is left. An
+                    # owner's change never had a user of its own.
+                    task = await self.store.task(task_id)
+                    if task is None or task.worker != OWNER_WORKER:
+                        await self.task_os.remove_task_user(task_id)

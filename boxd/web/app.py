@@ -8,9 +8,10 @@ from aiohttp import web
 
 from boxd.dbus import interface as api
 from boxd.dbus.client import GatewayClient, connect_system_bus, pages
+from boxd.doors.connection_guard import streams_body
 from boxd.doors.json_errors import MAX_BODY, json_errors
 from boxd.errors import Problem, die
-from boxd.web import workspace_files
+from boxd.web import uploads, workspace_files
 from boxd.web.event_stream import EVENTS_PATH, Timing, serve_events
 from boxd.web.host_check import only_own_names
 from boxd.web.json_stream import stream
@@ -201,6 +202,24 @@ async def remove_workspace(request: web.Request) -> web.Response:
     return _json(await _call(request, api.REMOVE_WORKSPACE, request.match_info["name"]))
 
 
+@streams_body
+async def put_workspace_file(request: web.Request) -> web.Response:
+    return await uploads.put_file(request.app[CLIENT], uploads.add_to_workspace, request)
+
+
+@streams_body
+async def post_workspace_files(request: web.Request) -> web.Response:
+    return await uploads.post_files(request.app[CLIENT], uploads.add_to_workspace, request)
+
+
+async def delete_workspace_file(request: web.Request) -> web.Response:
+    return await uploads.delete_file(request.app[CLIENT], request)
+
+
+async def rename_in_workspace(request: web.Request) -> web.Response:
+    return await uploads.rename(request.app[CLIENT], request)
+
+
 async def login(request: web.Request) -> web.Response:
     return await open_session(request.app[CLIENT], request)
 
@@ -240,6 +259,8 @@ def make_app(
         "GET /api/events, GET and PATCH /api/settings, GET /api/vault, "
         "PUT and DELETE /api/vault/{name}, POST /api/pairings, DELETE /api/workspaces/{name}, "
         "GET /api/workspaces/{name}/list[/{path}], /files/{path} and /history/{path}, "
+        "PUT and DELETE /api/workspaces/{name}/files/{path}, "
+        "POST /api/workspaces/{name}/files[/{folder}], POST /api/workspaces/{name}/rename, "
         "and the owner's screen at /",
     )
     app = web.Application(
@@ -282,5 +303,10 @@ def make_app(
     app.router.add_post("/api/pairings", create_pairing)
     app.router.add_delete("/api/workspaces/{name}", remove_workspace)
     workspace_files.add_routes(app.router, lambda request: request.app[CLIENT])
+    app.router.add_put("/api/workspaces/{name}/files/{path:.+}", put_workspace_file)
+    app.router.add_delete("/api/workspaces/{name}/files/{path:.+}", delete_workspace_file)
+    app.router.add_post("/api/workspaces/{name}/files", post_workspace_files)
+    app.router.add_post("/api/workspaces/{name}/files/{path:.+}", post_workspace_files)
+    app.router.add_post("/api/workspaces/{name}/rename", rename_in_workspace)
     ScreenPage().add_routes(app.router)
     return app

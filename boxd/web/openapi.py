@@ -19,6 +19,7 @@ from boxd.web.event_stream import EVENTS_PATH, HEARTBEAT_SECONDS
 from boxd.web.host_check import OTHER_ORIGIN
 from boxd.web.live_events import TOO_MANY
 from boxd.web.openapi_files import FILE, FILE_MEDIA, FILE_SUMMARY, HISTORY, LISTING, READERS
+from boxd.web.openapi_uploads import ADD_MANY, ADD_UNDER, DELETE_ONE, MANY, ONE, PUT_ONE, RENAME
 from boxd.web.screen_session import (
     NO_TOKEN,
     SESSION_ENDED,
@@ -32,6 +33,7 @@ from boxd.wire.models.owner_requests import (
     NewToken,
     NewWorkspace,
     PairRequest,
+    RenameRequest,
     SecretValue,
     SettingsChanges,
 )
@@ -54,6 +56,7 @@ _MODELS: tuple[tuple[type[BaseModel], _Mode], ...] = (
     (NewPairing, "validation"),
     (SessionRequest, "validation"),
     (NewToken, "validation"),
+    (RenameRequest, "validation"),
     (Settings, "serialization"),
     (Task, "serialization"),
     (Approval, "serialization"),
@@ -168,12 +171,24 @@ class Route:
     open_to_all: bool = False
     # The answer's media type; an event stream's answer is described in words, not a schema.
     media: str = "application/json"
+    # A body that is not a JSON model (an upload): its media types and their schemas.
+    upload: dict[str, Any] | None = None
 
 
 _APP_TOO = "the owner, or an app's or a member's token for the tasks it started"
 # The workspace as it stands (boxd/web/workspace_files.py).
 _FILES = "/api/workspaces/{name}"
 _READ = (400, 404)
+# The owner's changes (boxd/web/uploads.py), each answered with the change as a task.
+_CHANGED = (201, _ref(Task))
+_CHANGE = (400, 404, 507)
+_OWNER_CHANGES: tuple[Route, ...] = (
+    Route("PUT", f"{_FILES}/files/{{path}}", PUT_ONE, *_CHANGED, None, _CHANGE, upload=ONE),
+    Route("POST", f"{_FILES}/files", ADD_MANY, *_CHANGED, None, _CHANGE, upload=MANY),
+    Route("POST", f"{_FILES}/files/{{path}}", ADD_UNDER, *_CHANGED, None, _CHANGE, upload=MANY),
+    Route("DELETE", f"{_FILES}/files/{{path}}", DELETE_ONE, *_CHANGED, None, _CHANGE),
+    Route("POST", f"{_FILES}/rename", RENAME, *_CHANGED, RenameRequest, (*_CHANGE, 413)),
+)
 ROUTES: tuple[Route, ...] = (
     Route(
         "POST",
@@ -434,6 +449,7 @@ ROUTES: tuple[Route, ...] = (
         _READ,
         READERS,
     ),
+    *_OWNER_CHANGES,
     Route(
         "GET",
         OPENAPI_PATH,
@@ -514,6 +530,8 @@ def _operation(route: Route) -> dict[str, Any]:
             "required": True,
             "content": {"application/json": {"schema": _ref(route.body)}},
         }
+    if route.upload is not None:
+        operation["requestBody"] = {"required": True, "content": route.upload}
     return operation
 
 

@@ -30,6 +30,7 @@ from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.box import Box
 from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.model_requests import ModelRequests
+from boxd.manager.owner_changes import OwnerChanges
 from boxd.manager.owner_methods import OwnerMethods
 from boxd.manager.review import ReviewMethods
 from boxd.manager.workspace_files import WorkspaceFiles
@@ -165,6 +166,7 @@ def _routes() -> dict[Method, Handler]:
         ("review", ReviewMethods),
         ("owner", OwnerMethods),
         ("files", WorkspaceFiles),
+        ("changes", OwnerChanges),
     ):
         setattr(box, name, kind.__new__(kind))
     return Box.routes(box)

@@ -22,7 +22,7 @@ from aiohttp import web
 from boxd.broker.http_request import Request
 from boxd.broker.http_server import Answer, HttpServer, Routes, json_answer
 from boxd.broker.model.messages_api import api_error_words
-from boxd.doors.connection_guard import Guard
+from boxd.doors.connection_guard import Guard, streams_body
 from boxd.doors.connection_limits import Bounds, body_words, busy_words
 from boxd.doors.json_errors import error
 from tests.support.http_answers import status_of
@@ -72,7 +72,17 @@ def make_app(release: asyncio.Event, arrived: "asyncio.Queue[None]") -> web.Appl
         await release.wait()
         return web.json_response({"waited": True})
 
+    @streams_body
+    async def upload(request: web.Request) -> web.StreamResponse:
+        # An upload's handler: it starts before its body is all in, and reads it as it comes.
+        arrived.put_nowait(None)
+        length = 0
+        async for chunk in request.content.iter_chunked(65536):
+            length += len(chunk)
+        return web.json_response({"length": length})
+
     app = web.Application(client_max_size=2 * 1024 * 1024)
+    app.router.add_put("/upload", upload)
     app.router.add_get("/small", small)
     app.router.add_get("/big", big)
     app.router.add_get("/stream", stream)
@@ -251,6 +261,24 @@ async def test_a_whole_body_is_read_for_the_handler(tmp_path: Path) -> None:
         writer.close()
     assert status_of(answer) == 200
     assert json.loads(answer.partition(b"\r\n\r\n")[2]) == {"length": 1_000_000}
+
+
+async def test_a_streamed_body_reaches_its_handler_as_it_comes(tmp_path: Path) -> None:
+    """A route marked streams_body (an upload) is not read whole first: its handler starts with
+    the body still coming, and takes one larger than the app's size cap."""
+    if KIND != "aiohttp":
+        pytest.skip("the broker's server has no streamed routes")
+    async with served(tmp_path) as door:
+        reader, writer = await door.connect()
+        size = 8 * 1024 * 1024
+        writer.write(b"PUT /upload HTTP/1.1\r\nHost: box\r\nConnection: close\r\n")
+        writer.write(f"Content-Length: {size}\r\n\r\n".encode() + b"y" * 1000)
+        await door.waiting(1)
+        writer.write(b"y" * (size - 1000))
+        answer = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+    assert status_of(answer) == 200
+    assert json.loads(answer.partition(b"\r\n\r\n")[2]) == {"length": size}
 
 
 async def test_a_client_that_reads_none_of_its_answer_is_dropped(

@@ -41,3 +41,12 @@ def write(root: Path, name: str, content: str | bytes) -> None:
         path.write_text(content)
     else:
         path.write_bytes(content)
+
+
+def whiteout_at(parent: int, name: str) -> None:
+    """The test's whiteout, made as owner_layer makes overlayfs's: in a folder's fd, by name."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=parent)
+    try:
+        os.fchmod(fd, 0o1600)
+    finally:
+        os.close(fd)

@@ -70,6 +70,24 @@ ANSWERS: dict[str, Callable[[list[Any]], Any]] = {
     "ListWorkspaces": lambda args: [{"name": "home"}],
     "CreateWorkspace": lambda args: {"name": workspaces.check_name(args[0])},
     "RemoveWorkspace": lambda args: {"name": workspaces.check_name(args[0]), "trash": "/t"},
+    "AddToWorkspace": lambda args: (
+        (workspaces.check_name(args[0]), stack_view.checked(args[1])) and TASK
+    ),
+    "DeleteFromWorkspace": lambda args: (
+        (
+            workspaces.check_name(args[0]),
+            stack_view.checked(args[1]) or die(Problem.INVALID, "name a path"),
+        )
+        and TASK
+    ),
+    "RenameInWorkspace": lambda args: (
+        (
+            workspaces.check_name(args[0]),
+            stack_view.checked(args[1]),
+            stack_view.checked(args[2]),
+        )
+        and TASK
+    ),
     "ListTokens": lambda args: [],
     "CreateToken": lambda args: (token_role(args[1]), parse_limits(args[2])) and "box_made",
     "RevokeToken": lambda args: die(Problem.NOT_FOUND, f"no token {args[0][:80]}"),

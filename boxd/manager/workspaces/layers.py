@@ -31,6 +31,9 @@ THROWN_AWAY = (
 )
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+# Where an owner's change makes its layer before it is renamed to its layer's name and recorded
+# (boxd.manager.workspaces.owner_layer): a folder of a layer store whose name starts so.
+STAGING = ".staging-"
 
 
 def layer_name(number: int) -> str:
@@ -62,6 +65,9 @@ class Layers:
         root = self.home / "layers"
         root.mkdir(mode=at_rest.LAYERS, exist_ok=True)
         at_rest.restrict(root, at_rest.LAYERS)
+        # An owner's change cut off before it was recorded left its staged layer: no one's.
+        for staged in root.glob(f"*/{STAGING}*"):
+            shutil.rmtree(staged, ignore_errors=True)
 
     def store(self, workspace: str) -> Path:
         return self.home / "layers" / workspace

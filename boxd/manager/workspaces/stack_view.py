@@ -274,6 +274,36 @@ def history(stack: Stack, path: str) -> list[str | None]:
         return [name for name, fd in roots if below.look(fd, parts)[0] != ABSENT]
 
 
+def lookup(stack: Stack, path: str) -> os.stat_result | None:
+    """The lstat of what the view shows at `path` ("" is the workspace's base), or None."""
+    parts = checked(path)
+    if not parts:
+        return os.stat(stack.levels[-1].path, follow_symlinks=False)
+    with _opened(stack) as roots:
+        top = _topmost(stack, roots, parts)
+        return None if top is None else top[2]
+
+
+def read_link(stack: Stack, path: str) -> str:
+    """The target of the link the view shows at `path`, as bytes made text (never followed)."""
+    parts = checked(path)
+    shown = shown_name(path)[0]
+    with _opened(stack) as roots:
+        top = _topmost(stack, roots, parts)
+        if top is None or not stat.S_ISLNK(top[2].st_mode):
+            die(Problem.NOT_FOUND, f"there is no link {shown!r} in the workspace")
+        try:
+            parent, name = parent_of(top[1], path)
+        except OSError as error:
+            die(Problem.FAILED, f"{shown!r} could not be reached ({error.strerror or error})")
+        try:
+            return os.readlink(name, dir_fd=parent)
+        except OSError as error:
+            die(Problem.FAILED, f"{shown!r} changed while it was read ({error.strerror or error})")
+        finally:
+            os.close(parent)
+
+
 def changes(stack: Stack, path: str) -> list[tuple[str | None, str]]:
     """What each level that touches `path` did to it, newest first, as history lists them:
     "deleted" (a whiteout, or a file or opaque folder over it), "added" (written where no older

@@ -60,3 +60,12 @@ class NewWorkspace(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: StrictStr
+
+
+# POST /api/workspaces/{name}/rename: a path in the workspace and its new one. (Not a docstring:
+# the OpenAPI document shows one, and boxd runs without docstrings.)
+class RenameRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    from_: StrictStr = Field(alias="from", description="A path in the workspace, like docs/a.md")
+    to: StrictStr = Field(description="Its new path; a folder on the way is made")
