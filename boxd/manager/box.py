@@ -126,7 +126,9 @@ class Box:
         )
         self.review = ReviewMethods(home, store, self.records, self.layers, self.ending)
         self.files = WorkspaceFiles(store, self.layers, self.workspaces)
-        self.changes = OwnerChanges(store, self.records, self.layers, self.workspaces)
+        self.changes = OwnerChanges(
+            store, self.records, self.layers, self.workspaces, views=self.views
+        )
 
     # Start-up and recovery.
 

@@ -25,6 +25,7 @@ from boxd.manager.record.ledger import TaskSave
 from boxd.manager.record.records import Records
 from boxd.manager.record.store import Store
 from boxd.manager.units import at_rest
+from boxd.manager.view_mounts import ViewMounts
 from boxd.manager.workspaces import owner_layer
 from boxd.manager.workspaces.diffs import Marks, shown_name
 from boxd.manager.workspaces.layers import MAX_DONE, Layers, layer_name
@@ -86,6 +87,7 @@ class OwnerChanges:
         workspaces: Workspaces,
         marks: Marks | None = None,
         whiteout: Whiteout = owner_layer.whiteout,
+        views: ViewMounts | None = None,
     ) -> None:
         self.store = store
         self.records = records
@@ -94,6 +96,9 @@ class OwnerChanges:
         # overlayfs's marks; a unit test's own, which need no root.
         self.marks = marks or Marks()
         self.whiteout = whiteout
+        # The owner's mounted views (view_mounts): a change's layer is opened to boxd-owner
+        # before it joins, and the view remade once it has.
+        self.views = views
 
     async def add_to_workspace(
         self, caller: Caller, name: str, path: str, fd: int
@@ -189,12 +194,22 @@ class OwnerChanges:
             async with self.layers.joins[name]:
                 stack, view = await self._stack(name)
                 made, title, data = await self._made(store, view, work)
-                return await self._join(caller, name, made, title, data, stack)
-        _, view = await self._stack(name)
-        made, title, data = await self._made(store, view, work)
-        async with self.layers.joins[name]:
-            stack, _ = await self._stack(name)
-            return await self._join(caller, name, made, title, data, stack)
+                await self._open_to_owner(name, made)
+                task = await self._join(caller, name, made, title, data, stack)
+        else:
+            _, view = await self._stack(name)
+            made, title, data = await self._made(store, view, work)
+            await self._open_to_owner(name, made)
+            async with self.layers.joins[name]:
+                stack, _ = await self._stack(name)
+                task = await self._join(caller, name, made, title, data, stack)
+        if self.views is not None:
+            await self.views.remake(name)
+        return task
+
+    async def _open_to_owner(self, name: str, made: Made) -> None:
+        if self.views is not None:
+            await self.views.open_layer(name, made.path)
 
     async def _made(
         self, store: Path, view: Stack, work: Callable[[Made, Stack], tuple[str, dict[str, Any]]]

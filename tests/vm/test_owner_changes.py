@@ -298,6 +298,11 @@ def test_boxctl_put_reads_as_the_caller(machine: Machine, token: str, owner: str
     )
     assert made["name"] == "papers" and made["change"]["worker"] == "owner", made
     assert seen(machine, token, "papers", "cat in/p.md")["steps"][0]["text"] == "p"
+    # The owner's own changes show in the mounted view too, readable by a member of boxd-owner
+    # (the layer opened to them before it joined, the view remade after).
+    for workspace, path, text in (("theirs", "mine.md", "mine"), ("papers", "in/p.md", "p")):
+        shown = machine.run("cat", f"/run/boxd/views/{workspace}/{path}", user=owner)
+        assert shown.stdout.strip() == text, shown
 
 
 def test_multipart_and_a_gzip_tar_from_real_clients(machine: Machine, token: str) -> None:
