@@ -154,6 +154,17 @@ and in there:
   busctl introspect org.boxd.Box1 /org/boxd/Box1
   runuser -u {OWNER} -- boxctl list      # the same, as the box's owner
 
+The demo's files, where the owner sees them (the workspace home as it stands: its base with
+every done task's changes over it):
+
+  on the screen: Workspaces, then home (each file with the task that wrote it)
+  curl -s -H 'Authorization: Bearer {token}' {API}/api/workspaces/home/list
+  curl -s -H 'Authorization: Bearer {token}' {API}/api/workspaces/home/files/notes.md
+  and in the box's shell:
+  runuser -u {OWNER} -- boxctl cat home:notes.md
+  runuser -u {OWNER} -- boxctl get home /tmp/home-copy   # the whole workspace, as your files
+  runuser -u {OWNER} -- ls -l /run/boxd/views/home         # the read-only view, for boxd-owner
+
 Press Ctrl-C to stop the box. Everything in it is thrown away.
 """
 
