@@ -221,7 +221,7 @@ async def _diff(client: BoxClient, task_id: str, as_json: bool) -> None:
 
 
 async def run(arguments: argparse.Namespace) -> int:
-    client = BoxClient(await connect_system_bus(), MANAGER)
+    client = BoxClient(await connect_system_bus(fds=True), MANAGER)
     as_json = getattr(arguments, "json", False)
     command = arguments.command
     if command == "start":

@@ -213,7 +213,7 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 async def _bus(app: web.Application) -> AsyncIterator[None]:
-    bus = await connect_system_bus()
+    bus = await connect_system_bus(fds=True)
     app[CLIENT] = GatewayClient(bus)
     await app[EVENTS].start(bus)
     yield
