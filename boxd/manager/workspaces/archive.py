@@ -28,6 +28,7 @@ nothing for `stall` seconds ends the archive with Stalled, one that went away wi
 manager runs it in a thread of its own.
 """
 
+import contextlib
 import errno
 import os
 import re
@@ -169,22 +170,49 @@ class _Out:
             raise Stalled(f"the reader took nothing for {self.stall:.0f} s")
 
 
+class Prepared:
+    """The archive's start, made before its answer is sent: the levels' roots held open, and the
+    folder found (or refused in words) with its levels' fds. write_prepared closes them all;
+    close() does if it is never written."""
+
+    def __init__(self, stack: Stack, path: str) -> None:
+        self.stack = stack
+        self.path = path
+        self.closing = contextlib.ExitStack()
+        try:
+            self.roots = self.closing.enter_context(level_roots(stack))
+            self.levels = folder_levels(stack, self.roots, path)
+        except BaseException:
+            self.closing.close()
+            raise
+        self.closing.callback(_close, self.levels)
+
+    def close(self) -> None:
+        self.closing.close()
+
+
 def write_archive(
     stack: Stack, path: str, top: str, fd: int, *, stall: float = STALL_SECONDS
 ) -> Summary:
     """Writes the folder `path` of the workspace ("" is all of it) to `fd` as a tar whose entries
     are under the one folder `top`. Raises BoxError before writing anything if `path` is not a
     folder; OSError (EPIPE) or Stalled if the reader goes away."""
+    return write_prepared(Prepared(stack, path), top, fd, stall=stall)
+
+
+def write_prepared(
+    prepared: Prepared, top: str, fd: int, *, stall: float = STALL_SECONDS
+) -> Summary:
     summary = Summary()
     out = _Out(fd, stall)
-    with level_roots(stack) as roots:
-        levels = folder_levels(stack, roots, path)
+    stack = prepared.stack
+    with prepared.closing:
         walk = _Walk(stack, out, summary)
         try:
-            first = merged_entries(stack, levels)
+            first = merged_entries(stack, prepared.levels)
             walk.header(_info(top, tarfile.DIRTYPE, 0o755, int(time.time())))
             summary.folders += 1
-            walk.run(_Frame(path, top, iter(first), levels))
+            walk.run(_Frame(prepared.path, top, iter(first), prepared.levels, owns=False))
         finally:
             walk.close()
     out.put(bytes(2 * BLOCK))
@@ -213,6 +241,7 @@ class _Frame:
     archived: str
     entries: Iterator[tuple[str, os.stat_result, str | None]]
     held: _Levels | None
+    owns: bool = True  # closes what it holds when done; the first frame's are the Prepared's
 
 
 # A folder's levels are held open by one frame in this many down the path: a 2,048-deep path
@@ -284,7 +313,7 @@ class _Walk:
     def _pop(self) -> None:
         frame = self.frames.pop()
         self._forget()
-        if frame.held is not None:
+        if frame.held is not None and frame.owns:
             _close(frame.held)
 
     def _levels(self) -> _Levels:

@@ -114,7 +114,7 @@ def checked(path: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def level_roots(stack: Stack) -> Iterator[list[tuple[str | None, int]]]:
+def _opened(stack: Stack) -> Iterator[list[tuple[str | None, int]]]:
     """Each level's name and folder fd, newest first; one that is not there (undone and cleaned
     up since) is left out, as the diff review leaves it out."""
     with contextlib.ExitStack() as closing:
@@ -127,6 +127,10 @@ def level_roots(stack: Stack) -> Iterator[list[tuple[str | None, int]]]:
             closing.callback(os.close, fd)
             roots.append((level.name, fd))
         yield roots
+
+
+# Public for the archive, which holds the level roots open for its whole walk.
+level_roots = _opened
 
 
 def _topmost(
@@ -147,7 +151,7 @@ def list_folder(stack: Stack, path: str) -> Listing:
     """The folder `path` as the next task would see it: each visible entry and the layer that
     last changed it."""
     parts = checked(path)
-    with level_roots(stack) as roots:
+    with _opened(stack) as roots:
         levels = folder_levels(stack, roots, path, parts)
         try:
             seen, cut = _merged(stack, levels, MAX_SCANNED)
@@ -264,7 +268,7 @@ def open_file(stack: Stack, path: str) -> tuple[int, Entry]:
     shown = shown_name(path)[0]
     if not parts:
         die(Problem.INVALID, "the workspace itself is a folder, not a plain file")
-    with level_roots(stack) as roots:
+    with _opened(stack) as roots:
         top = _topmost(stack, roots, parts)
         if top is None:
             die(Problem.NOT_FOUND, f"there is no file {shown!r} in the workspace")
@@ -307,6 +311,6 @@ def history(stack: Stack, path: str) -> list[str | None]:
     parts = checked(path)
     if not parts:
         die(Problem.INVALID, "a file's history needs a path in the workspace")
-    with level_roots(stack) as roots:
+    with _opened(stack) as roots:
         below = Below([fd for _, fd in roots], stack.marks)
         return [name for name, fd in roots if below.look(fd, parts)[0] != ABSENT]

@@ -10,6 +10,7 @@ import stat
 import subprocess
 import tarfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,14 @@ from boxd.manager.workspaces.stack_view import MAX_LISTED, Level, Stack
 from tests.support.layer_marks import MARKS, OPAQUE, delete, write
 
 Levels = tuple[Path, Path, Path]
+
+
+@pytest.fixture(autouse=True)
+def no_fd_left_open() -> Iterator[None]:
+    """Every test's archive closes every fd it opened, whatever became of it."""
+    before = len(os.listdir("/proc/self/fd"))
+    yield
+    assert len(os.listdir("/proc/self/fd")) == before
 
 
 @pytest.fixture
