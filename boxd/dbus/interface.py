@@ -198,6 +198,18 @@ KEEP_TASK = Method("KeepTask", ("id",), "task", _OWNER)
 # The review of what a task changed, in pages (boxd.manager.workspaces.diffs): read by the owner
 # only, since a task's files may hold what the owner's folders hold.
 DIFF_TASK = Method("DiffTask", ("id", "page"), "diff", _OWNER)
+# The workspace as it stands (boxd.manager.workspace_files), read by the owner, and by an app's
+# or a member's token for the workspaces its limits name: a folder's entries in pages, a path's
+# history, a plain file opened read-only and its descriptor passed, never its bytes.
+LIST_WORKSPACE_FILES = Method(
+    "ListWorkspaceFiles", ("name", "path", "page"), "listing", _OWNER_OR_APP
+)
+GET_WORKSPACE_FILE_HISTORY = Method(
+    "GetWorkspaceFileHistory", ("name", "path"), "history", _OWNER_OR_APP
+)
+OPEN_WORKSPACE_FILE = Method(
+    "OpenWorkspaceFile", ("name", "path"), "file", _OWNER_OR_APP, passes_fd=True
+)
 LIST_APPROVALS = Method("ListApprovals", ("page",), "approvals", _OWNER)
 ANSWER_APPROVAL = Method(
     "AnswerApproval", ("id", "approved:b"), "approval", _OWNER, id_of="approval"
@@ -267,6 +279,9 @@ METHODS: tuple[Method, ...] = (
     UNDO_TASK,
     KEEP_TASK,
     DIFF_TASK,
+    LIST_WORKSPACE_FILES,
+    GET_WORKSPACE_FILE_HISTORY,
+    OPEN_WORKSPACE_FILE,
     LIST_APPROVALS,
     ANSWER_APPROVAL,
     LIST_WORKSPACES,

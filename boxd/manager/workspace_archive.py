@@ -28,8 +28,8 @@ from typing import Any
 from boxd.dbus.fd_reply import Opened
 from boxd.errors import Problem, die
 from boxd.manager.record.store import Store
+from boxd.manager.workspace_files import missing, whole_thread
 from boxd.manager.workspaces import archive, stack_view
-from boxd.manager.workspaces.diffs import shown_name
 from boxd.manager.workspaces.layers import Layers, layer_name
 from boxd.manager.workspaces.workspaces import PERSONAL, SHARED, Workspaces
 from boxd.wire.caller import Caller
@@ -50,13 +50,14 @@ class WorkspaceArchives:
         self.writing = 0  # archives whose threads run; changed on the event loop only
 
     def _readable(self, caller: Caller, name: str) -> None:
-        """Refuses a workspace the caller may not read as missing, before it is looked up."""
+        """Refuses a workspace the caller may not read as missing, before it is looked up: the
+        rule of WorkspaceFiles._readable, the reading doors'."""
         if not caller.acts_as_owner:
             limits = caller.limits or DEFAULT
             if name not in limits.workspaces or name.startswith((PERSONAL, SHARED)):
-                die(Problem.NOT_FOUND, _missing(name))
+                die(Problem.NOT_FOUND, missing(name))
         if not self.workspaces.exists(name):
-            die(Problem.NOT_FOUND, _missing(name))
+            die(Problem.NOT_FOUND, missing(name))
 
     async def open_workspace_archive(self, caller: Caller, name: str, path: str) -> Opened:
         self._readable(caller, name)
@@ -69,10 +70,13 @@ class WorkspaceArchives:
             )
         async with self.layers.joins[name]:
             if not self.workspaces.exists(name):  # removed while the lock was awaited
-                die(Problem.NOT_FOUND, _missing(name))
+                die(Problem.NOT_FOUND, missing(name))
             done = [layer_name(number) for number, _ in await self.store.stack(name)]
             stack = stack_view.stack_of(self.layers, name, done)
-            prepared = await _whole_thread(stack, path)
+            # Cancelled meanwhile, the thread is waited for and what it opened closed.
+            prepared = await whole_thread(
+                lambda: archive.Prepared(stack, path), archive.Prepared.close
+            )
         filename = archive.archive_name(name, path)
         try:
             read_end, write_end = os.pipe2(os.O_CLOEXEC)
@@ -111,25 +115,3 @@ class WorkspaceArchives:
 
     def _ended(self) -> None:
         self.writing -= 1
-
-
-async def _whole_thread(stack: stack_view.Stack, path: str) -> archive.Prepared:
-    """archive.Prepared(stack, path) in a thread, waited for to its end even if the caller is
-    cancelled meanwhile (the joins lock is held until then); cancelled, what it opened is
-    closed and the cancellation goes on."""
-    running = asyncio.ensure_future(asyncio.to_thread(archive.Prepared, stack, path))
-    cancelled = False
-    while not running.done():
-        try:
-            await asyncio.wait({running})
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        if running.exception() is None:
-            running.result().close()
-        raise asyncio.CancelledError
-    return running.result()
-
-
-def _missing(name: str) -> str:
-    return f"there is no workspace {shown_name(name)[0][:120]!r}"

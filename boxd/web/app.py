@@ -10,6 +10,7 @@ from boxd.dbus import interface as api
 from boxd.dbus.client import GatewayClient, connect_system_bus, pages
 from boxd.doors.json_errors import MAX_BODY, json_errors
 from boxd.errors import Problem, die
+from boxd.web import workspace_files
 from boxd.web.archive_download import download_archive
 from boxd.web.event_stream import EVENTS_PATH, Timing, serve_events
 from boxd.web.host_check import only_own_names
@@ -243,6 +244,7 @@ def make_app(
         "POST and DELETE /api/session (boxctl open makes the link), GET /api/openapi.json, "
         "GET /api/events, GET and PATCH /api/settings, GET /api/vault, "
         "PUT and DELETE /api/vault/{name}, POST /api/pairings, DELETE /api/workspaces/{name}, "
+        "GET /api/workspaces/{name}/list[/{path}], /files/{path} and /history/{path}, "
         "and the owner's screen at /",
     )
     app = web.Application(
@@ -286,5 +288,6 @@ def make_app(
     app.router.add_delete("/api/workspaces/{name}", remove_workspace)
     app.router.add_get("/api/workspaces/{name}/archive", workspace_archive)
     app.router.add_get("/api/workspaces/{name}/archive/{path:.+}", workspace_archive)
+    workspace_files.add_routes(app.router, lambda request: request.app[CLIENT])
     ScreenPage().add_routes(app.router)
     return app

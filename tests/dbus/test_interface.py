@@ -33,6 +33,7 @@ from boxd.manager.model_requests import ModelRequests
 from boxd.manager.owner_methods import OwnerMethods
 from boxd.manager.review import ReviewMethods
 from boxd.manager.workspace_archive import WorkspaceArchives
+from boxd.manager.workspace_files import WorkspaceFiles
 from boxd.wire.caller import Caller, Role
 
 
@@ -43,8 +44,7 @@ def test_introspection_is_valid_and_complete() -> None:
         described = {m.name: m for m in names[bound.interface].methods}[bound.name]
         assert [a.signature for a in described.in_args] == list(bound.types)
         assert [a.name for a in described.in_args] == list(bound.names)
-        answer = ["h", "s"] if bound.method.passes_fd else ["s"]
-        assert [a.signature for a in described.out_args] == answer
+        assert "".join(str(a.signature) for a in described.out_args) == bound.method.reply_signature
     assert [child.name for child in node.nodes] == ["task"]
 
 
@@ -81,21 +81,26 @@ def test_interfaces_follow_the_callers() -> None:
     assert find_method(GATEWAY, "LogStep") is None
 
 
-# The workspaces' reading doors (docs/workspaces.md), for a token only those its limits name.
-READS = {"OpenWorkspaceArchive"}
+# The workspace as it stands, which a token reads only in the workspaces its limits name
+# (tests/manager/test_workspace_files.py).
+_READING = {
+    "ListWorkspaceFiles",
+    "GetWorkspaceFileHistory",
+    "OpenWorkspaceFile",
+    "OpenWorkspaceArchive",
+}
 
 
 def test_an_app_may_only_start_see_and_stop() -> None:
     admitted = {m.name for m in METHODS if Door.APP_TOKEN in m.callers}
-    # and read the workspaces its limits name (refused as missing for any other)
-    assert admitted == {"CreateTask", "GetTask", "ListTasks", "StopTask", *READS}
+    assert admitted == {"CreateTask", "GetTask", "ListTasks", "StopTask", *_READING}
     for method in METHODS:
         assert method.admits(GATEWAY, Role.APP) == (Door.APP_TOKEN in method.callers)
 
 
 def test_a_member_may_only_start_see_and_stop() -> None:
     admitted = {m.name for m in METHODS if Door.MEMBER_TOKEN in m.callers}
-    assert admitted == {"CreateTask", "GetTask", "ListTasks", "StopTask", *READS}
+    assert admitted == {"CreateTask", "GetTask", "ListTasks", "StopTask", *_READING}
     for method in METHODS:
         assert method.admits(GATEWAY, Role.MEMBER) == (Door.MEMBER_TOKEN in method.callers)
         assert not method.admits(MANAGER, Role.MEMBER)
@@ -166,6 +171,7 @@ def _routes() -> dict[Method, Handler]:
         ("review", ReviewMethods),
         ("owner", OwnerMethods),
         ("archives", WorkspaceArchives),
+        ("files", WorkspaceFiles),
     ):
         setattr(box, name, kind.__new__(kind))
     return Box.routes(box)
