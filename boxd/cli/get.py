@@ -150,10 +150,14 @@ class Got:
 
 def extract(stream: IO[bytes], top: str, dest: Path) -> Got:
     """Extracts the archive read from `stream` (entries under the one folder `top`) into `dest`,
-    read as it comes; each entry through tarfile's 'data' filter, one it refuses left out."""
+    read as it comes; each entry checked here first (the Python of a box may predate tarfile's
+    filters, 3.11.4) and then through tarfile's 'data' filter where there is one; an entry
+    either refuses is left out, and said."""
     got = Got()
     dest.mkdir(exist_ok=True)
-    root = dest.resolve()
+    root = os.path.realpath(dest)
+    data = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+    refusals = getattr(tarfile, "FilterError", ())
     with tarfile.open(fileobj=stream, mode="r|", errorlevel=1) as tar:
         for member in tar:
             if member.name == top:
@@ -163,10 +167,15 @@ def extract(stream: IO[bytes], top: str, dest: Path) -> Got:
                 got.left_out.append(f"{show.visible(member.name)!r}: not under {top}/")
                 continue
             member.name = rest
+            why = _refused(member, root)
+            if why is not None:
+                got.left_out.append(f"{_what(member)}: {why}")
+                continue
+            _own_mode(member)
             try:
-                tar.extract(member, root, set_attrs=True, filter="data")
-            except tarfile.FilterError as refused:
-                got.left_out.append(_refusal(rest, member, refused))
+                tar.extract(member, root, set_attrs=True, **data)  # type: ignore[arg-type]
+            except refusals as refused:
+                got.left_out.append(f"{_what(member)}: {show.visible(str(refused))}")
                 continue
             if member.isdir():
                 got.folders += 1
@@ -177,9 +186,39 @@ def extract(stream: IO[bytes], top: str, dest: Path) -> Got:
     return got
 
 
-def _refusal(name: str, member: tarfile.TarInfo, refused: tarfile.FilterError) -> str:
-    shown = show.visible(name)
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + os.sep)
+
+
+def _refused(member: tarfile.TarInfo, root: str) -> str | None:
+    """Why the entry is not made in `root`, or None: only folders, plain files and links that
+    stay inside, by names that stay inside even through the links made before them."""
+    if not (member.isdir() or member.isreg() or member.issym()):
+        return "not a plain file, folder or link"
+    parts = member.name.split("/")
+    if member.name.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        return "a name that leads out of the folder"
+    if not _within(os.path.realpath(os.path.join(root, member.name)), root):
+        return "under a link that leads out of the folder"
+    if member.issym():
+        parent = os.path.dirname(os.path.join(root, member.name))
+        target = os.path.realpath(os.path.join(parent, member.linkname))
+        if os.path.isabs(member.linkname) or not _within(target, root):
+            return "it leads out of the folder"
+    return None
+
+
+def _own_mode(member: tarfile.TarInfo) -> None:
+    """The caller's own file: no setuid, setgid or sticky bit, no write for group or others, and
+    always readable (a folder enterable) by the caller; no owner but the caller."""
+    mode = member.mode & 0o755
+    member.mode = mode | (0o700 if member.isdir() else 0o600)
+    member.uid = member.gid = os.getuid()
+    member.uname = member.gname = ""
+
+
+def _what(member: tarfile.TarInfo) -> str:
+    shown = show.visible(member.name)
     if member.issym() or member.islnk():
-        target = show.visible(member.linkname)
-        return f"link {shown!r} -> {target!r}: it leads out of the folder"
-    return f"{shown!r}: {show.visible(str(refused))}"
+        return f"link {shown!r} -> {show.visible(member.linkname)!r}"
+    return repr(shown)
