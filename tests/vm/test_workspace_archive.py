@@ -94,11 +94,11 @@ def test_curl_downloads_it_and_tar_extracts_the_workspace_as_it_stands(
     home = f"/home/{owner}"
     machine.run("rm", "-rf", f"{home}/curl")
     machine.run("mkdir", f"{home}/curl", user=owner)
-    done = machine.run(
+    machine.run(
         "curl",
         "-sS",
         "-D",
-        "/dev/stderr",
+        f"{home}/curl/headers",
         "-o",
         f"{home}/curl/wa.tar",
         "-H",
@@ -107,7 +107,7 @@ def test_curl_downloads_it_and_tar_extracts_the_workspace_as_it_stands(
         user=owner,
         timeout=120,
     )
-    headers = done.stderr.lower()
+    headers = machine.run("cat", f"{home}/curl/headers").stdout.lower()
     assert "200" in headers.splitlines()[0]
     assert "content-type: application/x-tar" in headers
     assert 'content-disposition: attachment; filename="wa.tar"' in headers
@@ -115,7 +115,7 @@ def test_curl_downloads_it_and_tar_extracts_the_workspace_as_it_stands(
     size = int(machine.run("stat", "-c", "%s", f"{home}/curl/wa.tar").stdout)
     assert size < 1 << 20
     machine.run("tar", "-xf", "wa.tar", "-C", f"{home}/curl", user=owner)
-    machine.run("rm", f"{home}/curl/wa.tar")
+    machine.run("rm", f"{home}/curl/wa.tar", f"{home}/curl/headers")
     assert machine.run("ls", f"{home}/curl", user=owner).stdout.split() == ["wa"]
     # GNU tar makes the link as a link (its target is text); nothing of /etc/shadow came.
     check_contents(machine, f"{home}/curl/wa", owner, {"docs/here", "shadow"})

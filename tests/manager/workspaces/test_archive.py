@@ -66,6 +66,17 @@ def extracted(tar: Path, into: Path) -> Path:
     return into
 
 
+def every_client(tar: Path, tmp_path: Path) -> list[Path]:
+    """Extracted by GNU tar, Python's tarfile and, where it is installed, bsdtar (libarchive)."""
+    outs = [extracted(tar, tmp_path / "x"), python_extracted(tar, tmp_path / "p")]
+    if shutil.which("bsdtar"):
+        (tmp_path / "b").mkdir()
+        bsdtar = ["bsdtar", "-xf", str(tar), "-C", str(tmp_path / "b")]
+        subprocess.run(bsdtar, check=True, capture_output=True)
+        outs.append(tmp_path / "b")
+    return outs
+
+
 def python_extracted(tar: Path, into: Path) -> Path:
     with tarfile.open(tar) as opened:
         opened.extractall(into, filter="data")
@@ -173,7 +184,7 @@ def test_names_go_in_as_their_bytes(levels: Levels, tmp_path: Path) -> None:
     write(newer, not_utf8, "bytes")
     tar, _ = made(levels, tmp_path)
     assert set(members(tar)) == {"ws", *(f"ws/{name}" for name in [*NAMES, not_utf8])}
-    for out in (extracted(tar, tmp_path / "x"), python_extracted(tar, tmp_path / "p")):
+    for out in every_client(tar, tmp_path):
         names = set(os.listdir(os.fsencode(out / "ws")))
         assert names == {*(os.fsencode(name) for name in NAMES), b"latin-\xe9\xff.txt"}
         assert (out / "ws" / not_utf8).read_bytes() == b"bytes"
@@ -242,7 +253,7 @@ def test_a_terabyte_sparse_file_is_archived_sparse(levels: Levels, tmp_path: Pat
     assert summary.sparse == 3 and tar.stat().st_size < 1 << 20
     found = members(tar)
     assert found["ws/huge"].size == 1 << 40 and found["ws/huge"].issparse()
-    for out in (extracted(tar, tmp_path / "x"), python_extracted(tar, tmp_path / "p")):
+    for out in every_client(tar, tmp_path):
         for name, size in (("huge", 1 << 40), ("all-hole", 1 << 40)):
             got = os.stat(out / "ws" / name)
             assert got.st_size == size and got.st_blocks * 512 < 1 << 20  # sparse on disk too
