@@ -114,7 +114,7 @@ def test_curl_downloads_it_and_tar_extracts_the_workspace_as_it_stands(
     # The terabyte is a line of the sparse map and its three bytes, not a terabyte of zeros.
     size = int(machine.run("stat", "-c", "%s", f"{home}/curl/wa.tar").stdout)
     assert size < 1 << 20
-    machine.run("tar", "-xf", "wa.tar", "-C", f"{home}/curl", user=owner)
+    machine.run("tar", "-xf", f"{home}/curl/wa.tar", "-C", f"{home}/curl", user=owner)
     machine.run("rm", f"{home}/curl/wa.tar", f"{home}/curl/headers")
     assert machine.run("ls", f"{home}/curl", user=owner).stdout.split() == ["wa"]
     # GNU tar makes the link as a link (its target is text); nothing of /etc/shadow came.

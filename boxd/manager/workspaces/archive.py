@@ -343,13 +343,13 @@ class _Walk:
 
     def _parent(self, layer: str | None) -> int:
         """The fd of the deepest frame's folder in `layer` (a layer that shows an entry of a
-        folder shows the folder)."""
+        folder shows the folder); KeyError or BoxError if the folder changed since its listing."""
         return dict(self._levels())[layer]
 
     def _link(self, name: str, layer: str | None, archived: str, mtime: int) -> None:
         try:
             target = os.readlink(os.fsencode(name), dir_fd=self._parent(layer))
-        except OSError:
+        except (OSError, KeyError, BoxError):
             self.summary.leave_out("changed while archived")
             return
         info = _info(archived, tarfile.SYMTYPE, 0o777, mtime)
@@ -360,9 +360,9 @@ class _Walk:
     def _file(self, name: str, layer: str | None, archived: str) -> None:
         try:
             fd = os.open(name, READ_FLAGS, dir_fd=self._parent(layer))
-        except OSError:
-            # ELOOP: swapped for a link; ENXIO: for a socket; ENOENT: gone; a folder on the way
-            # swapped: the open of the parent failed. Left out, never followed.
+        except (OSError, KeyError, BoxError):
+            # ELOOP: swapped for a link; ENXIO: for a socket; ENOENT: gone; the folder swapped
+            # since it was listed: its level is not found again. Left out, never followed.
             self.summary.leave_out("changed while archived")
             return
         try:
