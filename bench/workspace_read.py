@@ -6,7 +6,9 @@ Run as root from the repository: `python -m bench.workspace_read`. It boots a te
 installs this checkout and, inside it, writes a file of `--mib` MiB (1 GiB) of random bytes in a
 new workspace's base, reads it once to have it in the page cache, then, best of `--runs`: curl
 of the route to /dev/null (`-o /dev/null`, the bytes checked by their count), and cat of the
-file. Printed: MB/s of each and the route's share of cat's.
+file; and, as the least any HTTP answer of the file costs here, curl of a bare server (a
+blocking socket, the file sent with sendfile(2), no framework). Printed: MB/s of each and the
+route's share of cat's and of the bare server's.
 """
 
 import argparse
@@ -20,6 +22,23 @@ API = "http://127.0.0.1:7700"
 WORKSPACE = "readbench"
 BASE = f"/var/lib/box/workspaces/{WORKSPACE}"
 FLOOR = 0.8
+BARE_PORT = 7813
+# The least an HTTP answer of the file can cost: one connection, the head, sendfile(2).
+BARE_SERVER = """
+import os, socket, sys
+path = sys.argv[1]
+size = os.path.getsize(path)
+server = socket.create_server(("127.0.0.1", int(sys.argv[2])))
+print("ready", flush=True)
+while True:
+    connection, _ = server.accept()
+    connection.recv(65536)
+    head = f"HTTP/1.1 200 OK\\r\\nContent-Length: {size}\\r\\nConnection: close\\r\\n\\r\\n"
+    connection.sendall(head.encode())
+    with open(path, "rb") as file:
+        connection.sendfile(file)
+    connection.close()
+"""
 
 
 def _best(runs: int, argv: list[str]) -> tuple[float, str]:
@@ -70,13 +89,23 @@ def measure(token: str, mib: int, runs: int) -> int:
     if got.split() != [str(size), "200"]:
         sys.exit(f"the route answered {got!r}, not the file's {size} bytes")
     cat, _ = _best(runs, ["sh", "-c", f"cat {path} > /dev/null"])
+    bare_server = subprocess.Popen(
+        [sys.executable, "-c", BARE_SERVER, path, str(BARE_PORT)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert bare_server.stdout is not None and bare_server.stdout.readline() == "ready\n"
+        bare, _ = _best(runs, ["curl", "-sS", "-o", "/dev/null", f"http://127.0.0.1:{BARE_PORT}/"])
+    finally:
+        bare_server.kill()
     rate = size / 1e6
     share = cat / served
     print(f"{size / (1 << 20):.0f} MiB, best of {runs}")
     print(f"GET .../files/big.bin (curl)  {served:7.3f} s  {rate / served:8.0f} MB/s")
     print(f"cat FILE > /dev/null          {cat:7.3f} s  {rate / cat:8.0f} MB/s")
+    print(f"bare sendfile server (curl)   {bare:7.3f} s  {rate / bare:8.0f} MB/s")
     verdict = "at or above" if share >= FLOOR else "BELOW"
     print(f"the route reads at {share:.2f}x cat's throughput: {verdict} the {FLOOR}x floor")
+    print(f"the route reads at {bare / served:.2f}x the bare server's throughput")
     return 0 if share >= FLOOR else 1
 
 

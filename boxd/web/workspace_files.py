@@ -128,17 +128,36 @@ async def serve_fd(request: web.Request, fd: int, path: str, size: int) -> web.S
     await response.prepare(request)
     if request.method == "HEAD":
         return response
-    at = start
+    sent = await _send(request, response, fd, start, end - start)
+    if sent < end - start:
+        # Shrunk while sent: the answer cannot be what its Content-Length said, so the
+        # connection is closed rather than left to carry a next answer out of step.
+        response.force_close()
+        if request.transport is not None:
+            request.transport.close()
+        return response
+    await response.write_eof()
+    return response
+
+
+async def _send(
+    request: web.Request, response: web.StreamResponse, fd: int, offset: int, count: int
+) -> int:
+    """The bytes sent: sendfile(2) from the page cache to the socket, as aiohttp's FileResponse
+    sends, or read and written where the connection cannot take that."""
+    transport = request.transport
+    if transport is None:
+        raise ConnectionResetError("the client went away")
+    with os.fdopen(fd, "rb", closefd=False) as file:
+        try:
+            return await asyncio.get_running_loop().sendfile(transport, file, offset, count)
+        except NotImplementedError:
+            pass
+    at, end = offset, offset + count
     while at < end:
         chunk = await asyncio.to_thread(os.pread, fd, min(CHUNK, end - at), at)
         if not chunk:
-            # Shrunk while sent: the answer cannot be what its Content-Length said, so the
-            # connection is closed rather than left to carry a next answer out of step.
-            response.force_close()
-            if request.transport is not None:
-                request.transport.close()
-            return response
+            break
         await response.write(chunk)
         at += len(chunk)
-    await response.write_eof()
-    return response
+    return at - offset

@@ -21,7 +21,7 @@ from boxd.dbus.fd_reply import Opened
 from boxd.dbus.incoming_fds import guarded
 from boxd.dbus.interface import BUS_NAME, MANAGER, ROOT_PATH, Bound, Door, Method
 from boxd.dbus.server import Server
-from boxd.errors import Problem, die
+from boxd.errors import BoxError, Problem, die
 from boxd.patches.dbus_fast import patient
 from boxd.wire.caller import Caller, Role
 from tests.support.dbus_daemon import bus_address
@@ -254,3 +254,31 @@ async def test_a_plain_call_answers_as_before(served: Served) -> None:
     )
     assert reply is not None and reply.message_type == MessageType.ERROR
     assert reply.error_name == Problem.FORBIDDEN.dbus_name and reply.unix_fds == []
+
+
+async def test_a_reply_that_is_not_json_has_its_descriptor_closed(
+    bus_address: str, declared: None, tmp_path: Path
+) -> None:
+    (tmp_path / "file").write_bytes(b"x")
+    serving = await MessageBus(bus_address=bus_address, negotiate_unix_fd=True).connect()
+    asking = guarded(await MessageBus(bus_address=bus_address, negotiate_unix_fd=True).connect())
+
+    def answer(message: Message) -> bool:
+        """A server that answers OpenFd with a descriptor and text that is not JSON."""
+        if message.member != OPEN_FD.name:
+            return False
+        fd = os.open(tmp_path / "file", os.O_RDONLY)
+        reply = Message.new_method_return(message, "hs", [0, "{not json"], unix_fds=[fd])
+        serving.send(reply).add_done_callback(lambda _: os.close(fd))
+        return True
+
+    serving.add_message_handler(answer)
+    await serving.request_name(BUS_NAME)
+    try:
+        before = open_fds()
+        with pytest.raises(BoxError, match="not JSON"):
+            await BoxClient(asking, MANAGER).call_for_fd(OPEN_FD, "n")
+        await until(lambda: open_fds() - before == set(), "the reply's descriptor closed")
+    finally:
+        serving.disconnect()
+        asking.disconnect()

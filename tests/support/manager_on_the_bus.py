@@ -1,9 +1,10 @@
 """The gateway's fuzz tests' manager: a stand-in on a real bus that answers every method."""
 
 import json
+import os
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from dbus_fast import Message, MessageType
 
@@ -40,11 +41,19 @@ def _approval(args: list[Any]) -> dict[str, Any]:
     return {"id": args[0], "state": "approved" if args[1] else "denied"}
 
 
-def _read_workspace(args: list[Any]) -> Any:
-    """The workspace reading doors: the path checked as the manager checks it, and then no
-    workspace by that name (the stand-in has none to read)."""
+def _workspace(args: list[Any]) -> dict[str, Any]:
+    """A workspace's path, checked as the manager checks it; only `home` is there."""
+    if args[0] != "home":
+        die(Problem.NOT_FOUND, f"there is no workspace {args[0][:80]!r}")
     stack_view.checked(args[1])
-    die(Problem.NOT_FOUND, f"there is no workspace {args[0][:80]!r}")
+    return {"workspace": args[0], "path": args[1]}
+
+
+def _file(args: list[Any]) -> dict[str, Any]:
+    found = _workspace(args)
+    if not args[1]:
+        die(Problem.INVALID, "the workspace itself is a folder, not a plain file")
+    return {**found, "size": 0, "modified": "2026-01-01T00:00:00Z", "task": None}
 
 
 # The manager's answers by method, after its own checks on the arguments (token excluded).
@@ -79,12 +88,12 @@ ANSWERS: dict[str, Callable[[list[Any]], Any]] = {
         "code": "ABCDE-FGHIJ",
         "expiresInSeconds": 600,
     },
+    "ListWorkspaceFiles": lambda args: {**_workspace(args), "entries": [], "truncated": False},
+    "GetWorkspaceFileHistory": lambda args: {**_workspace(args), "tasks": [], "inBase": True},
+    "OpenWorkspaceFile": _file,
+    "OpenWorkspaceArchive": lambda args: {**_workspace(args), "filename": "home.tar"},
     "OpenScreenSession": lambda args: die(Problem.UNAUTHORIZED, "that link was used already"),
     "CloseScreenSession": lambda args: {"ended": True},
-    "ListWorkspaceFiles": _read_workspace,
-    "GetWorkspaceFileHistory": _read_workspace,
-    "OpenWorkspaceFile": _read_workspace,
-    "OpenWorkspaceArchive": _read_workspace,
 }
 
 
@@ -116,17 +125,17 @@ class ManagerOnTheBus:
 
     def __init__(self) -> None:
         self.calls = 0
-        self.serial = 0
-        self.handlers: list[Callable[[Message], Any]] = []
-        guarded(self)  # type: ignore[arg-type]  # as connect_system_bus(fds=True) guards one
+        self._serial = 0
+        self._handlers: list[Callable[[Message], Any]] = []
+        # As the gateway's own connection: every descriptor that comes in is guarded.
+        guarded(cast(Any, self))
 
-    # What the guard of incoming descriptors (boxd.dbus.incoming_fds) asks of a connection.
     def add_message_handler(self, handler: Callable[[Message], Any]) -> None:
-        self.handlers.append(handler)
+        self._handlers.append(handler)
 
     def next_serial(self) -> int:
-        self.serial += 1
-        return self.serial
+        self._serial += 1
+        return self._serial
 
     async def call(self, message: Message) -> Message:
         # What dbus-fast does to every message before it goes on the socket.
@@ -136,6 +145,19 @@ class ManagerOnTheBus:
         try:
             if token != OWNER and message.member not in OPEN_TO_ALL:
                 die(Problem.UNAUTHORIZED, "a valid bearer token is required")
-            return _reply(message, ANSWERS[str(message.member)](args))
+            answer = ANSWERS[str(message.member)](args)
         except BoxError as failure:
             return _error(message, failure)
+        if message.member not in ("OpenWorkspaceFile", "OpenWorkspaceArchive"):
+            return _reply(message, answer)
+        # A descriptor, as the bus brings it: through the handlers first (boxd.dbus.incoming_fds).
+        reply = Message(
+            message_type=MessageType.METHOD_RETURN,
+            reply_serial=message.serial,
+            signature="hs",
+            body=[0, json.dumps(answer)],
+            unix_fds=[os.open("/dev/null", os.O_RDONLY)],
+        )
+        for handler in self._handlers:
+            handler(reply)
+        return reply

@@ -3,6 +3,7 @@ by a client that opens a temp file: ranges (206, 416, a 20-digit number), what a
 as (text, an image inline, else an attachment; nosniff and a sandbox always), HEAD with no body,
 the descriptor closed after, and a file that shrinks while sent cutting the connection."""
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,14 +25,14 @@ HEADERS = {"Authorization": "Bearer x"}
 class Manager(GatewayClient):
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.opened: list[int] = []
+        self.opened: list[tuple[int, Path]] = []
 
     async def call_as(self, token: str, method: Method, *args: Any) -> Any:
         return {"workspace": args[0], "path": args[1], "entries": [], "truncated": False}
 
     async def call_for_fd_as(self, token: str, method: Method, *args: Any) -> tuple[Any, int]:
         fd = os.open(self.folder / args[1], os.O_RDONLY)
-        self.opened.append(fd)
+        self.opened.append((fd, self.folder / args[1]))
         size = os.fstat(fd).st_size
         if args[1] == "shrinks":
             os.truncate(self.folder / "shrinks", CHUNK + 10)
@@ -48,8 +49,22 @@ async def served(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], Ma
         yield client, manager
 
 
-def closed(fds: list[int]) -> bool:
-    return all(not os.path.exists(f"/proc/self/fd/{fd}") for fd in fds)
+def _still_open(fd: int, path: Path) -> bool:
+    """Whether `fd` is still the one opened on `path` (its number may be another's since)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}") == str(path)
+    except OSError:
+        return False
+
+
+async def closed(fds: list[tuple[int, Path]]) -> bool:
+    """Whether the handlers closed them: each closes its descriptor once it returns, which may
+    be just after the client has the whole answer."""
+    for _ in range(200):
+        if not any(_still_open(fd, path) for fd, path in fds):
+            return True
+        await asyncio.sleep(0.01)
+    return False
 
 
 async def test_a_text_file_is_served_as_text_sandboxed(
@@ -62,7 +77,7 @@ async def test_a_text_file_is_served_as_text_sandboxed(
     assert response.headers["X-Content-Type-Options"] == "nosniff"
     assert response.headers["Content-Security-Policy"] == "sandbox"
     assert await response.text() == "héllo\n" * 1000
-    assert closed(manager.opened)
+    assert await closed(manager.opened)
 
 
 async def test_an_image_is_inline_and_anything_else_an_attachment(
@@ -88,7 +103,7 @@ async def test_ranges(served: tuple[TestClient[Any, Any], Manager]) -> None:
     for past in ("bytes=7000-", "bytes=99999999999999999999-", "bytes=0-123456789012345678901"):
         refused = await client.get(url, headers={**HEADERS, "Range": past})
         assert refused.status == 416 and refused.headers["Content-Range"] == "bytes */7000"
-    assert closed(manager.opened)
+    assert await closed(manager.opened)
 
 
 async def test_head_writes_no_body(served: tuple[TestClient[Any, Any], Manager]) -> None:
@@ -96,7 +111,7 @@ async def test_head_writes_no_body(served: tuple[TestClient[Any, Any], Manager])
     response = await client.head("/api/workspaces/docs/files/notes.md", headers=HEADERS)
     assert response.status == 200 and response.headers["Content-Length"] == "7000"
     assert await response.read() == b""
-    assert closed(manager.opened)
+    assert await closed(manager.opened)
 
 
 async def test_a_listing_is_json(served: tuple[TestClient[Any, Any], Manager]) -> None:
@@ -122,7 +137,7 @@ async def test_a_file_that_shrinks_while_sent_cuts_the_connection(
     # The connection is not used again: the next answer comes whole on a new one.
     again = await client.get("/api/workspaces/docs/files/notes.md", headers=HEADERS)
     assert len(await again.read()) == 7000
-    assert closed(manager.opened)
+    assert await closed(manager.opened)
 
 
 def test_wanted_range() -> None:
