@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from testbed.box_api import API, BOXCTL, boxctl, finish, http, start_fake
+from testbed.box_api import API, BOXCTL, boxctl, busctl_call, finish, http, start_fake
+from testbed.bus_signals import main_pid
 from testbed.machine import Machine
 
 BASE = "/var/lib/box/workspaces/wa"
@@ -173,3 +174,26 @@ def test_a_folder_of_it_and_a_token_limited_to_another_workspace(
     assert outside[1]["error"].replace("wa", "nothing") == absent[1]["error"]
     for path, status in (("notes.md", 400), ("gone.md", 404), ("old", 404)):
         assert http(machine, "GET", f"/api/workspaces/wa/archive/{path}", owner_token)[0] == status
+
+
+def test_busctl_takes_the_pipe_and_the_manager_keeps_no_descriptor(
+    machine: Machine, owner: str, tasks: tuple[str, str]
+) -> None:
+    pid = main_pid(machine, "boxd.service")
+    before = len(machine.run("ls", f"/proc/{pid}/fd").stdout.split())
+    for _ in range(20):
+        # busctl prints the descriptor's number and exits: the reader of the pipe goes away.
+        opened = busctl_call(machine, "OpenWorkspaceArchive", "wa", "", user=owner)
+        reply = json.loads(opened.stdout)
+        assert reply["type"] == "hs"
+        assert json.loads(reply["data"][1]) == {"workspace": "wa", "path": "", "filename": "wa.tar"}
+    # Each writer ends on EPIPE in its own time: waited for, by the count of open files.
+    settled = (
+        f"for i in $(seq 100); do [ $(ls /proc/{pid}/fd | wc -l) -lt {before + 5} ] && exit 0; "
+        f"sleep 0.1; done; ls -l /proc/{pid}/fd; exit 1"
+    )
+    machine.run("sh", "-c", settled, timeout=60)
+    refused = busctl_call(
+        machine, "OpenWorkspaceArchive", "wa", "notes.md", user=owner, check=False
+    )
+    assert refused.returncode != 0 and "is a file, not a folder" in refused.stderr
