@@ -212,7 +212,7 @@ def write_prepared(
             first = merged_entries(stack, prepared.levels)
             walk.header(_info(top, tarfile.DIRTYPE, 0o755, int(time.time())))
             summary.folders += 1
-            walk.run(_Frame(prepared.path, top, iter(first), prepared.levels, owns=False))
+            walk.run(_Frame(prepared.path, top, first, prepared.levels, owns=False))
         finally:
             walk.close()
     out.put(bytes(2 * BLOCK))
@@ -239,7 +239,7 @@ class _Frame:
 
     path: str
     archived: str
-    entries: Iterator[tuple[str, os.stat_result, str | None]]
+    entries: Iterator[tuple[str, int, str | None]]
     held: _Levels | None
     owns: bool = True  # closes what it holds when done; the first frame's are the Prepared's
 
@@ -272,24 +272,22 @@ class _Walk:
             if entry is None:
                 self._pop()
                 continue
-            name, info, layer = entry
+            name, mode, layer = entry
             inside = _join(frame.path, name)
             archived = f"{frame.archived}/{name}"
             if len(os.fsencode(inside)) > MAX_PATH:
                 self.summary.leave_out("path longer than 4096 bytes")
                 continue
-            if stat.S_ISDIR(info.st_mode):
-                self._folder(frame, name, info, inside, archived)
-            elif stat.S_ISLNK(info.st_mode):
-                self._link(name, layer, archived, int(info.st_mtime))
-            elif stat.S_ISREG(info.st_mode):
+            if stat.S_ISDIR(mode):
+                self._folder(name, inside, archived)
+            elif stat.S_ISLNK(mode):
+                self._link(name, layer, archived)
+            elif stat.S_ISREG(mode):
                 self._file(name, layer, archived)
             else:
                 self.summary.leave_out("FIFO, socket or device")
 
-    def _folder(
-        self, frame: _Frame, name: str, info: os.stat_result, inside: str, archived: str
-    ) -> None:
+    def _folder(self, name: str, inside: str, archived: str) -> None:
         try:
             levels = folder_levels(self.stack, self._levels(), name)
         except (BoxError, OSError):
@@ -297,6 +295,7 @@ class _Walk:
             return
         try:
             entries = merged_entries(self.stack, levels)
+            info = os.fstat(levels[0][1])  # the topmost level's folder: its mode and time
         except OSError:
             _close(levels)
             self.summary.leave_out("changed while archived")
@@ -307,7 +306,7 @@ class _Walk:
         self.summary.folders += 1
         held = levels if len(self.frames) % HOLD_EVERY == 0 else None
         self._forget()
-        self.frames.append(_Frame(inside, archived, iter(entries), held))
+        self.frames.append(_Frame(inside, archived, entries, held))
         if held is None:
             self.current = self.frames[-1], levels
 
@@ -347,9 +346,11 @@ class _Walk:
         folder shows the folder); KeyError or BoxError if the folder changed since its listing."""
         return dict(self._levels())[layer]
 
-    def _link(self, name: str, layer: str | None, archived: str, mtime: int) -> None:
+    def _link(self, name: str, layer: str | None, archived: str) -> None:
         try:
-            target = os.readlink(os.fsencode(name), dir_fd=self._parent(layer))
+            parent = self._parent(layer)
+            target = os.readlink(os.fsencode(name), dir_fd=parent)
+            mtime = int(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mtime)
         except (OSError, KeyError, BoxError):
             self.summary.leave_out("changed while archived")
             return
