@@ -42,6 +42,7 @@ from boxd.manager.units import at_rest
 from boxd.manager.units.systemd import Systemd
 from boxd.manager.units.task_os import TaskOS
 from boxd.manager.view_mounts import ViewMounts
+from boxd.manager.workspace_archive import WorkspaceArchives
 from boxd.manager.workspace_files import WorkspaceFiles
 from boxd.manager.workspaces.layers import Layers
 from boxd.manager.workspaces.workspaces import PERSONAL, SHARED, Workspaces
@@ -125,6 +126,7 @@ class Box:
             self.background,
         )
         self.review = ReviewMethods(home, store, self.records, self.layers, self.ending)
+        self.archives = WorkspaceArchives(store, self.layers, self.workspaces)
         self.files = WorkspaceFiles(store, self.layers, self.workspaces)
         self.changes = OwnerChanges(
             store, self.records, self.layers, self.workspaces, views=self.views
@@ -201,6 +203,7 @@ class Box:
             api.ADD_TO_WORKSPACE: self.changes.add_to_workspace,
             api.DELETE_FROM_WORKSPACE: self.changes.delete_from_workspace,
             api.RENAME_IN_WORKSPACE: self.changes.rename_in_workspace,
+            api.OPEN_WORKSPACE_ARCHIVE: self.archives.open_workspace_archive,
             api.GET_SETTINGS: self.owner.get_settings,
             api.SET_SETTINGS: self.owner.set_settings,
             api.CREATE_TOKEN: self.owner.create_token,

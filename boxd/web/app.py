@@ -12,6 +12,7 @@ from boxd.doors.connection_guard import streams_body
 from boxd.doors.json_errors import MAX_BODY, json_errors
 from boxd.errors import Problem, die
 from boxd.web import uploads, workspace_files
+from boxd.web.archive_download import download_archive
 from boxd.web.event_stream import EVENTS_PATH, Timing, serve_events
 from boxd.web.host_check import only_own_names
 from boxd.web.json_stream import stream
@@ -110,6 +111,10 @@ async def keep_task(request: web.Request) -> web.Response:
 
 async def list_workspaces(request: web.Request) -> web.Response:
     return _json(await _call(request, api.LIST_WORKSPACES))
+
+
+async def workspace_archive(request: web.Request) -> web.StreamResponse:
+    return await download_archive(request, request.app[CLIENT])
 
 
 async def create_workspace(request: web.Request) -> web.Response:
@@ -302,6 +307,8 @@ def make_app(
     app.router.add_delete("/api/vault/{name}", remove_secret)
     app.router.add_post("/api/pairings", create_pairing)
     app.router.add_delete("/api/workspaces/{name}", remove_workspace)
+    app.router.add_get("/api/workspaces/{name}/archive", workspace_archive)
+    app.router.add_get("/api/workspaces/{name}/archive/{path:.+}", workspace_archive)
     workspace_files.add_routes(app.router, lambda request: request.app[CLIENT])
     app.router.add_put("/api/workspaces/{name}/files/{path:.+}", put_workspace_file)
     app.router.add_delete("/api/workspaces/{name}/files/{path:.+}", delete_workspace_file)

@@ -109,6 +109,7 @@ ANSWERS: dict[str, Callable[[list[Any]], Any]] = {
     "ListWorkspaceFiles": lambda args: {**_workspace(args), "entries": [], "truncated": False},
     "GetWorkspaceFileHistory": lambda args: {**_workspace(args), "tasks": [], "inBase": True},
     "OpenWorkspaceFile": _file,
+    "OpenWorkspaceArchive": lambda args: {**_workspace(args), "filename": "home.tar"},
     "OpenScreenSession": lambda args: die(Problem.UNAUTHORIZED, "that link was used already"),
     "CloseScreenSession": lambda args: {"ended": True},
 }
@@ -165,7 +166,7 @@ class ManagerOnTheBus:
             answer = ANSWERS[str(message.member)](args)
         except BoxError as failure:
             return _error(message, failure)
-        if message.member != "OpenWorkspaceFile":
+        if message.member not in ("OpenWorkspaceFile", "OpenWorkspaceArchive"):
             return _reply(message, answer)
         # A descriptor, as the bus brings it: through the handlers first (boxd.dbus.incoming_fds).
         reply = Message(
