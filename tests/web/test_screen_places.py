@@ -41,7 +41,10 @@ def test_a_folder_address_and_the_apis_paths() -> None:
     assert _run("p.folderHash('home')") == "#/files/home"
     assert _run("p.folderHash('home', ['a', 'b c'])") == "#/files/home/a/b%20c"
     assert _run("p.apiPath('list', 'home')") == "/api/workspaces/home/list"
-    assert _run("p.apiPath('files', 'home', ['a', '50%.md'])") == "/api/workspaces/home/files/a/50%25.md"
+    assert (
+        _run("p.apiPath('files', 'home', ['a', '50%.md'])")
+        == "/api/workspaces/home/files/a/50%25.md"
+    )
     assert _run("p.apiPath('archive', 'h/x', [])") == "/api/workspaces/h%2Fx/archive"
 
 

@@ -1,0 +1,194 @@
+"""A workspace as a file browser on the owner's screen, in Debian's headless Chromium against a
+real box: the seed's example (a fake task writes notes.md, a real Droid task against the scripted
+model summarises it into summary.md) ends with the owner opening the task, clicking summary.md,
+reading it, downloading it, and `boxctl cat home:summary.md` printing it. Names with control and
+bidi characters show as escapes; a file picked in the browser is uploaded into the folder shown;
+the folder downloads as a tar. Every page is saved under screenshots/."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import tarfile
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from testbed.box_api import boxctl, finish, http, start_fake
+from testbed.browser import browser, console_log, screenshot
+from testbed.machine import Machine, booted_box
+from testbed.model_server import BASE_URL, ModelServer
+from testbed.npm_registry import install_droid
+from testbed.outside_world import start_outside
+from testbed.run_box import DEMO_TASK, DROID_TASK
+from testbed.screen_driver import _click, _link, _one, _text, until
+
+KEY = "sk-ant-api03-" + "5c" * 24
+SUMMARY = (
+    "# Meeting, 2 December\n"
+    "- Launch moves to March.\n"
+    "- Ada owns the budget.\n"
+    "- Two new hires start Monday.\n"
+    "- Next meeting Thursday — same room.\n"
+)
+DOWNLOADS = "/home/owner/Downloads"
+
+
+@pytest.fixture(scope="module")
+def machine() -> Iterator[Machine]:
+    """A machine of this module's own, with Droid installed."""
+    for m in booted_box():
+        install_droid(m)
+        yield m
+
+
+@pytest.fixture(scope="module")
+def model(machine: Machine) -> Iterator[ModelServer]:
+    outside = start_outside(machine)
+    server = ModelServer(machine).start()
+    boxctl(machine, "settings", "set", "modelBaseUrl", BASE_URL)
+    machine.run("boxctl", "vault", "set", "ANTHROPIC_API_KEY", input=KEY + "\n")
+    yield server
+    server.stop()
+    outside.kill()
+
+
+@pytest.fixture
+def screen(machine: Machine, owner: str) -> Iterator[WebDriver]:
+    """The owner's browser, logged in through `boxctl open`'s link, saving downloads to
+    DOWNLOADS (emptied first)."""
+    machine.run("rm", "-rf", DOWNLOADS)
+    machine.run("install", "-d", "-o", owner, "-g", owner, DOWNLOADS)
+    with browser(machine, owner, downloads=DOWNLOADS) as driver:
+        driver.get(_link(machine, owner))
+        until(driver, lambda d: _text(d, "main h1") == "Tasks")
+        yield driver
+        errors = [e for e in console_log(driver) if "Uncaught" in e.get("message", "")]
+        assert errors == [], errors
+
+
+def _turn(*blocks: dict[str, Any]) -> dict[str, Any]:
+    return {"blocks": list(blocks)}
+
+
+def _downloaded(machine: Machine, name: str) -> bytes:
+    """The bytes Chromium saved as DOWNLOADS/name, once it has finished saving them."""
+    path = f"{DOWNLOADS}/{name}"
+    wait = f"until [ -f '{path}' ] && [ ! -e '{path}.crdownload' ]; do sleep 0.1; done"
+    machine.run("timeout", "60", "sh", "-c", wait, timeout=70)
+    # Base64 through the harness's text pipe: the file's bytes as they are, whatever they hold.
+    return base64.b64decode(machine.run("base64", "-w0", path).stdout)
+
+
+def _names(driver: WebDriver) -> list[str]:
+    script = (
+        "return [...document.querySelectorAll('tr[data-entry] td.name')].map((e) => e.innerText)"
+    )
+    return list(driver.execute_script(script))
+
+
+def _open(driver: WebDriver, address: str) -> None:
+    driver.execute_script("location.hash = arguments[0]", address)
+
+
+def test_the_seeds_example_ends_with_summary_md_one_click_from_the_task(
+    machine: Machine, screen: WebDriver, token: str, owner: str, model: ModelServer
+) -> None:
+    demo = start_fake(machine, token, DEMO_TASK["prompt"], title=DEMO_TASK["title"])
+    assert finish(machine, demo["id"])["state"] == "done"
+    model.set_script(
+        [
+            _turn(
+                {
+                    "type": "tool_use",
+                    "name": "Create",
+                    "input": {"file_path": "summary.md", "content": SUMMARY},
+                }
+            ),
+            _turn({"type": "text", "text": "I wrote summary.md."}),
+        ]
+    )
+    status, task = http(
+        machine, "POST", "/api/tasks", token, json.dumps({**DROID_TASK, "model": "sonnet"})
+    )
+    assert status == 201, task
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+
+    # The owner opens the task's page, and summary.md is one click away.
+    _open(screen, f"#/task/{task['id']}")
+    until(screen, lambda d: "done" in _text(d, "main h1 .state"))
+    _one(screen, 'a[data-place="summary.md"]')
+    screenshot(screen, "task-done")
+    _click(screen, 'a[data-place="summary.md"]')
+    until(screen, lambda d: _text(d, ".preview-text") == SUMMARY.strip(), "summary.md's text")
+    assert screen.execute_script("return location.hash") == "#/file/home/summary.md"
+    # Who wrote it: the Droid task, newest first, linking to its page.
+    until(screen, lambda d: d.find_elements(By.CSS_SELECTOR, f'[data-history="{task["id"]}"] a'))
+    screenshot(screen, "summary")
+
+    _click(screen, "main .actions button", "Download")
+    assert _downloaded(machine, "summary.md") == SUMMARY.encode()
+    assert boxctl(machine, "cat", "home:summary.md", user=owner).stdout == SUMMARY
+
+    # Its folder lists it with its size, its task, and notes.md by the demo task.
+    _click(screen, ".crumbs a", "home")
+    until(screen, lambda d: "summary.md" in _names(d) and "notes.md" in _names(d))
+    row = _text(screen, 'tr[data-entry="summary.md"]')
+    assert f"{len(SUMMARY.encode())} B" in row and str(DROID_TASK["title"]) in row, row
+    assert str(DEMO_TASK["title"]) in _text(screen, 'tr[data-entry="notes.md"]')
+    screenshot(screen, "home")
+    # Back goes back to the file, as the address keeps the place.
+    screen.back()
+    until(screen, lambda d: _text(d, ".preview-text") == SUMMARY.strip())
+
+
+def test_names_with_control_and_bidi_characters_show_as_escapes(
+    machine: Machine, screen: WebDriver, token: str
+) -> None:
+    tricky = "invoice\u202etxt.exe"
+    bell = "bell\x07\x1b[31m.txt"
+    task = start_fake(
+        machine, token, f"write odd/{tricky} pay me\nwrite odd/{bell} ding", title="Odd names"
+    )
+    assert finish(machine, task["id"])["state"] == "done"
+    _open(screen, "#/files/home/odd")
+    until(screen, lambda d: len(_names(d)) == 2)
+    names = _names(screen)
+    assert "invoice\\u202etxt.exe" in names and "bell\\x07\\x1b[31m.txt" in names, names
+    # Nowhere on the page is the raw character: no text node holds it.
+    raw = screen.execute_script(
+        "return [...document.querySelectorAll('main *')].some((e) => [...e.childNodes]"
+        ".some((n) => n.nodeType === 3 && /[\\u202e\\x07\\x1b]/.test(n.data)))"
+    )
+    assert raw is False
+    screenshot(screen, "escaped")
+    _click(screen, "a.entry.file", "invoice\\u202etxt.exe")
+    until(screen, lambda d: _text(d, "h1.file-name") == "invoice\\u202etxt.exe")
+    until(screen, lambda d: _text(d, ".preview-text") == "pay me")
+
+
+def test_a_picked_file_is_uploaded_into_the_folder_and_the_folder_downloads(
+    machine: Machine, screen: WebDriver, owner: str
+) -> None:
+    machine.run("install", "-d", "-o", owner, "-g", owner, "/home/owner/pick")
+    machine.run("sh", "-c", "printf 'from my disk\\n' > /home/owner/pick/picked.txt", user=owner)
+    _open(screen, "#/files/home")
+    _one(screen, "table.entries, main .empty")
+    until(screen, lambda d: _text(d, "main h1") == "home")
+    # Chromium reads the path in the machine, as the owner: the page gets it as picked.
+    screen.find_element(By.CSS_SELECTOR, "#upload-files").send_keys("/home/owner/pick/picked.txt")
+    until(screen, lambda d: "picked.txt" in _names(d), "the uploaded file in the listing")
+    row = _text(screen, 'tr[data-entry="picked.txt"]')
+    assert "13 B" in row, row
+    screenshot(screen, "uploaded")
+    assert boxctl(machine, "cat", "home:picked.txt", user=owner).stdout == "from my disk\n"
+
+    _click(screen, "main .actions button", "Download the workspace")
+    with tarfile.open(fileobj=io.BytesIO(_downloaded(machine, "home.tar"))) as tar:
+        member = tar.extractfile(next(m for m in tar.getmembers() if m.name.endswith("picked.txt")))
+        assert member is not None and member.read() == b"from my disk\n"
