@@ -192,3 +192,47 @@ def test_a_picked_file_is_uploaded_into_the_folder_and_the_folder_downloads(
     with tarfile.open(fileobj=io.BytesIO(_downloaded(machine, "home.tar"))) as tar:
         member = tar.extractfile(next(m for m in tar.getmembers() if m.name.endswith("picked.txt")))
         assert member is not None and member.read() == b"from my disk\n"
+
+
+def test_a_dropped_file_is_uploaded_into_the_folder_shown(
+    machine: Machine, screen: WebDriver, owner: str
+) -> None:
+    _open(screen, "#/files/home")
+    until(screen, lambda d: _text(d, "main h1") == "home")
+    # What Chromium's drop hands the page, made in the page: a DataTransfer holding a file.
+    screen.execute_script(
+        "const dt = new DataTransfer();"
+        "dt.items.add(new File(['dropped here\\n'], 'dropped.txt', { type: 'text/plain' }));"
+        "document.getElementById('main').dispatchEvent("
+        "new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }))"
+    )
+    until(screen, lambda d: "dropped.txt" in _names(d), "the dropped file in the listing")
+    assert boxctl(machine, "cat", "home:dropped.txt", user=owner).stdout == "dropped here\n"
+
+
+def test_a_large_text_is_cut_with_a_note_and_an_svg_is_a_picture_that_runs_nothing(
+    machine: Machine, screen: WebDriver, token: str
+) -> None:
+    svg = (
+        '<svg xmlns="http://www.w3.org/2000/svg" width="40" height="20">'
+        "<script>top.document.title = 'ran'</script>"
+        '<rect width="40" height="20" fill="teal"/></svg>'
+    )
+    script = f"sh yes 0123456789 | head -c 300000 > big.txt\nwrite pic.svg {svg}"
+    task = start_fake(machine, token, script, title="Big and pictured")
+    assert finish(machine, task["id"])["state"] == "done"
+    _open(screen, "#/file/home/big.txt")
+    until(screen, lambda d: "Shows the first 262 kB of 300 kB" in _text(d, ".preview"))
+    shown = _text(screen, ".preview-text")
+    assert shown.startswith("0123456789\n") and len(shown) <= 256 * 1024, len(shown)
+    _open(screen, "#/file/home/pic.svg")
+    drawn = (
+        "const i = document.querySelector('img.preview-image');"
+        "return !!i && i.complete && i.naturalWidth"
+    )
+    until(screen, lambda d: d.execute_script(drawn) == 40, "the SVG drawn")
+    assert screen.execute_script("return document.title") != "ran"
+    assert screen.execute_script(
+        "return document.querySelector('img.preview-image').src"
+    ).startswith("blob:")
+    screenshot(screen, "svg")
