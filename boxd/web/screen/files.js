@@ -23,7 +23,7 @@ export function taskLink(id) {
   return h("a", { href: `#/task/${encodeURIComponent(id)}`, "data-task-link": id }, shown(task ? task.title : id));
 }
 
-export function crumbs(workspace, parts, last = parts.length) {
+export function crumbs(workspace, parts, last = parts.length - 1) {
   const trail = [h("a", { href: "#/workspaces" }, "Workspaces"), " / ", h("a", { href: folderHash(workspace) }, shown(workspace))];
   parts.forEach((part, at) => {
     trail.push(" / ");

@@ -117,7 +117,7 @@ function diffLines(text) {
 
 // Where a done workspace task's changed file now is in the workspace's browser (what a later
 // task did to it shows there); nothing for a file it deleted, or a task on real folders.
-function placeOf(task) {
+function placesOf(task) {
   if (task.state !== "done" || !task.workspace || task.folders || task.folder) return () => null;
   return (file) => {
     if (file.change === "deleted" || (file.kind !== "file" && file.kind !== "dir")) return null;
@@ -158,7 +158,7 @@ async function loadFiles(task, box) {
   try {
     const diff = await get(`/api/tasks/${encodeURIComponent(task.id)}/diff`);
     const files = diff.files || [];
-    const place = placeOf(task);
+    const place = placesOf(task);
     replace(box,
       files.length ? h("ul", { class: "files" }, files.map((file) => changeView(file, files.length <= 10, place))) : h("p", { class: "empty" }, "No files changed."),
       diff.truncated ? h("p", { class: "muted" }, "The list stops here: the task changed more than the review shows.") : null);
