@@ -183,7 +183,7 @@ function facts(task) {
   const list = h("dl", { class: "facts" });
   const fact = (name, value) => { if (value !== undefined && value !== null && value !== "") list.append(h("dt", {}, name), h("dd", {}, value)); };
   fact("Worker", task.worker + (task.model ? ` · ${task.model}` : ""));
-  fact("Where", task.folders ? task.folders.join(", ") : task.folder ?? `workspace ${task.workspace}`);
+  fact("Where", task.folders ? task.folders.join(", ") : task.folder ?? ["workspace ", h("a", { href: folderHash(task.workspace) }, shown(task.workspace))]);
   fact("Source", task.source);
   fact("Requester", task.requester);
   fact("App", task.app);
