@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
@@ -248,3 +249,38 @@ def test_a_large_text_is_cut_with_a_note_and_an_svg_is_a_picture_that_runs_nothi
         "return document.querySelector('img.preview-image').src"
     ).startswith("blob:")
     screenshot(screen, "svg")
+
+
+def _answer_dialog(driver: WebDriver, text: str | None = None) -> str:
+    """Answers the page's confirm (OK) or prompt (with `text`); returns what it asked."""
+    dialog = until(driver, lambda d: _dialog(d), "no dialog")
+    asked = str(dialog.text)
+    if text is not None:
+        dialog.send_keys(text)
+    dialog.accept()
+    return asked
+
+
+def _dialog(driver: WebDriver) -> Any:
+    try:
+        return driver.switch_to.alert
+    except NoAlertPresentException:
+        return None
+
+
+def test_rename_and_delete_on_the_screen_are_owners_changes(
+    machine: Machine, screen: WebDriver, token: str, owner: str
+) -> None:
+    task = start_fake(machine, token, "write keep/old.md first", title="Old file")
+    assert finish(machine, task["id"])["state"] == "done"
+    _open(screen, "#/files/home/keep")
+    until(screen, lambda d: _names(d) == ["old.md"])
+    _click(screen, 'tr[data-entry="old.md"] button', "Rename")
+    assert "old.md" in _answer_dialog(screen, "new.md")
+    until(screen, lambda d: _names(d) == ["new.md"], "the renamed file")
+    assert boxctl(machine, "cat", "home:keep/new.md", user=owner).stdout == "first"
+    _click(screen, 'tr[data-entry="new.md"] button', "Delete")
+    assert "keep/new.md" in _answer_dialog(screen)
+    until(screen, lambda d: _names(d) == [] and "empty" in _text(d, ".browser"))
+    gone = boxctl(machine, "cat", "home:keep/new.md", user=owner, check=False)
+    assert gone.returncode != 0, gone.stdout
