@@ -10,7 +10,7 @@ import sys
 from functools import partial
 from typing import Any
 
-from boxd.cli import show
+from boxd.cli import show, workspace_files
 from boxd.cli.follow import follow
 from boxd.cli.open_screen import open_screen
 from boxd.dbus import interface as api
@@ -153,6 +153,8 @@ def _parser() -> argparse.ArgumentParser:
         command = commands.add_parser(name, help=text)
         command.add_argument("--json", action="store_true")
 
+    workspace_files.add_parsers(commands)
+
     vault = commands.add_parser("vault", help="the secrets that tools use; values never show")
     vault_commands = vault.add_subparsers(dest="vault_command", required=True)
     put = vault_commands.add_parser("set", help="set a secret, its value read from stdin")
@@ -221,9 +223,11 @@ async def _diff(client: BoxClient, task_id: str, as_json: bool) -> None:
 
 
 async def run(arguments: argparse.Namespace) -> int:
-    client = BoxClient(await connect_system_bus(), MANAGER)
+    client = BoxClient(await connect_system_bus(fds=True), MANAGER)
     as_json = getattr(arguments, "json", False)
     command = arguments.command
+    if command in workspace_files.COMMANDS:
+        return await workspace_files.run(client, arguments)
     if command == "start":
         prompt = sys.stdin.read() if arguments.prompt == "-" else arguments.prompt
         first_line = prompt.strip().splitlines()[0][:80] if prompt.strip() else ""

@@ -1,22 +1,28 @@
 """Calls the manager: used by the gateway (with a bearer token), the broker and boxctl."""
 
 import json
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from dbus_fast import BusType, Message, MessageType
 from dbus_fast.aio import MessageBus
 
+from boxd.dbus.incoming_fds import guard, guarded
 from boxd.dbus.interface import BUS_NAME, GATEWAY, ROOT_PATH, Method, bound_on
 from boxd.errors import BoxError, Problem, die
 from boxd.patches.dbus_fast import patient
 
 
-async def connect_system_bus() -> MessageBus:
+async def connect_system_bus(fds: bool = False) -> MessageBus:
+    """A connection to the system bus; with `fds`, one that passes file descriptors both ways,
+    every incoming one guarded (boxd.dbus.incoming_fds). Only a process that calls a method
+    passing one asks for that: a broker's connection does not, so none can be sent to it."""
     try:
-        return patient(await MessageBus(bus_type=BusType.SYSTEM).connect())
+        bus = await MessageBus(bus_type=BusType.SYSTEM, negotiate_unix_fd=fds).connect()
     except (OSError, ValueError) as error:
         die(Problem.FAILED, f"cannot reach the system bus: {error}")
+    return patient(guarded(bus) if fds else bus)
 
 
 def _check_carriable(names: tuple[str, ...], args: tuple[Any, ...]) -> None:
@@ -41,24 +47,58 @@ class BoxClient:
         self.bus = bus
         self.interface = interface
 
-    async def call(self, method: Method, *args: Any) -> Any:
+    def _message(self, method: Method, args: tuple[Any, ...], fds: list[int]) -> Message:
         bound = bound_on(self.interface, method)
         _check_carriable(bound.names, args)
-        reply = await self.bus.call(
-            Message(
-                destination=BUS_NAME,
-                path=ROOT_PATH,
-                interface=self.interface,
-                member=method.name,
-                signature=bound.signature,
-                body=list(args),
-            )
+        return Message(
+            destination=BUS_NAME,
+            path=ROOT_PATH,
+            interface=self.interface,
+            member=method.name,
+            signature=bound.signature,
+            body=[*args, 0] if method.takes_fd else list(args),
+            unix_fds=fds,
         )
-        if reply is None:
-            die(Problem.FAILED, "boxd gave no answer")
-        if reply.message_type == MessageType.ERROR:
-            raise error_from_reply(reply.error_name or "", reply.body)
+
+    async def call(self, method: Method, *args: Any) -> Any:
+        """The method's JSON answer."""
+        if method.takes_fd:
+            raise RuntimeError(f"{method.name} takes a descriptor: call_with_fd")
+        return await self._call(method, args, [])
+
+    async def call_with_fd(self, method: Method, fd: int, *args: Any) -> Any:
+        """The JSON answer of a method declared `takes_fd`, given `fd` after `args`; the
+        descriptor stays the caller's to close."""
+        if not method.takes_fd:
+            raise RuntimeError(f"{method.name} takes no descriptor")
+        return await self._call(method, args, [fd])
+
+    async def _call(self, method: Method, args: tuple[Any, ...], fds: list[int]) -> Any:
+        if method.passes_fd:
+            raise RuntimeError(f"{method.name} answers with a descriptor: call_for_fd")
+        message = self._message(method, args, fds)
+        reply = _answered(await self.bus.call(message))
         return json.loads(reply.body[0])
+
+    async def call_for_fd(self, method: Method, *args: Any) -> tuple[Any, int]:
+        """The JSON answer and the descriptor of a method declared `passes_fd`; the descriptor
+        is the caller's to close. Cancelled, or given an answer it cannot read, it closes the
+        descriptor itself, one that comes later included."""
+        if not method.passes_fd:
+            raise RuntimeError(f"{method.name} does not answer with a descriptor")
+        message = self._message(method, args, [])
+        message.serial = self.bus.next_serial()
+        with guard(self.bus).awaiting(message.serial) as awaited:
+            reply = _answered(await self.bus.call(message))
+            try:
+                fd = awaited.take(reply.body[0])
+            except (IndexError, TypeError):
+                die(Problem.FAILED, f"boxd answered {method.name} without a file descriptor")
+            try:
+                return json.loads(reply.body[1]), fd
+            except (IndexError, TypeError, ValueError):
+                os.close(fd)
+                die(Problem.FAILED, f"boxd answered {method.name} with something not JSON")
 
 
 class GatewayClient(BoxClient):
@@ -69,6 +109,20 @@ class GatewayClient(BoxClient):
 
     async def call_as(self, token: str, method: Method, *args: Any) -> Any:
         return await self.call(method, token, *args)
+
+    async def call_with_fd_as(self, token: str, method: Method, fd: int, *args: Any) -> Any:
+        return await self.call_with_fd(method, fd, token, *args)
+
+    async def call_for_fd_as(self, token: str, method: Method, *args: Any) -> tuple[Any, int]:
+        return await self.call_for_fd(method, token, *args)
+
+
+def _answered(reply: Message | None) -> Message:
+    if reply is None:
+        die(Problem.FAILED, "boxd gave no answer")
+    if reply.message_type == MessageType.ERROR:
+        raise error_from_reply(reply.error_name or "", reply.body)
+    return reply
 
 
 async def pages(ask: Callable[[str], Awaitable[Any]]) -> AsyncIterator[dict[str, Any]]:

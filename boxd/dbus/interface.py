@@ -71,8 +71,11 @@ def door(interface: str, role: Role) -> Door | None:
     return None
 
 
-# The Python type a handler takes each D-Bus type as.
-_PYTHON_TYPES: dict[str, type] = {"s": str, "b": bool}
+# The Python type a handler takes each D-Bus type as: a file descriptor (`h`) as its number,
+# which stays open while the handler runs and is closed by the server once it returns.
+_PYTHON_TYPES: dict[str, type] = {"s": str, "b": bool, "h": int}
+# The argument a method declared `takes_fd` takes its file descriptor by, always the last.
+FD_ARG = "fd:h"
 
 
 @dataclass(frozen=True)
@@ -84,17 +87,32 @@ class Method:
     callers: frozenset[Door]
     # What an argument named `id` is the id of: its handler's parameter is `<this>_id`.
     id_of: str = "task"
+    # Answers with a file descriptor before its JSON (`hs`): the handler returns an Opened
+    # (boxd.dbus.fd_reply), and the server closes the descriptor once the reply is sent.
+    passes_fd: bool = False
+    # Takes a file descriptor as its last argument (`fd`, `h`). Every other message's
+    # descriptors are closed on arrival (boxd.dbus.incoming_fds), so only these can hand one in.
+    takes_fd: bool = False
+
+    @property
+    def all_args(self) -> tuple[str, ...]:
+        """The arguments as carried, the file descriptor last if it takes one."""
+        return (*self.args, FD_ARG) if self.takes_fd else self.args
+
+    @property
+    def reply_signature(self) -> str:
+        return "hs" if self.passes_fd else "s"
 
     @property
     def params(self) -> tuple[str, ...]:
         """The names the handler takes the arguments by, after the caller: the D-Bus name in
         snake_case (`waitMs` is `wait_ms`, `approved:b` is `approved`), `id` named for what it
         is the id of (`task_id`, `approval_id`)."""
-        return tuple(_param(arg.partition(":")[0], self.id_of) for arg in self.args)
+        return tuple(_param(arg.partition(":")[0], self.id_of) for arg in self.all_args)
 
     @property
     def param_types(self) -> tuple[type, ...]:
-        return tuple(_PYTHON_TYPES[arg.partition(":")[2] or "s"] for arg in self.args)
+        return tuple(_PYTHON_TYPES[arg.partition(":")[2] or "s"] for arg in self.all_args)
 
     @property
     def interfaces(self) -> tuple[str, ...]:
@@ -135,7 +153,7 @@ class Bound:
     @property
     def args(self) -> tuple[str, ...]:
         token = ("token",) if self.interface == GATEWAY else ()
-        return (*token, *self.method.args)
+        return (*token, *self.method.all_args)
 
     @property
     def name(self) -> str:
@@ -180,6 +198,18 @@ KEEP_TASK = Method("KeepTask", ("id",), "task", _OWNER)
 # The review of what a task changed, in pages (boxd.manager.workspaces.diffs): read by the owner
 # only, since a task's files may hold what the owner's folders hold.
 DIFF_TASK = Method("DiffTask", ("id", "page"), "diff", _OWNER)
+# The workspace as it stands (boxd.manager.workspace_files), read by the owner, and by an app's
+# or a member's token for the workspaces its limits name: a folder's entries in pages, a path's
+# history, a plain file opened read-only and its descriptor passed, never its bytes.
+LIST_WORKSPACE_FILES = Method(
+    "ListWorkspaceFiles", ("name", "path", "page"), "listing", _OWNER_OR_APP
+)
+GET_WORKSPACE_FILE_HISTORY = Method(
+    "GetWorkspaceFileHistory", ("name", "path"), "history", _OWNER_OR_APP
+)
+OPEN_WORKSPACE_FILE = Method(
+    "OpenWorkspaceFile", ("name", "path"), "file", _OWNER_OR_APP, passes_fd=True
+)
 LIST_APPROVALS = Method("ListApprovals", ("page",), "approvals", _OWNER)
 ANSWER_APPROVAL = Method(
     "AnswerApproval", ("id", "approved:b"), "approval", _OWNER, id_of="approval"
@@ -243,6 +273,9 @@ METHODS: tuple[Method, ...] = (
     UNDO_TASK,
     KEEP_TASK,
     DIFF_TASK,
+    LIST_WORKSPACE_FILES,
+    GET_WORKSPACE_FILE_HISTORY,
+    OPEN_WORKSPACE_FILE,
     LIST_APPROVALS,
     ANSWER_APPROVAL,
     LIST_WORKSPACES,
@@ -310,6 +343,11 @@ def bound_methods() -> tuple[Bound, ...]:
     return tuple(_BOUND.values())
 
 
+def _out_args(method: Method) -> list[intr.Arg]:
+    answer = intr.Arg("s", ArgDirection.OUT, method.returns)
+    return [intr.Arg("h", ArgDirection.OUT, "fd"), answer] if method.passes_fd else [answer]
+
+
 def introspection_xml(children: list[str]) -> str:
     """The XML `busctl introspect` shows for the root object."""
     interfaces = []
@@ -321,7 +359,7 @@ def introspection_xml(children: list[str]) -> str:
                     intr.Arg(kind, ArgDirection.IN, arg)
                     for arg, kind in zip(bound.names, bound.types, strict=True)
                 ],
-                out_args=[intr.Arg("s", ArgDirection.OUT, bound.method.returns)],
+                out_args=_out_args(bound.method),
             )
             for bound in _BOUND.values()
             if bound.interface == name

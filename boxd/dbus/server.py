@@ -10,6 +10,7 @@ import asyncio
 import inspect
 import json
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,6 +18,8 @@ from dbus_fast import ErrorType, Message, MessageFlag, MessageType
 from dbus_fast.aio import MessageBus
 
 from boxd.dbus.carried_text import carried
+from boxd.dbus.fd_reply import Opened
+from boxd.dbus.incoming_fds import close_all, guard
 from boxd.dbus.interface import GATEWAY, ROOT_PATH, Bound, Method, find_method, introspection_xml
 from boxd.errors import BoxError, Problem, die
 from boxd.wire.caller import OWNER_ONLY, Caller, Role
@@ -67,11 +70,36 @@ class Server:
         self._authorize = authorize
         self._handlers: dict[Method, tuple[Handler, tuple[str, ...]]] = {}
         self._running: set[asyncio.Task[None]] = set()
+        # A connection that negotiates descriptors: the calls served here keep theirs.
+        self._fds = bus._negotiate_unix_fd
+        if self._fds:
+            guard(bus).takes = self._takes_fd
         bus.add_message_handler(self._on_message)
 
     def handle(self, method: Method, handler: Handler) -> None:
         check_handler(method, handler)
+        if (method.takes_fd or method.passes_fd) and not self._fds:
+            raise RuntimeError(f"{method.name} passes descriptors, but the bus does not")
         self._handlers[method] = (handler, method.params)
+
+    def _served(self, message: Message) -> Bound | None:
+        if message.message_type != MessageType.METHOD_CALL or message.path != ROOT_PATH:
+            return None
+        method = find_method(message.interface, message.member)
+        if method is None or method.method not in self._handlers:
+            return None
+        return method
+
+    def _takes_fd(self, message: Message) -> bool:
+        """Whether this call is one _on_message hands to _serve with its descriptors, which
+        closes them once the handler returns."""
+        method = self._served(message)
+        return (
+            method is not None
+            and method.method.takes_fd
+            and message.signature == method.signature
+            and _fd_index(message) is not None
+        )
 
     def _on_message(self, message: Message) -> Message | bool | None:
         if message.message_type != MessageType.METHOD_CALL or message.path != ROOT_PATH:
@@ -90,19 +118,39 @@ class Server:
                 ErrorType.INVALID_ARGS.value,
                 f"{method.name} takes ({method.signature}): {', '.join(method.names)}",
             )
+        if method.method.takes_fd and not self._takes_fd(message):
+            # The guard closed whatever came with it.
+            return Message.new_error(
+                message, ErrorType.INVALID_ARGS.value, f"{method.name} takes a file descriptor"
+            )
         task = asyncio.create_task(self._serve(message, method))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
+        if message.unix_fds:
+            # Once the handler has returned, failed or been cancelled, even before it began.
+            fds = message.unix_fds
+            task.add_done_callback(lambda _: close_all(fds))
         return True
 
     async def _serve(self, message: Message, method: Bound) -> None:
+        opened: Opened | None = None
         try:
             caller = await self._authorize(message, method)
             check_admitted(method, caller.role)
-            args = message.body[1:] if method.interface == GATEWAY else message.body
+            args = list(message.body[1:] if method.interface == GATEWAY else message.body)
+            if method.method.takes_fd:
+                args[-1] = message.unix_fds[args[-1]]
             handler, params = self._handlers[method.method]
             result = await handler(caller, **dict(zip(params, args, strict=True)))
-            reply = Message.new_method_return(message, "s", [json.dumps(result)])
+            if method.method.passes_fd:
+                if not isinstance(result, Opened):
+                    raise TypeError(f"the handler of {method.name} gave no file descriptor")
+                opened = result
+                reply = Message.new_method_return(
+                    message, "hs", [0, json.dumps(opened.answer)], unix_fds=[opened.fd]
+                )
+            else:
+                reply = Message.new_method_return(message, "s", [json.dumps(result)])
         except BoxError as error:
             # Its words may quote what the caller sent, NUL or lone surrogate included.
             reply = Message.new_error(message, error.problem.dbus_name, carried(error.message))
@@ -116,5 +164,29 @@ class Server:
                     "journalctl -u boxd tells more."
                 ),
             )
-        if not message.flags & MessageFlag.NO_REPLY_EXPECTED:
-            self._bus.send(reply)
+        except BaseException:
+            # Cancelled (the manager stops): the descriptor goes nowhere.
+            if opened is not None:
+                opened.close()
+            raise
+        if reply.message_type == MessageType.ERROR and opened is not None:
+            opened.close()
+            opened = None
+        if message.flags & MessageFlag.NO_REPLY_EXPECTED:
+            if opened is not None:
+                opened.close()
+            return
+        written = self._bus.send(reply)
+        if opened is not None:
+            # The writer holds the descriptor's number until it sends the reply, maybe turns
+            # later: closed once written, or once the bus gave up on it.
+            fd = opened.fd
+            written.add_done_callback(lambda _: os.close(fd))
+
+
+def _fd_index(message: Message) -> int | None:
+    """The descriptor a call's last argument names, if the call carries it."""
+    index = message.body[-1] if message.body else None
+    if isinstance(index, int) and 0 <= index < len(message.unix_fds):
+        return index
+    return None

@@ -40,6 +40,7 @@ from boxd.manager.spares import SpareMaker
 from boxd.manager.units import at_rest
 from boxd.manager.units.systemd import Systemd
 from boxd.manager.units.task_os import TaskOS
+from boxd.manager.workspace_files import WorkspaceFiles
 from boxd.manager.workspaces.layers import Layers
 from boxd.manager.workspaces.workspaces import PERSONAL, SHARED, Workspaces
 from boxd.wire.caller import OWNER_ONLY, Caller, Role
@@ -119,6 +120,7 @@ class Box:
             self.background,
         )
         self.review = ReviewMethods(home, store, self.records, self.layers, self.ending)
+        self.files = WorkspaceFiles(store, self.layers, self.workspaces)
 
     # Start-up and recovery.
 
@@ -177,6 +179,9 @@ class Box:
             api.UNDO_TASK: self.review.undo_task,
             api.KEEP_TASK: self.review.keep_task,
             api.DIFF_TASK: self.review.diff_task,
+            api.LIST_WORKSPACE_FILES: self.files.list_workspace_files,
+            api.GET_WORKSPACE_FILE_HISTORY: self.files.get_workspace_file_history,
+            api.OPEN_WORKSPACE_FILE: self.files.open_workspace_file,
             api.LIST_APPROVALS: self.approvals.list_approvals,
             api.ANSWER_APPROVAL: self.approvals.answer_approval,
             api.LIST_WORKSPACES: self.owner.list_workspaces,

@@ -8,6 +8,7 @@ import sdnotify
 from dbus_fast import BusType, RequestNameReply
 from dbus_fast.aio import MessageBus
 
+from boxd.dbus.incoming_fds import guarded
 from boxd.dbus.interface import BUS_NAME
 from boxd.dbus.server import Server
 from boxd.doors.stopping import until_stopped
@@ -38,8 +39,10 @@ async def run() -> None:
     home.mkdir(parents=True, exist_ok=True)
     store = Store(database_path(home), TaskFlush(tasks_dir(home)))
     await store.open()
-    # A group commit's answers and signals leave in one write (boxd.patches.dbus_fast).
-    bus = gathered(patient(await MessageBus(bus_type=BusType.SYSTEM).connect()))
+    # A group commit's answers and signals leave in one write (boxd.patches.dbus_fast). It
+    # passes file descriptors (an opened workspace file), every incoming one guarded first.
+    connected = await MessageBus(bus_type=BusType.SYSTEM, negotiate_unix_fd=True).connect()
+    bus = gathered(patient(guarded(connected)))
     systemd = Systemd(bus)
     box = Box(home, store, bus, systemd)
     await box.open()

@@ -10,6 +10,7 @@ from boxd.dbus import interface as api
 from boxd.dbus.client import GatewayClient, connect_system_bus, pages
 from boxd.doors.json_errors import MAX_BODY, json_errors
 from boxd.errors import Problem, die
+from boxd.web import workspace_files
 from boxd.web.event_stream import EVENTS_PATH, Timing, serve_events
 from boxd.web.host_check import only_own_names
 from boxd.web.json_stream import stream
@@ -213,7 +214,7 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 async def _bus(app: web.Application) -> AsyncIterator[None]:
-    bus = await connect_system_bus()
+    bus = await connect_system_bus(fds=True)
     app[CLIENT] = GatewayClient(bus)
     await app[EVENTS].start(bus)
     yield
@@ -238,6 +239,7 @@ def make_app(
         "POST and DELETE /api/session (boxctl open makes the link), GET /api/openapi.json, "
         "GET /api/events, GET and PATCH /api/settings, GET /api/vault, "
         "PUT and DELETE /api/vault/{name}, POST /api/pairings, DELETE /api/workspaces/{name}, "
+        "GET /api/workspaces/{name}/list[/{path}], /files/{path} and /history/{path}, "
         "and the owner's screen at /",
     )
     app = web.Application(
@@ -279,5 +281,6 @@ def make_app(
     app.router.add_delete("/api/vault/{name}", remove_secret)
     app.router.add_post("/api/pairings", create_pairing)
     app.router.add_delete("/api/workspaces/{name}", remove_workspace)
+    workspace_files.add_routes(app.router, lambda request: request.app[CLIENT])
     ScreenPage().add_routes(app.router)
     return app

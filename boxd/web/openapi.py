@@ -14,9 +14,11 @@ from pydantic.json_schema import models_json_schema
 
 from boxd.errors import NO_ROOM_TO_START
 from boxd.reading.strict_json import TOO_LARGE
+from boxd.web.byte_ranges import past_the_end
 from boxd.web.event_stream import EVENTS_PATH, HEARTBEAT_SECONDS
 from boxd.web.host_check import OTHER_ORIGIN
 from boxd.web.live_events import TOO_MANY
+from boxd.web.openapi_files import FILE, FILE_MEDIA, FILE_SUMMARY, HISTORY, LISTING, READERS
 from boxd.web.screen_session import (
     NO_TOKEN,
     SESSION_ENDED,
@@ -169,6 +171,9 @@ class Route:
 
 
 _APP_TOO = "the owner, or an app's or a member's token for the tasks it started"
+# The workspace as it stands (boxd/web/workspace_files.py).
+_FILES = "/api/workspaces/{name}"
+_READ = (400, 404)
 ROUTES: tuple[Route, ...] = (
     Route(
         "POST",
@@ -406,6 +411,29 @@ ROUTES: tuple[Route, ...] = (
         (400, 404),
         who=_IN_PERSON,
     ),
+    Route("GET", f"{_FILES}/list", "A workspace's top folder", 200, LISTING, None, _READ, READERS),
+    Route("GET", f"{_FILES}/list/{{path}}", "A folder", 200, LISTING, None, _READ, READERS),
+    Route(
+        "GET",
+        f"{_FILES}/files/{{path}}",
+        FILE_SUMMARY,
+        200,
+        FILE,
+        None,
+        (*_READ, 416),
+        READERS,
+        media=FILE_MEDIA,
+    ),
+    Route(
+        "GET",
+        f"{_FILES}/history/{{path}}",
+        "The tasks that touched a path, newest first",
+        200,
+        HISTORY,
+        None,
+        _READ,
+        READERS,
+    ),
     Route(
         "GET",
         OPENAPI_PATH,
@@ -439,6 +467,10 @@ _REFUSALS: dict[int, tuple[str, dict[str, Any]]] = {
     ),
     404: ("No such task, approval, workspace or token", _error("no task t3k9x2a1b2")),
     413: ("The body is over 10 MB", _error(TOO_LARGE)),
+    416: (
+        "The range starts past the file's end (Content-Range: bytes */size)",
+        _error(past_the_end(10)),
+    ),
     503: (
         "boxd is not running, or (for the live events) too many streams are open",
         _error("boxd is not running (no one owns org.boxd.Box1 on the system bus)", TOO_MANY),

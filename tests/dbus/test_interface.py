@@ -32,6 +32,7 @@ from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.model_requests import ModelRequests
 from boxd.manager.owner_methods import OwnerMethods
 from boxd.manager.review import ReviewMethods
+from boxd.manager.workspace_files import WorkspaceFiles
 from boxd.wire.caller import Caller, Role
 
 
@@ -42,7 +43,7 @@ def test_introspection_is_valid_and_complete() -> None:
         described = {m.name: m for m in names[bound.interface].methods}[bound.name]
         assert [a.signature for a in described.in_args] == list(bound.types)
         assert [a.name for a in described.in_args] == list(bound.names)
-        assert [a.signature for a in described.out_args] == ["s"]
+        assert "".join(str(a.signature) for a in described.out_args) == bound.method.reply_signature
     assert [child.name for child in node.nodes] == ["task"]
 
 
@@ -79,16 +80,21 @@ def test_interfaces_follow_the_callers() -> None:
     assert find_method(GATEWAY, "LogStep") is None
 
 
+# The workspace as it stands, which a token reads only in the workspaces its limits name
+# (tests/manager/test_workspace_files.py).
+_READING = {"ListWorkspaceFiles", "GetWorkspaceFileHistory", "OpenWorkspaceFile"}
+
+
 def test_an_app_may_only_start_see_and_stop() -> None:
     admitted = {m.name for m in METHODS if Door.APP_TOKEN in m.callers}
-    assert admitted == {"CreateTask", "GetTask", "ListTasks", "StopTask"}
+    assert admitted == {"CreateTask", "GetTask", "ListTasks", "StopTask", *_READING}
     for method in METHODS:
         assert method.admits(GATEWAY, Role.APP) == (Door.APP_TOKEN in method.callers)
 
 
 def test_a_member_may_only_start_see_and_stop() -> None:
     admitted = {m.name for m in METHODS if Door.MEMBER_TOKEN in m.callers}
-    assert admitted == {"CreateTask", "GetTask", "ListTasks", "StopTask"}
+    assert admitted == {"CreateTask", "GetTask", "ListTasks", "StopTask", *_READING}
     for method in METHODS:
         assert method.admits(GATEWAY, Role.MEMBER) == (Door.MEMBER_TOKEN in method.callers)
         assert not method.admits(MANAGER, Role.MEMBER)
@@ -158,6 +164,7 @@ def _routes() -> dict[Method, Handler]:
         ("model_requests", ModelRequests),
         ("review", ReviewMethods),
         ("owner", OwnerMethods),
+        ("files", WorkspaceFiles),
     ):
         setattr(box, name, kind.__new__(kind))
     return Box.routes(box)

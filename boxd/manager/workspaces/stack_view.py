@@ -272,3 +272,45 @@ def history(stack: Stack, path: str) -> list[str | None]:
     with _opened(stack) as roots:
         below = Below([fd for _, fd in roots], stack.marks)
         return [name for name, fd in roots if below.look(fd, parts)[0] != ABSENT]
+
+
+def changes(stack: Stack, path: str) -> list[tuple[str | None, str]]:
+    """What each level that touches `path` did to it, newest first, as history lists them:
+    "deleted" (a whiteout, or a file or opaque folder over it), "added" (written where no older
+    level shows it) or "changed" (written over an older one)."""
+    parts = checked(path)
+    if not parts:
+        die(Problem.INVALID, "a file's history needs a path in the workspace")
+    with _opened(stack) as roots:
+        below = Below([fd for _, fd in roots], stack.marks)
+        found = [(name, below.look(fd, parts)[0]) for name, fd in roots]
+    touched = [(name, isinstance(seen, os.stat_result)) for name, seen in found if seen != ABSENT]
+    said = []
+    for number, (name, written) in enumerate(touched):
+        older = touched[number + 1][1] if number + 1 < len(touched) else False
+        said.append((name, "deleted" if not written else "changed" if older else "added"))
+    return said
+
+
+def link_target(stack: Stack, layer: str | None, path: str) -> str | None:
+    """The target of the link at `path` in one level (a listing's entry's), read and never
+    followed; None if it is no longer a link there."""
+    level = next((lv for lv in stack.levels if lv.name == layer), None)
+    if level is None:
+        return None
+    try:
+        root = os.open(level.path, DIR_FLAGS)
+    except OSError:
+        return None
+    try:
+        parent, name = parent_of(root, path)
+    except (OSError, NotBeneath):
+        return None
+    finally:
+        os.close(root)
+    try:
+        return shown_name(os.readlink(name, dir_fd=parent))[0]
+    except OSError:
+        return None
+    finally:
+        os.close(parent)

@@ -323,3 +323,20 @@ def test_a_folder_in_the_base_only_is_listed(levels: tuple[Path, Path, Path]) ->
     assert (entry.kind, entry.size, entry.layer) == (Kind.FILE, 5, None)
     assert entry.mtime == (base / "docs/readme.md").stat().st_mtime
     assert read(levels, "docs/readme.md") == b"hello"
+
+
+def test_changes_say_what_each_level_did_newest_first(levels: tuple[Path, Path, Path]) -> None:
+    newer, older, base = levels
+    write(base, "a.md", "base")
+    write(older, "a.md", "older")
+    delete(newer, "a.md")
+    write(newer, "b.md", "new")
+    (older / "link").symlink_to("/etc/shadow")
+    assert stack_view.changes(stack(levels), "a.md") == [
+        ("2", "deleted"),
+        ("1", "changed"),
+        (None, "added"),
+    ]
+    assert stack_view.changes(stack(levels), "b.md") == [("2", "added")]
+    assert stack_view.link_target(stack(levels), "1", "link") == "/etc/shadow"
+    assert stack_view.link_target(stack(levels), "2", "link") is None
