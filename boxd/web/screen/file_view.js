@@ -56,7 +56,9 @@ async function preview(path, name, box, urls) {
   const response = await fetchStart(path);
   const type = (response.headers.get("Content-Type") || "").toLowerCase();
   const size = totalSize(response.status, response.headers.get("Content-Range"), response.headers.get("Content-Length"));
-  if (type.startsWith("image/")) {
+  // The box serves an SVG as the text it is; drawn here as a picture, where its script never runs.
+  const svg = /\.svg$/i.test(name) && type.startsWith("text/plain");
+  if (type.startsWith("image/") || svg) {
     if (size !== null && size > IMAGE_LIMIT) {
       if (response.body) response.body.cancel().catch(() => {});
       replace(box, h("p", { class: "empty" }, `A picture of ${humanSize(size)}: too large to show here. Download it to look at it.`));
@@ -65,8 +67,8 @@ async function preview(path, name, box, urls) {
     const whole = response.status === 206 && size !== null && size > TEXT_LIMIT;
     if (whole && response.body) response.body.cancel().catch(() => {});
     const blob = await (whole ? await request("GET", path, { accept: "*/*" }) : response).blob();
-    // The type the box named, so an SVG draws as one; as an <img> it runs nothing.
-    const url = URL.createObjectURL(new Blob([blob], { type: type.split(";")[0] }));
+    // Typed, so an SVG draws as one; as an <img> it runs nothing.
+    const url = URL.createObjectURL(new Blob([blob], { type: svg ? "image/svg+xml" : type.split(";")[0] }));
     urls.push(url);
     replace(box, h("img", { class: "preview-image", src: url, alt: `The picture ${shown(name)}` }));
     return { size, type };

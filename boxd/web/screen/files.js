@@ -105,33 +105,33 @@ function uploadControls(workspace, parts, reload) {
   return { controls: [pickFiles, pickFolder, filesInput, folderInput], send, pickFiles };
 }
 
+// Rows drawn at once: the box lists up to 10,000 entries of a folder, and a table of them all
+// with their buttons takes the page a while to lay out.
+const ROWS_AT_ONCE = 1000;
+
 export function filesView(main, workspace, parts) {
   const table = h("div", {}, h("p", { class: "empty" }, "Loading…"));
   const more = h("div", {});
   const dropNote = h("p", { class: "drop-note muted" }, "Drop files or folders anywhere here to upload them to this folder.");
-  let rows = [];
   let generation = 0;
 
-  const draw = (answer) => {
+  const draw = (answer, shownRows) => {
+    const entries = answer.entries || [];
+    const rows = entries.slice(0, shownRows).map((entry) => entryRow(workspace, parts, entry, reload));
     replace(table, rows.length
       ? h("table", { class: "entries" },
         h("thead", {}, h("tr", {}, ["Name", "Kind", "Size", "Changed", "By", ""].map((name) => h("th", { scope: "col" }, name)))),
         h("tbody", {}, rows))
       : h("p", { class: "empty" }, "This folder is empty."));
-    const next = answer.next;
-    replace(more, answer.truncated
-      ? h("p", { class: "muted", role: "status" }, `The listing stops after ${rows.length} entries: the folder holds more.`,
-        next !== undefined && next !== null ? [" ", h("button", { type: "button", onclick: (event) => act(event.currentTarget, () => load(next)) }, "Show more")] : " boxctl ls lists them all.")
-      : null);
+    const left = entries.length - rows.length;
+    replace(more,
+      left > 0 ? h("p", {}, h("button", { type: "button", onclick: () => draw(answer, entries.length) }, `Show the other ${left} entries`)) : null,
+      answer.truncated ? h("p", { class: "muted", role: "status" }, `The listing stops after ${entries.length} entries: the folder holds more than the box lists at once.`) : null);
   };
-  async function load(page) {
-    const mine = page === undefined ? ++generation : generation;
-    const query = page === undefined ? "" : `?page=${encodeURIComponent(page)}`;
-    const answer = await get(apiPath("list", workspace, parts) + query);
-    if (mine !== generation) return;
-    if (page === undefined) rows = [];
-    rows.push(...(answer.entries || []).map((entry) => entryRow(workspace, parts, entry, reload)));
-    draw(answer);
+  async function load() {
+    const mine = ++generation;
+    const answer = await get(apiPath("list", workspace, parts));
+    if (mine === generation) draw(answer, ROWS_AT_ONCE);
   }
   function reload() {
     load().catch((error) => replace(table, h("p", { class: "error" }, error.message)));
