@@ -99,6 +99,13 @@ def _names(driver: WebDriver) -> list[str]:
     return list(driver.execute_script(script))
 
 
+def _listed_or_refused(driver: WebDriver, name: str) -> None:
+    """Waits for `name` in the listing; a refusal the page showed instead fails in its words."""
+    until(driver, lambda d: name in _names(d) or _text(d, ".toast.bad"), f"{name} never listed")
+    assert _text(driver, ".toast.bad") == "", _text(driver, ".toast.bad")
+    assert name in _names(driver)
+
+
 def _open(driver: WebDriver, address: str) -> None:
     driver.execute_script("location.hash = arguments[0]", address)
 
@@ -195,7 +202,7 @@ def test_a_picked_file_is_uploaded_into_the_folder_and_the_folder_downloads(
     until(screen, lambda d: _text(d, "main h1") == "home")
     # Chromium reads the path in the machine, as the owner: the page gets it as picked.
     screen.find_element(By.CSS_SELECTOR, "#upload-files").send_keys("/home/owner/pick/picked.txt")
-    until(screen, lambda d: "picked.txt" in _names(d), "the uploaded file in the listing")
+    _listed_or_refused(screen, "picked.txt")
     row = _text(screen, 'tr[data-entry="picked.txt"]')
     assert "13 B" in row, row
     screenshot(screen, "uploaded")
@@ -219,7 +226,7 @@ def test_a_dropped_file_is_uploaded_into_the_folder_shown(
         "document.getElementById('main').dispatchEvent("
         "new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }))"
     )
-    until(screen, lambda d: "dropped.txt" in _names(d), "the dropped file in the listing")
+    _listed_or_refused(screen, "dropped.txt")
     assert boxctl(machine, "cat", "home:dropped.txt", user=owner).stdout == "dropped here\n"
 
 
