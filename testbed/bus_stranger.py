@@ -7,6 +7,10 @@ boxd's venv python, as `nobody` (`python -c <this file> forge|listen ...`).
         found as any user can: ListNames, GetConnectionUnixProcessID). BODY is a JSON list.
         Returns once the bus daemon has routed it: it handles one connection's messages in
         order, so its answer to a later call means the signal is already on its way.
+    flood TO COUNT
+        Sends COUNT signals carrying a file descriptor (of /dev/null) straight to TO's
+        connection, and as many calls of the box's methods with one attached (the wrong
+        arguments, or a method that takes none), then answers once the bus has routed them all.
     listen
         Asks for every signal there is, broadcast or eavesdropped, and prints each one, after a
         first line `listening` once the bus has answered its match rules. Told to stop
@@ -16,6 +20,7 @@ boxd's venv python, as `nobody` (`python -c <this file> forge|listen ...`).
 
 import asyncio
 import json
+import os
 import signal
 import sys
 from typing import Any
@@ -77,6 +82,47 @@ async def forge(to: str, path: str, interface: str, member: str, sig: str, body:
     bus.disconnect()
 
 
+async def flood(to: str, count: str) -> None:
+    bus = await MessageBus(bus_type=BusType.SYSTEM, negotiate_unix_fd=True).connect()
+    target = await destination(bus, to)
+    fd = os.open("/dev/null", os.O_RDONLY)
+    for number in range(int(count)):
+        bus.send(
+            Message(
+                message_type=MessageType.SIGNAL,
+                destination=target,
+                path="/org/boxd/Box1",
+                interface="org.example.Stranger",
+                member="Leak",
+                signature="h",
+                body=[0],
+                unix_fds=[fd],
+            )
+        )
+        member, signature, body = (
+            ("ListWorkspaces", "h", [0])
+            if number % 2
+            else ("OpenWorkspaceFile", "ssh", ["home", "x", 0])
+        )
+        bus.send(
+            Message(
+                destination=target,
+                path="/org/boxd/Box1",
+                interface="org.boxd.Box1.Manager",
+                member=member,
+                signature=signature,
+                body=body,
+                unix_fds=[fd],
+            )
+        )
+        if number % 20 == 19:
+            # Paced: the bus holds only so many descriptors in flight for one connection.
+            await bus_call(bus, "GetId")
+    await bus_call(bus, "GetId")
+    print(target, flush=True)
+    bus.disconnect()
+
+
 async def listen() -> None:
     bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
 
@@ -111,5 +157,7 @@ async def listen() -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "forge":
         asyncio.run(forge(*sys.argv[2:8]))
+    elif sys.argv[1] == "flood":
+        asyncio.run(flood(*sys.argv[2:4]))
     else:
         asyncio.run(listen())

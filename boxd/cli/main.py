@@ -10,7 +10,7 @@ import sys
 from functools import partial
 from typing import Any
 
-from boxd.cli import show, workspace_files
+from boxd.cli import get, show, workspace_files
 from boxd.cli.follow import follow
 from boxd.cli.open_screen import open_screen
 from boxd.dbus import interface as api
@@ -154,6 +154,7 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--json", action="store_true")
 
     workspace_files.add_parsers(commands)
+    get.add_parser(commands)
 
     vault = commands.add_parser("vault", help="the secrets that tools use; values never show")
     vault_commands = vault.add_subparsers(dest="vault_command", required=True)
@@ -228,6 +229,8 @@ async def run(arguments: argparse.Namespace) -> int:
     command = arguments.command
     if command in workspace_files.COMMANDS:
         return await workspace_files.run(client, arguments)
+    if command == "get":
+        return await get.run(client, arguments)
     if command == "start":
         prompt = sys.stdin.read() if arguments.prompt == "-" else arguments.prompt
         first_line = prompt.strip().splitlines()[0][:80] if prompt.strip() else ""

@@ -217,6 +217,12 @@ ANSWER_APPROVAL = Method(
 LIST_WORKSPACES = Method("ListWorkspaces", (), "workspaces", _OWNER)
 CREATE_WORKSPACE = Method("CreateWorkspace", ("name",), "workspace", _OWNER)
 REMOVE_WORKSPACE = Method("RemoveWorkspace", ("name",), "removed", _IN_PERSON)
+# A folder of the workspace as it stands ("" all of it) as a tar, made as it is read: the answer
+# is the read end of a pipe the manager fills (boxd.manager.workspace_archive). Whoever may read
+# the workspace's files may: the owner, an app's or a member's token for the workspaces it names.
+OPEN_WORKSPACE_ARCHIVE = Method(
+    "OpenWorkspaceArchive", ("name", "path"), "archive", _OWNER_OR_APP, passes_fd=True
+)
 GET_SETTINGS = Method("GetSettings", (), "settings", _IN_PERSON)
 SET_SETTINGS = Method("SetSettings", ("changes",), "settings", _IN_PERSON)
 # The role is owner, app or member; a member's token is named by the member's id. An app's or
@@ -281,6 +287,7 @@ METHODS: tuple[Method, ...] = (
     LIST_WORKSPACES,
     CREATE_WORKSPACE,
     REMOVE_WORKSPACE,
+    OPEN_WORKSPACE_ARCHIVE,
     GET_SETTINGS,
     SET_SETTINGS,
     CREATE_TOKEN,

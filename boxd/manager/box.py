@@ -40,6 +40,7 @@ from boxd.manager.spares import SpareMaker
 from boxd.manager.units import at_rest
 from boxd.manager.units.systemd import Systemd
 from boxd.manager.units.task_os import TaskOS
+from boxd.manager.workspace_archive import WorkspaceArchives
 from boxd.manager.workspace_files import WorkspaceFiles
 from boxd.manager.workspaces.layers import Layers
 from boxd.manager.workspaces.workspaces import PERSONAL, SHARED, Workspaces
@@ -120,6 +121,7 @@ class Box:
             self.background,
         )
         self.review = ReviewMethods(home, store, self.records, self.layers, self.ending)
+        self.archives = WorkspaceArchives(store, self.layers, self.workspaces)
         self.files = WorkspaceFiles(store, self.layers, self.workspaces)
 
     # Start-up and recovery.
@@ -187,6 +189,7 @@ class Box:
             api.LIST_WORKSPACES: self.owner.list_workspaces,
             api.CREATE_WORKSPACE: self.owner.create_workspace,
             api.REMOVE_WORKSPACE: self.owner.remove_workspace,
+            api.OPEN_WORKSPACE_ARCHIVE: self.archives.open_workspace_archive,
             api.GET_SETTINGS: self.owner.get_settings,
             api.SET_SETTINGS: self.owner.set_settings,
             api.CREATE_TOKEN: self.owner.create_token,

@@ -11,6 +11,7 @@ from boxd.dbus.client import GatewayClient, connect_system_bus, pages
 from boxd.doors.json_errors import MAX_BODY, json_errors
 from boxd.errors import Problem, die
 from boxd.web import workspace_files
+from boxd.web.archive_download import download_archive
 from boxd.web.event_stream import EVENTS_PATH, Timing, serve_events
 from boxd.web.host_check import only_own_names
 from boxd.web.json_stream import stream
@@ -109,6 +110,10 @@ async def keep_task(request: web.Request) -> web.Response:
 
 async def list_workspaces(request: web.Request) -> web.Response:
     return _json(await _call(request, api.LIST_WORKSPACES))
+
+
+async def workspace_archive(request: web.Request) -> web.StreamResponse:
+    return await download_archive(request, request.app[CLIENT])
 
 
 async def create_workspace(request: web.Request) -> web.Response:
@@ -281,6 +286,8 @@ def make_app(
     app.router.add_delete("/api/vault/{name}", remove_secret)
     app.router.add_post("/api/pairings", create_pairing)
     app.router.add_delete("/api/workspaces/{name}", remove_workspace)
+    app.router.add_get("/api/workspaces/{name}/archive", workspace_archive)
+    app.router.add_get("/api/workspaces/{name}/archive/{path:.+}", workspace_archive)
     workspace_files.add_routes(app.router, lambda request: request.app[CLIENT])
     ScreenPage().add_routes(app.router)
     return app

@@ -411,6 +411,29 @@ ROUTES: tuple[Route, ...] = (
         (400, 404),
         who=_IN_PERSON,
     ),
+    *(
+        Route(
+            "GET",
+            path,
+            f"{what} as a tar (pax; sparse files in PAX sparse 1.0), sent as it is made: links as "
+            "links, FIFOs, sockets and devices left out; an attachment named "
+            f"{named} whose entries are under one folder of that name",
+            200,
+            {"type": "string", "contentMediaType": "application/x-tar"},
+            None,
+            (400, 404, 503),
+            who="the owner, or an app's or a member's token for the workspaces its limits name",
+            media="application/x-tar",
+        )
+        for path, what, named in (
+            ("/api/workspaces/{name}/archive", "The whole workspace as it stands", "<name>.tar"),
+            (
+                "/api/workspaces/{name}/archive/{path}",
+                "A folder of the workspace as it stands",
+                "<name>-<the folder's last name>.tar",
+            ),
+        )
+    ),
     Route("GET", f"{_FILES}/list", "A workspace's top folder", 200, LISTING, None, _READ, READERS),
     Route("GET", f"{_FILES}/list/{{path}}", "A folder", 200, LISTING, None, _READ, READERS),
     Route(

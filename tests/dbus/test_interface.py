@@ -32,6 +32,7 @@ from boxd.manager.broker_methods import BrokerMethods
 from boxd.manager.model_requests import ModelRequests
 from boxd.manager.owner_methods import OwnerMethods
 from boxd.manager.review import ReviewMethods
+from boxd.manager.workspace_archive import WorkspaceArchives
 from boxd.manager.workspace_files import WorkspaceFiles
 from boxd.wire.caller import Caller, Role
 
@@ -82,7 +83,12 @@ def test_interfaces_follow_the_callers() -> None:
 
 # The workspace as it stands, which a token reads only in the workspaces its limits name
 # (tests/manager/test_workspace_files.py).
-_READING = {"ListWorkspaceFiles", "GetWorkspaceFileHistory", "OpenWorkspaceFile"}
+_READING = {
+    "ListWorkspaceFiles",
+    "GetWorkspaceFileHistory",
+    "OpenWorkspaceFile",
+    "OpenWorkspaceArchive",
+}
 
 
 def test_an_app_may_only_start_see_and_stop() -> None:
@@ -164,6 +170,7 @@ def _routes() -> dict[Method, Handler]:
         ("model_requests", ModelRequests),
         ("review", ReviewMethods),
         ("owner", OwnerMethods),
+        ("archives", WorkspaceArchives),
         ("files", WorkspaceFiles),
     ):
         setattr(box, name, kind.__new__(kind))

@@ -7,10 +7,11 @@ from typing import Any
 
 from dbus_fast import Message, MessageType
 
+from boxd.dbus.incoming_fds import guarded
 from boxd.errors import BoxError, Problem, die
 from boxd.manager.access import pairing, vault
 from boxd.manager.access.tokens import token_role
-from boxd.manager.workspaces import workspaces
+from boxd.manager.workspaces import stack_view, workspaces
 from boxd.reading.strict_json import loads
 from boxd.wire.ids import check_task_id
 from boxd.wire.models.settings import Settings, change_settings
@@ -37,6 +38,13 @@ def _approval(args: list[Any]) -> dict[str, Any]:
     if not re.fullmatch(r"t[0-9a-z]{9}\.[^\x00]{1,200}", args[0]):
         die(Problem.NOT_FOUND, f"no approval {args[0][:80]}")
     return {"id": args[0], "state": "approved" if args[1] else "denied"}
+
+
+def _read_workspace(args: list[Any]) -> Any:
+    """The workspace reading doors: the path checked as the manager checks it, and then no
+    workspace by that name (the stand-in has none to read)."""
+    stack_view.checked(args[1])
+    die(Problem.NOT_FOUND, f"there is no workspace {args[0][:80]!r}")
 
 
 # The manager's answers by method, after its own checks on the arguments (token excluded).
@@ -73,6 +81,10 @@ ANSWERS: dict[str, Callable[[list[Any]], Any]] = {
     },
     "OpenScreenSession": lambda args: die(Problem.UNAUTHORIZED, "that link was used already"),
     "CloseScreenSession": lambda args: {"ended": True},
+    "ListWorkspaceFiles": _read_workspace,
+    "GetWorkspaceFileHistory": _read_workspace,
+    "OpenWorkspaceFile": _read_workspace,
+    "OpenWorkspaceArchive": _read_workspace,
 }
 
 
@@ -104,6 +116,17 @@ class ManagerOnTheBus:
 
     def __init__(self) -> None:
         self.calls = 0
+        self.serial = 0
+        self.handlers: list[Callable[[Message], Any]] = []
+        guarded(self)  # type: ignore[arg-type]  # as connect_system_bus(fds=True) guards one
+
+    # What the guard of incoming descriptors (boxd.dbus.incoming_fds) asks of a connection.
+    def add_message_handler(self, handler: Callable[[Message], Any]) -> None:
+        self.handlers.append(handler)
+
+    def next_serial(self) -> int:
+        self.serial += 1
+        return self.serial
 
     async def call(self, message: Message) -> Message:
         # What dbus-fast does to every message before it goes on the socket.

@@ -129,6 +129,10 @@ def _opened(stack: Stack) -> Iterator[list[tuple[str | None, int]]]:
         yield roots
 
 
+# Public for the archive, which holds the level roots open for its whole walk.
+level_roots = _opened
+
+
 def _topmost(
     stack: Stack, roots: list[tuple[str | None, int]], parts: list[str]
 ) -> tuple[str | None, int, os.stat_result] | None:
@@ -147,12 +151,29 @@ def list_folder(stack: Stack, path: str) -> Listing:
     """The folder `path` as the next task would see it: each visible entry and the layer that
     last changed it."""
     parts = checked(path)
-    shown = shown_name(path)[0]
     with _opened(stack) as roots:
-        below = Below([fd for _, fd in roots], stack.marks)
-        # None: hidden from the layers further down. Entries are made last, for those shown.
-        seen: dict[str, _Found | None] = {}
-        found_one = False
+        levels = folder_levels(stack, roots, path, parts)
+        try:
+            seen, cut = _merged(stack, levels, MAX_SCANNED)
+        finally:
+            for _, fd in levels:
+                os.close(fd)
+        return _listing(seen, cut)
+
+
+def folder_levels(
+    stack: Stack, roots: list[tuple[str | None, int]], path: str, parts: list[str] | None = None
+) -> list[tuple[str | None, int]]:
+    """The levels that show the folder `path` (relative to `roots`), newest first, each with an
+    fd of the folder there (the caller closes them): those further down than a whiteout, a
+    non-folder on the way or an opaque folder are hidden. `roots` are the level roots `level_roots`
+    gives, or the levels of a folder above as this gave them, `path` then relative to it (the
+    archive's walk, which so never walks a deep path from the top again)."""
+    parts = checked(path) if parts is None else parts
+    shown = shown_name(path)[0]
+    below = Below([fd for _, fd in roots], stack.marks)
+    levels: list[tuple[str | None, int]] = []
+    try:
         for layer, root in roots:
             opaque_above = False
             if parts:
@@ -160,35 +181,56 @@ def list_folder(stack: Stack, path: str) -> Listing:
                 if found == ABSENT:
                     continue
                 if not isinstance(found, os.stat_result) or not stat.S_ISDIR(found.st_mode):
-                    if not found_one:
+                    if not levels:
                         _not_a_folder(shown, found)
                     break
             try:
                 fd = open_folder(root, path)
             except OSError:
                 break  # swapped for something else since it was looked up: it hides the rest
-            found_one = True
-            try:
-                with os.scandir(fd) as names:
-                    for item in names:
-                        if item.name in seen:
-                            continue
-                        if len(seen) >= MAX_SCANNED:
-                            return _listing(seen, True)
-                        try:
-                            info = item.stat(follow_symlinks=False)
-                        except FileNotFoundError:
-                            continue
-                        hidden = stack.marks.whiteout(info)
-                        seen[item.name] = None if hidden else (info, layer)
-                opaque = opaque_above or stack.marks.opaque(fd)
-            finally:
-                os.close(fd)
-            if opaque:
+            levels.append((layer, fd))
+            if opaque_above or stack.marks.opaque(fd):
                 break
-        if not found_one:
+        if not levels:
             _not_a_folder(shown, None)
-        return _listing(seen, False)
+    except BaseException:
+        for _, fd in levels:
+            os.close(fd)
+        raise
+    return levels
+
+
+def merged_entries(
+    stack: Stack, levels: list[tuple[str | None, int]]
+) -> list[tuple[str, os.stat_result, str | None]]:
+    """Every visible entry of a folder (no cap: the archive's walk), by name: its name, lstat
+    and the layer that shows it; `levels` as folder_levels gives them."""
+    seen, _ = _merged(stack, levels, None)
+    shown = [(name, *where) for name, where in seen.items() if where is not None]
+    return sorted(shown, key=itemgetter(0))
+
+
+def _merged(
+    stack: Stack, levels: list[tuple[str | None, int]], cap: int | None
+) -> tuple[dict[str, _Found | None], bool]:
+    """A folder's names merged across its levels as overlayfs merges them (None: hidden from the
+    levels further down), and whether `cap` names were read before the end."""
+    # None: hidden from the layers further down. Entries are made last, for those shown.
+    seen: dict[str, _Found | None] = {}
+    for layer, fd in levels:
+        with os.scandir(fd) as names:
+            for item in names:
+                if item.name in seen:
+                    continue
+                if cap is not None and len(seen) >= cap:
+                    return seen, True
+                try:
+                    info = item.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                hidden = stack.marks.whiteout(info)
+                seen[item.name] = None if hidden else (info, layer)
+    return seen, False
 
 
 def _not_a_folder(shown: str, found: os.stat_result | str | None) -> NoReturn:
