@@ -2,8 +2,9 @@
 real box: the seed's example (a fake task writes notes.md, a real Droid task against the scripted
 model summarises it into summary.md) ends with the owner opening the task, clicking summary.md,
 reading it, downloading it, and `boxctl cat home:summary.md` printing it. Names with control and
-bidi characters show as escapes; a file picked in the browser is uploaded into the folder shown;
-the folder downloads as a tar. Every page is saved under screenshots/."""
+bidi characters show as escapes; a file picked or dropped in the browser is uploaded into the
+folder shown; a folder downloads as a tar; rename and delete go through the page's own dialogs.
+Every page is saved under screenshots/."""
 
 from __future__ import annotations
 
@@ -192,7 +193,7 @@ def test_names_with_control_and_bidi_characters_show_as_escapes(
     until(screen, lambda d: _text(d, ".preview-text") == "pay me")
 
 
-def test_a_picked_file_is_uploaded_into_the_folder_and_the_folder_downloads(
+def test_a_picked_file_is_uploaded_into_the_folder_shown(
     machine: Machine, screen: WebDriver, owner: str
 ) -> None:
     machine.run("install", "-d", "-o", owner, "-g", owner, "/home/owner/pick")
@@ -207,11 +208,6 @@ def test_a_picked_file_is_uploaded_into_the_folder_and_the_folder_downloads(
     assert "13 B" in row, row
     screenshot(screen, "uploaded")
     assert boxctl(machine, "cat", "home:picked.txt", user=owner).stdout == "from my disk\n"
-
-    _click(screen, "main .actions button", "Download the workspace")
-    with tarfile.open(fileobj=io.BytesIO(_downloaded(machine, "home.tar"))) as tar:
-        member = tar.extractfile(next(m for m in tar.getmembers() if m.name.endswith("picked.txt")))
-        assert member is not None and member.read() == b"from my disk\n"
 
 
 def test_a_dropped_file_is_uploaded_into_the_folder_shown(
@@ -291,3 +287,21 @@ def test_rename_and_delete_on_the_screen_are_owners_changes(
     until(screen, lambda d: _names(d) == [] and "empty" in _text(d, ".browser"))
     gone = boxctl(machine, "cat", "home:keep/new.md", user=owner, check=False)
     assert gone.returncode != 0, gone.stdout
+
+
+def test_a_folder_downloads_as_a_tar_of_it_as_it_stands(
+    machine: Machine, screen: WebDriver, token: str
+) -> None:
+    script = "write docs/a.md alpha\nwrite docs/sub/b.md beta\nwrite docs/gone.md x\n"
+    task = start_fake(machine, token, script + "delete docs/gone.md", title="Docs")
+    assert finish(machine, task["id"])["state"] == "done"
+    _open(screen, "#/files/home/docs")
+    until(screen, lambda d: sorted(_names(d)) == ["a.md", "sub/"], "the docs folder")
+    _click(screen, "main .actions button", "Download this folder")
+    with tarfile.open(fileobj=io.BytesIO(_downloaded(machine, "home-docs.tar"))) as tar:
+        files = {
+            m.name.split("docs/", 1)[-1]: tar.extractfile(m).read()  # type: ignore[union-attr]
+            for m in tar.getmembers()
+            if m.isfile()
+        }
+    assert files == {"a.md": b"alpha", "sub/b.md": b"beta"}, files
