@@ -305,3 +305,22 @@ def test_a_folder_downloads_as_a_tar_of_it_as_it_stands(
             if m.isfile()
         }
     assert files == {"a.md": b"alpha", "sub/b.md": b"beta"}, files
+
+
+def test_a_terabyte_file_is_listed_previewed_by_its_start_and_never_held_in_the_tab(
+    machine: Machine, screen: WebDriver, token: str
+) -> None:
+    task = start_fake(machine, token, "sh truncate -s 1T huge.bin", title="A sparse terabyte")
+    assert finish(machine, task["id"])["state"] == "done"
+    _open(screen, "#/files/home")
+    until(screen, lambda d: "huge.bin" in _names(d))
+    assert "1.1 TB" in _text(screen, 'tr[data-entry="huge.bin"]')
+    _click(screen, 'tr[data-entry="huge.bin"] a.entry')
+    until(screen, lambda d: "No preview" in _text(d, ".preview"))
+    assert "1.1 TB (1099511627776 bytes)" in _text(screen, ".facts")
+    # A browser that cannot write to a file the owner picks is told what to run instead.
+    screen.execute_script("window.showSaveFilePicker = undefined")
+    _click(screen, "main .actions button", "Download")
+    until(screen, lambda d: "boxctl get" in _text(d, ".toast.bad"))
+    assert "home:huge.bin" in _text(screen, ".toast.bad")
+    screenshot(screen, "terabyte")

@@ -103,7 +103,10 @@ export function fileView(main, workspace, parts) {
   const urls = [];
   const path = apiPath("files", workspace, parts);
   const parent = parts.slice(0, -1);
-  const download = h("button", { type: "button", class: "primary", onclick: (event) => act(event.currentTarget, () => downloadFile(workspace, parts)) }, "Download");
+  // The file's size, once the preview's answer named it: a large file is not downloaded through
+  // the tab's memory (transfer.js).
+  let size = null;
+  const download = h("button", { type: "button", class: "primary", onclick: (event) => act(event.currentTarget, () => downloadFile(workspace, parts, size)) }, "Download");
   const rename = h("button", { type: "button", onclick: async (event) => {
     const to = await renameEntry(event.currentTarget, workspace, parts);
     if (to) location.hash = fileHash(workspace, to);
@@ -122,7 +125,11 @@ export function fileView(main, workspace, parts) {
   fact("Workspace", h("a", { href: folderHash(workspace) }, shown(workspace)));
   fact("Folder", h("a", { href: folderHash(workspace, parent) }, parent.length ? shown(parent.join("/")) : "(the top)"));
   preview(path, name, box, urls)
-    .then(({ size, type }) => { if (size !== null) fact("Size", `${humanSize(size)} (${size} bytes)`); if (type) fact("Type", shown(type)); })
+    .then((found) => {
+      size = found.size;
+      if (size !== null) fact("Size", `${humanSize(size)} (${size} bytes)`);
+      if (found.type) fact("Type", shown(found.type));
+    })
     .catch((error) => replace(box, h("p", { class: "error" }, error.message)));
   get(apiPath("history", workspace, parts))
     .then((answer) => replace(history, historyList(answer)))

@@ -74,7 +74,7 @@ function entryRow(workspace, parts, entry, reload) {
   else label = h("span", { class: "entry other" }, name, h("span", { class: "muted" }, " (not a file, folder or link)"));
   const buttons = [];
   if (reachable && (entry.kind === "file" || entry.kind === "dir")) {
-    buttons.push(h("button", { type: "button", class: "small", onclick: (event) => act(event.currentTarget, () => (entry.kind === "dir" ? downloadFolder : downloadFile)(workspace, here)) }, "Download"));
+    buttons.push(h("button", { type: "button", class: "small", onclick: (event) => act(event.currentTarget, () => (entry.kind === "dir" ? downloadFolder(workspace, here) : downloadFile(workspace, here, entry.size))) }, "Download"));
   }
   if (reachable) {
     buttons.push(h("button", { type: "button", class: "small", onclick: async (event) => { if (await renameEntry(event.currentTarget, workspace, here)) reload(); } }, "Rename"));

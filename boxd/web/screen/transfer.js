@@ -1,11 +1,17 @@
 // Files to and from a workspace through the page. Every request carries the session as its
 // bearer token, which a plain link or <img> cannot send: so a download is fetched here and handed
-// to the browser as a blob, and an upload is a multipart POST of what was picked or dropped.
+// to the browser as a blob (or streamed to a file the owner picks, when large), and an upload is
+// a multipart POST of what was picked or dropped.
 
 import { request } from "./api.js";
-import { apiPath, downloadName } from "./places.js";
+import { apiPath, downloadName, humanSize } from "./places.js";
 
-// Saves the answer of `path` as `name` in the browser's downloads.
+// Past this a file is not gathered in the tab's memory (a task can write a terabyte, sparse):
+// it streams into a file the owner picks where the browser can (Chromium's
+// showSaveFilePicker), and is refused with what to run instead where it cannot.
+export const IN_MEMORY = 256 * 1000 * 1000;
+
+// Saves the answer of `path` as `name` in the browser's downloads, through a blob.
 export async function saveAs(path, name) {
   const blob = await (await request("GET", path, { accept: "*/*" })).blob();
   const url = URL.createObjectURL(blob);
@@ -20,10 +26,30 @@ export async function saveAs(path, name) {
   setTimeout(() => URL.revokeObjectURL(url), 60_000);
 }
 
-export function downloadFile(workspace, parts) {
-  return saveAs(apiPath("files", workspace, parts), downloadName(workspace, parts, false));
+// Streams the answer of `path` into a file the owner picks. The picker is asked for first,
+// while the click that asked for the download still counts as the owner's.
+async function streamTo(path, name) {
+  let handle;
+  try {
+    handle = await window.showSaveFilePicker({ suggestedName: name });
+  } catch (error) {
+    if (error.name === "AbortError") return; // the owner closed the picker
+    throw error;
+  }
+  const response = await request("GET", path, { accept: "*/*" });
+  await response.body.pipeTo(await handle.createWritable());
 }
 
+export function downloadFile(workspace, parts, size) {
+  const path = apiPath("files", workspace, parts);
+  const name = downloadName(workspace, parts, false);
+  if (!(Number(size) > IN_MEMORY)) return saveAs(path, name);
+  if (typeof window.showSaveFilePicker === "function") return streamTo(path, name);
+  const where = `${workspace}:${parts.join("/")}`;
+  throw new Error(`This file is ${humanSize(size)}, more than this browser can save without holding it all in memory: run boxctl get '${where}' on this computer.`);
+}
+
+// A folder's size is not known before its tar is made: it goes through the tab's memory.
 export function downloadFolder(workspace, parts) {
   return saveAs(apiPath("archive", workspace, parts), downloadName(workspace, parts, true));
 }
