@@ -21,7 +21,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from testbed.box_api import boxctl, finish, http, start_fake
-from testbed.browser import browser, console_log, screenshot
+from testbed.browser import PHONE, browser, console_log, resize, screenshot
 from testbed.machine import Machine, booted_box
 from testbed.model_server import BASE_URL, ModelServer
 from testbed.npm_registry import install_droid
@@ -166,6 +166,12 @@ def test_the_seeds_example_ends_with_summary_md_one_click_from_the_task(
     # Back goes back to the file, as the address keeps the place.
     screen.back()
     until(screen, lambda d: _text(d, ".preview-text") == SUMMARY.strip())
+    # And the Workspaces page opens each workspace as this browser, at a phone's width too.
+    _click(screen, 'nav a[data-nav="workspaces"]')
+    _click(screen, 'a[data-browse="home"]')
+    until(screen, lambda d: "summary.md" in _names(d))
+    resize(screen, PHONE)
+    screenshot(screen, "home-phone")
 
 
 def test_names_with_control_and_bidi_characters_show_as_escapes(
