@@ -330,3 +330,14 @@ def test_a_terabyte_file_is_listed_previewed_by_its_start_and_never_held_in_the_
     until(screen, lambda d: "boxctl get" in _text(d, ".toast.bad"))
     assert "home:huge.bin" in _text(screen, ".toast.bad")
     screenshot(screen, "terabyte")
+
+
+def test_a_folder_open_on_the_screen_shows_what_a_task_just_wrote(
+    machine: Machine, screen: WebDriver, token: str
+) -> None:
+    _open(screen, "#/files/home/live")
+    # Not there yet: the box says so, and the page waits for news of the box's tasks.
+    until(screen, lambda d: _text(d, ".browser .error") != "", "the missing folder said")
+    task = start_fake(machine, token, "write live/new.md fresh", title="Writes while watched")
+    assert finish(machine, task["id"])["state"] == "done"
+    until(screen, lambda d: _names(d) == ["new.md"], "the new file, without a reload")

@@ -6,7 +6,7 @@
 import { api, get } from "./api.js";
 import { act, h, replace, shown, toast } from "./dom.js";
 import { apiPath, fileHash, folderHash, humanSize, renamedTo } from "./places.js";
-import { state } from "./store.js";
+import { state, watch } from "./store.js";
 import { downloadFile, downloadFolder, dropped, picked, upload } from "./transfer.js";
 
 // A time as the API gives it (ISO 8601, UTC), in the reader's own zone.
@@ -155,11 +155,22 @@ export function filesView(main, workspace, parts) {
     try { files = await dropped(event); } catch (error) { toast(`The browser could not read what was dropped: ${error.message}`, "bad"); return; }
     await send(pickFiles, files);
   };
+  // A task of this workspace that ends (or is undone) changes what it holds: listed again.
+  const ended = () => [...state.tasks.values()]
+    .filter((task) => task.workspace === workspace && (task.state === "done" || task.state === "undone"))
+    .map((task) => `${task.id}:${task.state}`).sort().join(",");
+  let seen = ended();
+  const stop = watch((what) => {
+    if (what !== "tasks" && what !== "reconnected") return;
+    const now = ended();
+    if (now !== seen || what === "reconnected") { seen = now; reload(); }
+  });
   main.addEventListener("dragover", over);
   main.addEventListener("dragleave", out);
   main.addEventListener("drop", drop);
   reload();
   return () => {
+    stop();
     generation += 1;
     out();
     main.removeEventListener("dragover", over);
