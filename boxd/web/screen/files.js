@@ -6,7 +6,7 @@
 import { api, get } from "./api.js";
 import { act, h, replace, shown, toast } from "./dom.js";
 import { apiPath, fileHash, folderHash, humanSize, renamedTo } from "./places.js";
-import { state, watch } from "./store.js";
+import { putTask, state, watch } from "./store.js";
 import { downloadFile, downloadFolder, dropped, picked, upload } from "./transfer.js";
 
 // A time as the API gives it (ISO 8601, UTC), in the reader's own zone.
@@ -32,8 +32,10 @@ export function crumbs(workspace, parts, last = parts.length - 1) {
   return h("nav", { class: "crumbs", "aria-label": "Where in the workspace" }, trail);
 }
 
-// The owner's change the box made of it, named so the owner can find (and undo) it.
+// The owner's change the box made of it, named so the owner can find (and undo) it; known to
+// the page at once, so the listing names it by its title.
 function changed(answer, fallback) {
+  if (answer && answer.id) putTask(answer);
   toast(answer && answer.title ? shown(answer.title) : fallback);
 }
 
