@@ -93,6 +93,12 @@ def _downloaded(machine: Machine, name: str) -> bytes:
     return base64.b64decode(machine.run("base64", "-w0", path).stdout)
 
 
+def _saved(machine: Machine) -> list[str]:
+    """The names of the finished downloads in DOWNLOADS."""
+    names = machine.run("ls", "-A", DOWNLOADS).stdout.splitlines()
+    return [n for n in names if not n.endswith(".crdownload")]
+
+
 def _names(driver: WebDriver) -> list[str]:
     script = (
         "return [...document.querySelectorAll('tr[data-entry] td.name')].map((e) => e.innerText)"
@@ -194,6 +200,11 @@ def test_names_with_control_and_bidi_characters_show_as_escapes(
     )
     assert raw is False
     screenshot(screen, "escaped")
+    # Saved under a name that reads as it is, the override escaped (Chromium makes \ a _).
+    _click(screen, 'tr[data-entry^="invoice"] button', "Download")
+    saved = until(screen, lambda d: _saved(machine), "the download")
+    assert len(saved) == 1 and "\u202e" not in saved[0] and "202e" in saved[0], saved
+    assert _downloaded(machine, saved[0]) == b"pay me"
     _click(screen, "a.entry.file", "invoice\\u202etxt.exe")
     until(screen, lambda d: _text(d, "h1.file-name") == "invoice\\u202etxt.exe")
     until(screen, lambda d: _text(d, ".preview-text") == "pay me")

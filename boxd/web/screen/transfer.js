@@ -4,6 +4,7 @@
 // a multipart POST of what was picked or dropped.
 
 import { request } from "./api.js";
+import { shown } from "./dom.js";
 import { apiPath, downloadName, humanSize } from "./places.js";
 
 // Past this a file is not gathered in the tab's memory (a task can write a terabyte, sparse):
@@ -17,7 +18,9 @@ export async function saveAs(path, name) {
   const url = URL.createObjectURL(blob);
   const link = document.createElement("a");
   link.href = url;
-  link.download = name;
+  // Escaped as on the page: a bidi override in a saved file's name would make "invoice\u202etxt.exe"
+  // read as invoiceexe.txt in the owner's file manager.
+  link.download = shown(name);
   link.hidden = true;
   document.body.append(link);
   link.click();
@@ -31,7 +34,7 @@ export async function saveAs(path, name) {
 async function streamTo(path, name) {
   let handle;
   try {
-    handle = await window.showSaveFilePicker({ suggestedName: name });
+    handle = await window.showSaveFilePicker({ suggestedName: shown(name) });
   } catch (error) {
     if (error.name === "AbortError") return; // the owner closed the picker
     throw error;
