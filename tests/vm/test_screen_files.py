@@ -353,3 +353,17 @@ def test_a_folder_open_on_the_screen_shows_what_a_task_just_wrote(
     task = start_fake(machine, token, "write live/new.md fresh", title="Writes while watched")
     assert finish(machine, task["id"])["state"] == "done"
     until(screen, lambda d: _names(d) == ["new.md"], "the new file, without a reload")
+
+
+def test_a_picked_folder_is_uploaded_whole_with_its_inner_folders(
+    machine: Machine, screen: WebDriver, owner: str
+) -> None:
+    made = "mkdir -p /home/owner/album/inner && printf a > /home/owner/album/a.txt"
+    machine.run("sh", "-c", made + " && printf b > /home/owner/album/inner/b.txt", user=owner)
+    _open(screen, "#/files/home/photos")
+    until(screen, lambda d: _text(d, "main h1") == "photos")
+    # The folder input (webkitdirectory): Chromium sends each file's path under the folder.
+    screen.find_element(By.CSS_SELECTOR, "#upload-folder").send_keys("/home/owner/album")
+    _listed_or_refused(screen, "album/")
+    assert boxctl(machine, "cat", "home:photos/album/inner/b.txt", user=owner).stdout == "b"
+    assert boxctl(machine, "cat", "home:photos/album/a.txt", user=owner).stdout == "a"
