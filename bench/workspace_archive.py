@@ -13,6 +13,7 @@ the files' bytes) and the route's share of tar's.
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -36,13 +37,13 @@ def _best(runs: int, argv: list[str]) -> tuple[float, str]:
 
 
 def _fill(mib: int, files: int) -> int:
-    """Writes the files; their total size in bytes."""
+    """Writes the files and reads them once; their total size in bytes."""
     each = (mib << 20) // files
-    script = (
-        f"for f in $(seq 0 {files - 1}); do d={BASE}/d$((f % {FOLDERS})); mkdir -p $d; "
-        f"head -c {each} /dev/urandom > $d/f$f.bin; done && cat {BASE}/*/* > /dev/null"
-    )
-    subprocess.run(["sh", "-c", script], check=True)
+    for number in range(files):
+        folder = Path(BASE) / f"d{number % FOLDERS}"
+        folder.mkdir(exist_ok=True)
+        (folder / f"f{number}.bin").write_bytes(os.urandom(each))
+    subprocess.run(["sh", "-c", f"find {BASE} -type f -exec cat {{}} + > /dev/null"], check=True)
     return each * files
 
 

@@ -270,15 +270,14 @@ def test_a_file_that_shrinks_while_read_is_padded_and_the_archive_stays_whole(
     newer, _, _ = levels
     write(newer, "log", b"y" * 100_000)
     write(newer, "after", "after")
-    extents = archive.data_extents
+    data = archive._Walk._data
 
-    def then_shrunk(fd: int, size: int) -> object:
-        found = extents(fd, size)
-        if size == 100_000:
-            os.truncate(newer / "log", 10)  # after its size and map were read, before its data
-        return found
+    def then_shrunk(walk: object, fd: int, info: os.stat_result, archived: str) -> None:
+        if info.st_size == 100_000:
+            os.truncate(newer / "log", 10)  # after its fstat, before its data is read
+        data(walk, fd, info, archived)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(archive, "data_extents", then_shrunk)
+    monkeypatch.setattr(archive._Walk, "_data", then_shrunk)
     tar, summary = made(levels, tmp_path)
     monkeypatch.undo()
     assert summary.changed == 1
@@ -418,3 +417,27 @@ def test_modes_and_times_are_kept_and_the_owner_can_read_them(
 )
 def test_the_download_name_is_safe(workspace: str, path: str, name: str) -> None:
     assert archive_name(workspace, path) == name
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "linkname", "size", "mtime"),
+    [
+        ("ws/a.txt", tarfile.REGTYPE, "", 12345, 1_700_000_000),
+        ("ws/docs", tarfile.DIRTYPE, "", 0, 5),
+        ("ws/ctl\x1b[2J\n", tarfile.REGTYPE, "", 1, 0),
+        ("ws/shadow", tarfile.SYMTYPE, "/etc/shadow", 0, 3),
+        ("ws/" + "n" * 97, tarfile.REGTYPE, "", 0, 0),
+        ("ws/" + "n" * 98, tarfile.REGTYPE, "", 0, 0),  # past 100 bytes: a pax record
+        ("ws/é", tarfile.REGTYPE, "", 0, 0),
+        ("ws/big", tarfile.REGTYPE, "", 8**11, 0),
+        ("ws/old", tarfile.REGTYPE, "", 0, -1),
+    ],
+)
+def test_the_quick_header_is_tarfiles_to_the_byte(
+    name: str, kind: bytes, linkname: str, size: int, mtime: int
+) -> None:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.size, info.mtime, info.mode = kind, linkname, size, mtime, 0o644
+    walk = archive._Walk(stack((Path("/"),) * 3), archive._Out(-1, 1), Summary())
+    walk.header(info)
+    assert bytes(walk.out.buffer) == info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
