@@ -153,8 +153,12 @@ def _wait_ready(machine: Machine, unit: str, url: str, forwarder: subprocess.Pop
     )
 
 
-def _options(size: tuple[int, int]) -> webdriver.ChromeOptions:
+def _options(size: tuple[int, int], downloads: str | None) -> webdriver.ChromeOptions:
     options = webdriver.ChromeOptions()
+    if downloads is not None:
+        # Saved there without asking, as a test reads what the page handed the browser.
+        prefs = {"download.default_directory": downloads, "download.prompt_for_download": False}
+        options.add_experimental_option("prefs", prefs)
     options.binary_location = CHROMIUM
     options.add_argument("--headless=new")
     options.add_argument(f"--window-size={size[0]},{size[1]}")
@@ -195,8 +199,11 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def browser(machine: Machine, user: str, *, size: tuple[int, int] = DESKTOP) -> Iterator[WebDriver]:
-    """A headless Chromium in `machine`, run as the Linux user `user`, its viewport `size`.
+def browser(
+    machine: Machine, user: str, *, size: tuple[int, int] = DESKTOP, downloads: str | None = None
+) -> Iterator[WebDriver]:
+    """A headless Chromium in `machine`, run as the Linux user `user`, its viewport `size`;
+    what it downloads goes to the folder `downloads` in the machine, if given.
 
     Everything ends with the block, whatever happens in it; a failure in the block leaves
     screenshots/<test>.failed.png and the browser's console beside it.
@@ -227,7 +234,7 @@ def browser(machine: Machine, user: str, *, size: tuple[int, int] = DESKTOP) -> 
             proxy=Proxy({"proxyType": ProxyType.DIRECT}),
             timeout=COMMAND_TIMEOUT,
         )
-        driver = webdriver.Remote(url, options=_options(size), client_config=config)
+        driver = webdriver.Remote(url, options=_options(size, downloads), client_config=config)
         resize(driver, size)
         log(f"Chromium ready in {time.monotonic() - started:.2f} s ({unit}, as {user})")
         try:

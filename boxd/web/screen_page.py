@@ -21,10 +21,10 @@ _TYPES = {
     ".js": "text/javascript; charset=utf-8",
     ".svg": "image/svg+xml",
 }
-# data: images are the pairing QR codes, which the page shows as <img> (an SVG there runs
-# nothing).
+# data: images are the pairing QR codes, blob: ones a workspace's pictures the page fetched with
+# its session (an <img> cannot send it); both shown as <img>, where even an SVG runs nothing.
 _POLICY = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
     "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )
 _HEADERS = {

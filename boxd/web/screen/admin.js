@@ -1,8 +1,9 @@
 // The box itself: workspaces, settings, the vault's names, tokens, paired devices, pause.
 
 import { api, get, post } from "./api.js";
-import { act, field, h, lines, replace, toast, when } from "./dom.js";
+import { act, field, h, lines, replace, shown, toast, when } from "./dom.js";
 import { setPaused, state, watch } from "./store.js";
+import { folderHash } from "./places.js";
 
 function table(headings, rows, empty) {
   if (!rows.length) return h("p", { class: "empty" }, empty);
@@ -16,7 +17,7 @@ export function workspacesView(main) {
   async function load() {
     const found = await get("/api/workspaces");
     replace(list, table(["Name", "Path", ""], found.map((ws) => h("tr", { "data-workspace": ws.name },
-      h("td", {}, ws.name), h("td", { class: "mono" }, ws.path ?? ""),
+      h("td", {}, h("a", { href: folderHash(ws.name), "data-browse": ws.name }, shown(ws.name))), h("td", { class: "mono" }, shown(ws.path ?? "")),
       h("td", {}, h("button", { type: "button", class: "danger", onclick: async (event) => {
         if (!confirm(`Remove the workspace ${ws.name}? It goes to the box's trash.`)) return;
         if (await act(event.currentTarget, () => api("DELETE", `/api/workspaces/${encodeURIComponent(ws.name)}`), "Removed.")) load();

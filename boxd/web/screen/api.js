@@ -16,16 +16,18 @@ const listeners = new Set();
 export function onSignedOut(listener) { listeners.add(listener); }
 
 // The answer to one request, once it says it went well; an ApiError in the box's words if not.
-export async function request(method, path, { body, accept = "application/json", signal } = {}) {
-  const headers = { Accept: accept };
+// A FormData body goes as it is (the browser writes its multipart boundary); anything else as JSON.
+export async function request(method, path, { body, accept = "application/json", signal, headers: more = {} } = {}) {
+  const headers = { Accept: accept, ...more };
   const token = session();
   if (token) headers.Authorization = `Bearer ${token}`;
-  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const raw = body instanceof FormData;
+  if (body !== undefined && !raw) headers["Content-Type"] = "application/json";
   let response;
   try {
     response = await fetch(path, {
       method, headers, signal, credentials: "omit", cache: "no-store",
-      body: body === undefined ? undefined : JSON.stringify(body),
+      body: body === undefined || raw ? body : JSON.stringify(body),
     });
   } catch (error) {
     if (signal && signal.aborted) throw error;

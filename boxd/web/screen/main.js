@@ -1,5 +1,6 @@
 // The screen: its session first (session.js), then which view the address names (#/tasks,
-// #/task/ID, #/new, #/workspaces, #/settings), the header's counts, pause and log-out buttons,
+// #/task/ID, #/new, #/workspaces, #/files/WS/a/b (a folder of a workspace), #/file/WS/a/b.md
+// (one of its files), #/settings), the header's counts, pause and log-out buttons,
 // and what to do when the session is gone.
 
 import { LOGIN, LoginError, begin, endEverywhere, onEnded } from "./session.js";
@@ -10,6 +11,9 @@ import { loadApprovals, loadPause, loadTasks, start, state, watch } from "./stor
 import { settingsView, togglePause, workspacesView } from "./admin.js";
 import { startView } from "./start.js";
 import { taskView, tasksView } from "./tasks.js";
+import { filesView } from "./files.js";
+import { fileView } from "./file_view.js";
+import { placeOf } from "./places.js";
 
 const main = document.getElementById("main");
 let leave = () => {};
@@ -23,15 +27,19 @@ function decoded(id) {
 function route() {
   if (signedOut) return;
   leave();
-  const [, view = "tasks", id] = location.hash.split("/");
+  const [, view = "tasks", id, ...more] = location.hash.split("/");
+  const section = view === "task" ? "tasks" : view === "files" || view === "file" ? "workspaces" : view;
   document.querySelectorAll("[data-nav]").forEach((link) => {
-    if (link.dataset.nav === (view === "task" ? "tasks" : view)) link.setAttribute("aria-current", "page");
+    if (link.dataset.nav === section) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
   });
   const views = { tasks: tasksView, new: startView, workspaces: workspacesView, settings: settingsView };
+  const place = placeOf([id, ...more]);
   if (view === "task" && id) leave = taskView(main, decoded(id));
+  else if (view === "files" && place.workspace) leave = filesView(main, place.workspace, place.parts);
+  else if (view === "file" && place.workspace && place.parts.length) leave = fileView(main, place.workspace, place.parts);
   else leave = (views[view] || tasksView)(main);
-  document.title = `boxd · ${view === "task" ? "task" : view}`;
+  document.title = `boxd · ${view === "task" ? "task" : section}`;
 }
 
 function header() {

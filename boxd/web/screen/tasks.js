@@ -5,6 +5,7 @@ import { get, post } from "./api.js";
 import { act, diffKinds, dollars, h, replace, shown, when } from "./dom.js";
 import * as live from "./live.js";
 import { loadApprovals, putTask, state, watch } from "./store.js";
+import { fileHash, folderHash, partsOf } from "./places.js";
 
 const ORDER = { waiting: 0, running: 1, queued: 2, failed: 3, done: 4, undone: 5 };
 const ENDED = new Set(["done", "failed", "undone"]);
@@ -114,8 +115,19 @@ function diffLines(text) {
   return h("pre", {}, lines.map((line, at) => h("span", { class: `line ${kinds[at]}` }, shown(line))));
 }
 
-// One entry of the review (GET /api/tasks/{id}/diff): a text diff, or why there is none.
-export function changeView(file, open = false) {
+// Where a done workspace task's changed file now is in the workspace's browser (what a later
+// task did to it shows there); nothing for a file it deleted, or a task on real folders.
+function placesOf(task) {
+  if (task.state !== "done" || !task.workspace || task.folders || task.folder) return () => null;
+  return (file) => {
+    if (file.change === "deleted" || (file.kind !== "file" && file.kind !== "dir")) return null;
+    return (file.kind === "dir" ? folderHash : fileHash)(task.workspace, partsOf(file.path));
+  };
+}
+
+// One entry of the review (GET /api/tasks/{id}/diff): a text diff, or why there is none; its
+// name a link to its place in the workspace when `place` names one.
+export function changeView(file, open = false, place = null) {
   const what = h("span", { class: `change ${file.change}` }, file.change);
   const note = (text) => h("span", { class: "muted" }, ` (${text})`);
   const why = [];
@@ -128,7 +140,9 @@ export function changeView(file, open = false) {
   if (file.notShown) why.push(file.notShown);
   if (file.skipped) why.push(`keep leaves it out: ${file.skipped}`);
   if (file.truncated) why.push("diff cut short");
-  const name = [what, shown(file.path), why.length ? note(why.join("; ")) : null];
+  const href = place ? place(file) : null;
+  const path = href ? h("a", { href, class: "place", "data-place": file.path, title: "Open it in the workspace" }, shown(file.path)) : shown(file.path);
+  const name = [what, path, why.length ? note(why.join("; ")) : null];
   if (!file.diff) return h("li", {}, name);
   // Drawn when first opened: a task can change a thousand files of a quarter megabyte each.
   const details = h("details", { class: "diff" }, h("summary", {}, name));
@@ -144,8 +158,9 @@ async function loadFiles(task, box) {
   try {
     const diff = await get(`/api/tasks/${encodeURIComponent(task.id)}/diff`);
     const files = diff.files || [];
+    const place = placesOf(task);
     replace(box,
-      files.length ? h("ul", { class: "files" }, files.map((file) => changeView(file, files.length <= 10))) : h("p", { class: "empty" }, "No files changed."),
+      files.length ? h("ul", { class: "files" }, files.map((file) => changeView(file, files.length <= 10, place))) : h("p", { class: "empty" }, "No files changed."),
       diff.truncated ? h("p", { class: "muted" }, "The list stops here: the task changed more than the review shows.") : null);
   } catch (error) {
     replace(box, h("p", { class: "empty" }, error.message));
@@ -168,7 +183,7 @@ function facts(task) {
   const list = h("dl", { class: "facts" });
   const fact = (name, value) => { if (value !== undefined && value !== null && value !== "") list.append(h("dt", {}, name), h("dd", {}, value)); };
   fact("Worker", task.worker + (task.model ? ` · ${task.model}` : ""));
-  fact("Where", task.folders ? task.folders.join(", ") : task.folder ?? `workspace ${task.workspace}`);
+  fact("Where", task.folders ? task.folders.join(", ") : task.folder ?? ["workspace ", h("a", { href: folderHash(task.workspace) }, shown(task.workspace))]);
   fact("Source", task.source);
   fact("Requester", task.requester);
   fact("App", task.app);
