@@ -163,7 +163,7 @@ every done task's changes over it):
   and in the box's shell:
   runuser -u {OWNER} -- boxctl cat home:notes.md
   runuser -u {OWNER} -- boxctl get home /tmp/home-copy   # the whole workspace, as your files
-  runuser -u {OWNER} -- ls -l /run/boxd/views/home         # the read-only view, for boxd-owner
+  runuser -u {OWNER} -- ls -l /run/boxd/views/home/        # the read-only view, for boxd-owner
 
 Press Ctrl-C to stop the box. Everything in it is thrown away.
 """
