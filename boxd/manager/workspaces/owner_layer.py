@@ -294,7 +294,9 @@ def _copy(made: Made, stack: Stack, source: str, new: list[str], found: os.stat_
     """Copies what the view shows at `source` to `new` in the layer, as overlayfs copies up:
     mode and times kept, group boxd-work and group-writable. A link is copied as a link, its target
     never followed; a FIFO, socket or device is refused."""
-    mode = stat.S_IMODE(found.st_mode)
+    # No setuid or setgid bit: a task's setuid file is its own user's, but the copy is made by
+    # root, and would be setuid root with the task's bytes.
+    mode = stat.S_IMODE(found.st_mode) & ~(stat.S_ISUID | stat.S_ISGID)
     path = "/".join(new)
     shown = shown_name(source)[0]
     if stat.S_ISREG(found.st_mode):

@@ -147,3 +147,20 @@ def test_overlayfs_whiteout_is_a_0_0_character_device(tmp_path: Path) -> None:
     from boxd.manager.folders.keep import is_whiteout
 
     assert is_whiteout(info)
+
+
+def test_a_renamed_file_or_folder_loses_its_setuid_and_setgid_bits(
+    made: Made, stack: Stack, tmp_path: Path
+) -> None:
+    """A task's setuid file is its own user's; copied by root in a rename it would be root's,
+    setuid root, with the task's bytes. The copy keeps no setuid or setgid bit (a folder keeps
+    the setgid boxd gives every folder it makes)."""
+    task = tmp_path / "1"
+    write(task, "tool", "#!/bin/sh\n")
+    os.chmod(task / "tool", 0o6755)
+    write(task, "kit/run", "#!/bin/sh\n")
+    os.chmod(task / "kit/run", 0o4755)
+    rename_layer(made, stack, "tool", "moved", whiteout_at)
+    rename_layer(made, stack, "kit", "kit2", whiteout_at)
+    assert os.stat(made.path / "moved").st_mode & 0o7777 == 0o775
+    assert os.stat(made.path / "kit2/run").st_mode & 0o7777 == 0o775
