@@ -164,3 +164,23 @@ def test_a_renamed_file_or_folder_loses_its_setuid_and_setgid_bits(
     rename_layer(made, stack, "kit", "kit2", whiteout_at)
     assert os.stat(made.path / "moved").st_mode & 0o7777 == 0o775
     assert os.stat(made.path / "kit2/run").st_mode & 0o7777 == 0o775
+
+
+def test_a_rename_of_a_folder_of_many_folders_holds_few_descriptors(
+    made: Made, stack: Stack, tmp_path: Path
+) -> None:
+    """A task's folder of thousands of folders (node_modules, or made to this end): renaming it
+    must not hold a descriptor per folder in root's manager, whose limit all its other work
+    shares; two such changes at once would run it out."""
+    task = tmp_path / "1"
+    for number in range(600):
+        write(task, f"many/f{number}/sub/x", "x")
+    before = len(os.listdir("/proc/self/fd"))
+    rename_layer(made, stack, "many", "moved", whiteout_at)
+    held = len(os.listdir("/proc/self/fd")) - before
+    assert held <= 2 * owner_layer.FOLDERS_HELD, held
+    assert (made.path / "moved/f599/sub/x").read_text() == "x"
+    assert (
+        os.stat(made.path / "moved/f7").st_mode & 0o7777
+        == os.stat(task / "many/f7").st_mode & 0o777 | 0o2070
+    )
