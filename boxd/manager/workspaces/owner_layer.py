@@ -44,6 +44,10 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEX
 _CHUNK = MIB
 # Folder fds a staged layer keeps open at most (Made.folder).
 FOLDERS_HELD = 64
+# Folders in folders a rename copies at most: deeper is refused in words (a task can make a
+# chain of 2,000 within the 4,096-byte path; each level is a frame of _copy and a walk from the
+# top of every level of the stack).
+MAX_RENAME_DEPTH = 256
 
 
 def whiteout(parent: int, name: str) -> None:
@@ -315,7 +319,9 @@ def rename_layer(made: Made, stack: Stack, source: str, target: str, mark: White
     return kind_of(found).value
 
 
-def _copy(made: Made, stack: Stack, source: str, new: list[str], found: os.stat_result) -> None:
+def _copy(
+    made: Made, stack: Stack, source: str, new: list[str], found: os.stat_result, depth: int = 0
+) -> None:
     """Copies what the view shows at `source` to `new` in the layer, as overlayfs copies up:
     mode and times kept, group boxd-work and group-writable. A link is copied as a link, its target
     never followed; a FIFO, socket or device is refused."""
@@ -340,6 +346,12 @@ def _copy(made: Made, stack: Stack, source: str, new: list[str], found: os.stat_
             stack_view.read_link(stack, source), new[-1], dir_fd=made.folder(new[:-1], stack)
         )
     elif stat.S_ISDIR(found.st_mode):
+        if depth >= MAX_RENAME_DEPTH:
+            die(
+                Problem.INVALID,
+                f"{shown[:200]!r} is more than {MAX_RENAME_DEPTH} folders deep: too deep to "
+                "rename here; nothing was changed",
+            )
         made.count(path, True)
         made.folder(new, stack)
         listing = stack_view.list_folder(stack, source)
@@ -354,7 +366,7 @@ def _copy(made: Made, stack: Stack, source: str, new: list[str], found: os.stat_
             inner = f"{source}/{entry.name}"
             below = stack_view.lookup(stack, inner)
             if below is not None:
-                _copy(made, stack, inner, [*new, entry.name], below)
+                _copy(made, stack, inner, [*new, entry.name], below, depth + 1)
         # Its fd again: copying what it holds may have let the first one go (FOLDERS_HELD).
         folder = made.folder(new, stack)
         made.own(folder, mode | FOLDER_MODE)

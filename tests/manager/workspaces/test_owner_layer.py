@@ -184,3 +184,21 @@ def test_a_rename_of_a_folder_of_many_folders_holds_few_descriptors(
         os.stat(made.path / "moved/f7").st_mode & 0o7777
         == os.stat(task / "many/f7").st_mode & 0o777 | 0o2070
     )
+
+
+def test_a_rename_of_a_folder_deeper_than_python_recurses_is_refused_in_words(
+    made: Made, stack: Stack, tmp_path: Path
+) -> None:
+    """A task's chain of 1,500 folders (a path of 3,000 bytes, well within 4,096): the owner's
+    rename of it is refused in words, never a RecursionError that reads as boxd failing."""
+    fd = os.open(tmp_path / "1", os.O_RDONLY | os.O_DIRECTORY)
+    for name in ["deep", *["a"] * 1500]:
+        os.mkdir(name, dir_fd=fd)
+        inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+    with pytest.raises(BoxError) as refused:
+        rename_layer(made, stack, "deep", "moved", whiteout_at)
+    assert refused.value.problem == Problem.INVALID
+    assert "deep" in str(refused.value)
