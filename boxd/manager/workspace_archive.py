@@ -29,7 +29,7 @@ from typing import Any
 from boxd.dbus.fd_reply import Opened
 from boxd.errors import Problem, die
 from boxd.manager.record.store import Store
-from boxd.manager.workspace_files import missing, whole_thread
+from boxd.manager.workspace_files import missing, root_alone_reads_personal, whole_thread
 from boxd.manager.workspaces import archive, stack_view
 from boxd.manager.workspaces.layers import Layers, layer_name
 from boxd.manager.workspaces.workspaces import PERSONAL, SHARED, Workspaces
@@ -66,6 +66,7 @@ class WorkspaceArchives:
 
     async def open_workspace_archive(self, caller: Caller, name: str, path: str) -> Opened:
         self._readable(caller, name)
+        await root_alone_reads_personal(caller, name)
         stack_view.checked(path)
         if self.writing >= ARCHIVES_AT_ONCE:
             die(

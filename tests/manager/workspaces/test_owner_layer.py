@@ -3,6 +3,7 @@ folders standing for a workspace's base and a task's done layer, with the tests'
 (tests/support/layer_marks.py). What a task left first: a link to /etc/shadow, a FIFO."""
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -198,7 +199,13 @@ def test_a_rename_of_a_folder_deeper_than_python_recurses_is_refused_in_words(
         os.close(fd)
         fd = inner
     os.close(fd)
-    with pytest.raises(BoxError) as refused:
-        rename_layer(made, stack, "deep", "moved", whiteout_at)
+    try:
+        with pytest.raises(BoxError) as refused:
+            rename_layer(made, stack, "deep", "moved", whiteout_at)
+    finally:
+        # Python's rmtree recurses: pytest's own clean-up could not remove this chain.
+        subprocess.run(["rm", "-rf", str(tmp_path / "1" / "deep")], check=True)
+        throw_away(made)
+        subprocess.run(["rm", "-rf", str(made.path)], check=True)
     assert refused.value.problem == Problem.INVALID
     assert "deep" in str(refused.value)
