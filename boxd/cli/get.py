@@ -158,6 +158,7 @@ def extract(stream: IO[bytes], top: str, dest: Path) -> Got:
     root = os.path.realpath(dest)
     data = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
     refusals = getattr(tarfile, "FilterError", ())
+    links: list[tarfile.TarInfo] = []
     with tarfile.open(fileobj=stream, mode="r|", errorlevel=1) as tar:
         for member in tar:
             if member.name == top:
@@ -181,9 +182,32 @@ def extract(stream: IO[bytes], top: str, dest: Path) -> Got:
                 got.folders += 1
             elif member.issym():
                 got.links += 1
+                links.append(member)
             else:
                 got.files += 1
+    _unmake_links_out(links, root, got)
     return got
+
+
+def _unmake_links_out(links: list[tarfile.TarInfo], root: str, got: Got) -> None:
+    """Removes the links made that now lead out of `root`. Each was checked as it was made, but
+    a link made later can change where an earlier one leads: 'L' -> 'c/d/d/../../..' stays
+    inside by its letters until c/d -> '.' is made, and then climbs out. So every link is
+    checked again once all are made, until none that is left leads out (removing one can change
+    where another leads)."""
+    while True:
+        out = [
+            link
+            for link in links
+            if not _within(os.path.realpath(os.path.join(root, link.name)), root)
+        ]
+        if not out:
+            return
+        for link in out:
+            os.unlink(os.path.join(root, link.name))
+            links.remove(link)
+            got.links -= 1
+            got.left_out.append(f"{_what(link)}: it leads out of the folder")
 
 
 def _within(path: str, root: str) -> bool:

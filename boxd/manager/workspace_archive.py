@@ -11,7 +11,8 @@ the walk reaches it (left out, as a file changed under the walk is).
 The thread is not one of asyncio's: a reader that takes its time must not hold a worker every
 other to_thread call of the manager waits for. It ends when the archive is written, when the
 reader goes away (EPIPE, quietly), or when the reader has taken nothing for STALL_SECONDS; at
-most ARCHIVES_AT_ONCE are written at once, and one more is refused in words.
+most ARCHIVES_AT_ONCE are written at once, and one more is refused in words; KEPT_FOR_OWNER of
+them only for the owner, so tokens that never read cannot keep the owner from downloading.
 
 An app's or a member's token reads only the workspaces its limits name; any other is answered
 exactly as a missing one, so a token cannot learn which names exist.
@@ -28,7 +29,7 @@ from typing import Any
 from boxd.dbus.fd_reply import Opened
 from boxd.errors import Problem, die
 from boxd.manager.record.store import Store
-from boxd.manager.workspace_files import missing, whole_thread
+from boxd.manager.workspace_files import missing, root_alone_reads_personal, whole_thread
 from boxd.manager.workspaces import archive, stack_view
 from boxd.manager.workspaces.layers import Layers, layer_name
 from boxd.manager.workspaces.workspaces import PERSONAL, SHARED, Workspaces
@@ -38,6 +39,9 @@ from boxd.wire.models.token_limits import DEFAULT
 log = logging.getLogger(__name__)
 
 ARCHIVES_AT_ONCE = 8
+# Of those, kept for the owner: an app's or a member's token may read a workspace, but its
+# downloads (each held up to STALL_SECONDS by a reader that never reads) must not take them all.
+KEPT_FOR_OWNER = 2
 # A pipe of 1 MiB (the kernel's default 64 KiB is a context switch per 64 KiB of archive).
 PIPE_SIZE = 1 << 20
 
@@ -48,6 +52,7 @@ class WorkspaceArchives:
         self.layers = layers
         self.workspaces = workspaces
         self.writing = 0  # archives whose threads run; changed on the event loop only
+        self.writing_for_tokens = 0  # of those, asked by an app's or a member's token
 
     def _readable(self, caller: Caller, name: str) -> None:
         """Refuses a workspace the caller may not read as missing, before it is looked up: the
@@ -61,12 +66,20 @@ class WorkspaceArchives:
 
     async def open_workspace_archive(self, caller: Caller, name: str, path: str) -> Opened:
         self._readable(caller, name)
+        await root_alone_reads_personal(caller, name)
         stack_view.checked(path)
         if self.writing >= ARCHIVES_AT_ONCE:
             die(
                 Problem.UNAVAILABLE,
                 f"{ARCHIVES_AT_ONCE} archives are being downloaded already: "
                 "try again once one has finished",
+            )
+        token = not caller.acts_as_owner
+        if token and self.writing_for_tokens >= ARCHIVES_AT_ONCE - KEPT_FOR_OWNER:
+            die(
+                Problem.UNAVAILABLE,
+                f"{ARCHIVES_AT_ONCE - KEPT_FOR_OWNER} archives asked with tokens are being "
+                "downloaded already: try again once one has finished",
             )
         async with self.layers.joins[name]:
             if not self.workspaces.exists(name):  # removed while the lock was awaited
@@ -89,6 +102,7 @@ class WorkspaceArchives:
         os.set_blocking(write_end, False)  # so a stalled reader is noticed (archive.Stalled)
         loop = asyncio.get_running_loop()
         self.writing += 1
+        self.writing_for_tokens += token
 
         def write() -> None:
             try:
@@ -100,12 +114,12 @@ class WorkspaceArchives:
                 log.exception("archive of %r in %s failed", path, name)
             finally:
                 os.close(write_end)
-                loop.call_soon_threadsafe(self._ended)
+                loop.call_soon_threadsafe(self._ended, token)
 
         try:
             threading.Thread(target=write, name=f"archive {name}", daemon=True).start()
         except BaseException:
-            self.writing -= 1
+            self._ended(token)
             prepared.close()
             os.close(write_end)
             os.close(read_end)
@@ -113,5 +127,6 @@ class WorkspaceArchives:
         answer: dict[str, Any] = {"workspace": name, "path": path, "filename": filename}
         return Opened(answer, read_end)
 
-    def _ended(self) -> None:
+    def _ended(self, token: bool) -> None:
         self.writing -= 1
+        self.writing_for_tokens -= token

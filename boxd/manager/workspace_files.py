@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 from boxd.dbus.fd_reply import Opened
 from boxd.errors import Problem, die
+from boxd.manager.folders.folders import caller_uid
 from boxd.manager.workspaces import stack_view
 from boxd.manager.workspaces.diffs import shown_name
 from boxd.manager.workspaces.layers import Layers, layer_name
@@ -36,6 +37,23 @@ PAGE_ENTRIES = 1000
 
 def missing(name: str) -> str:
     return f"there is no workspace {shown_name(name)[0][:120]!r}"
+
+
+async def root_alone_reads_personal(caller: Caller, name: str) -> None:
+    """Refuses the copy of a member's personal folders to all but root: several members of
+    boxd-owner share one box, and none reads another's files through root (the owner's view
+    leaves these copies out, and only the account that asked, or root, reviews such a task).
+    The account that asked reads its own folders themselves, and a task's changes by its
+    review (boxctl diff)."""
+    if not name.startswith(PERSONAL):
+        return
+    if await asyncio.to_thread(caller_uid, caller) != 0:
+        die(
+            Problem.FORBIDDEN,
+            f"workspace {shown_name(name)[0][:120]!r} is a copy of a member's personal folders: "
+            "only root reads it here; read your folders themselves, and a task's changes with "
+            "boxctl diff ID",
+        )
 
 
 def modified(mtime: float) -> str:
@@ -101,6 +119,7 @@ class WorkspaceFiles:
         self, caller: Caller, name: str, path: str, page: str
     ) -> dict[str, Any]:
         self._readable(caller, name)
+        await root_alone_reads_personal(caller, name)
         stack_view.checked(path)
         start = _start(page)
 
@@ -125,6 +144,7 @@ class WorkspaceFiles:
         self, caller: Caller, name: str, path: str
     ) -> dict[str, Any]:
         self._readable(caller, name)
+        await root_alone_reads_personal(caller, name)
         stack_view.checked(path)
 
         def read(stack: Stack, tasks: dict[str, str]) -> dict[str, Any]:
@@ -148,6 +168,7 @@ class WorkspaceFiles:
 
     async def open_workspace_file(self, caller: Caller, name: str, path: str) -> Opened:
         self._readable(caller, name)
+        await root_alone_reads_personal(caller, name)
         stack_view.checked(path)
 
         def read(stack: Stack, tasks: dict[str, str]) -> Opened:

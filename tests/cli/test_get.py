@@ -118,3 +118,27 @@ def test_force_puts_the_file_in_place_of_a_link_never_through_it(tmp_path: Path)
     assert victim.read_text() == "untouched"
     assert not (tmp_path / "notes.md").is_symlink()
     assert (tmp_path / "notes.md").read_bytes() == b"from the workspace"
+
+
+def test_a_link_that_leads_out_only_through_a_later_link_is_left_out(
+    made: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The attacker's chain: 'L' (sorted first) -> 'c/d/d/d/../../../../outside' stays inside
+    DEST by its letters while c/d does not exist yet; then c/d -> '.' is made (inside too), and
+    L now climbs three folders above DEST. Each link checked alone when made is not enough."""
+    layer, base = made
+    (layer / "L").symlink_to("c/d/d/d/../../../../outside")
+    (layer / "c").mkdir()
+    (layer / "c/d").symlink_to(".")
+    outside = tmp_path / "a" / "b" / "outside"
+    dest = tmp_path / "a" / "b" / "c" / "dest"
+    dest.parent.mkdir(parents=True)
+    got = got_from(layer, base, dest)
+    for link in dest.rglob("*"):
+        if link.is_symlink():
+            resolved = os.path.realpath(link)
+            assert resolved == str(dest) or resolved.startswith(f"{dest}/"), (link, resolved)
+    assert not (dest / "L").is_symlink()
+    assert os.readlink(dest / "c/d") == "."
+    assert "'L' -> " in "\n".join(got.left_out)
+    assert not outside.exists()

@@ -156,3 +156,31 @@ def test_the_page_size_fits_a_d_bus_message() -> None:
     # Each name at most 255 bytes, shown as up to 4 characters a byte, plus its fields.
     assert PAGE_ENTRIES * (255 * 4 + 300) < 32 * 1024 * 1024 // 4
     assert workspace_files.modified(0) == "1970-01-01T00:00:00Z"
+
+
+async def test_a_members_personal_copy_is_read_by_root_alone(tmp_path: Path) -> None:
+    """bob, also in boxd-owner, must not read alice's personal folders' copy through root (the
+    view leaves it out and only the asker or root reviews such a task): listing, opening,
+    history and the archive are refused him; root reads it."""
+    from boxd.manager.workspace_archive import WorkspaceArchives
+
+    base = workspaces_dir(tmp_path) / "owner-alice-0123456789"
+    base.mkdir(parents=True)
+    (base / "id_ed25519").write_text("alice's key")
+    files = WorkspaceFiles(Recorded(), Layers(tmp_path), Workspaces(tmp_path))
+    archives = WorkspaceArchives(Recorded(), Layers(tmp_path), Workspaces(tmp_path))  # type: ignore[arg-type]
+    name = base.name
+    bob = Caller(Role.OWNER, ":1.5", uid=1001)
+    screen = Caller(Role.SCREEN, ":1.6", user="root-less-nobody-here")
+    for caller in (bob, screen):
+        for call in (
+            files.list_workspace_files(caller, name, "", ""),
+            files.open_workspace_file(caller, name, "id_ed25519"),
+            files.get_workspace_file_history(caller, name, "id_ed25519"),
+            archives.open_workspace_archive(caller, name, ""),
+        ):
+            error = await refused(call)
+            assert error.problem == Problem.FORBIDDEN, error
+    root = Caller(Role.OWNER, ":1.7", uid=0)
+    opened = await files.open_workspace_file(root, name, "id_ed25519")
+    os.close(opened.fd)

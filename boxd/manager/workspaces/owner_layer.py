@@ -17,6 +17,7 @@ import os
 import secrets
 import shutil
 import stat
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,12 @@ EXEC_MODE = 0o770
 FOLDER_MODE = 0o2770
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _CHUNK = MIB
+# Folder fds a staged layer keeps open at most (Made.folder).
+FOLDERS_HELD = 64
+# Folders in folders a rename copies at most: deeper is refused in words (a task can make a
+# chain of 2,000 within the 4,096-byte path; each level is a frame of _copy and a walk from the
+# top of every level of the stack).
+MAX_RENAME_DEPTH = 256
 
 
 def whiteout(parent: int, name: str) -> None:
@@ -80,8 +87,12 @@ class Made:
     bytes: int = 0
     # The paths added (at most the first 20, for the title and the log).
     added: list[str] = field(default_factory=list)
-    # Folders made in the layer, by path: their fds stay open until it is done.
-    _folders: dict[str, int] = field(default_factory=dict)
+    # Folders made in the layer, by path (each set up once), and the fds of the last used of
+    # them: at most FOLDERS_HELD, so a tree of thousands of folders does not hold a descriptor
+    # each in the manager, whose limit all its other work shares. The staging folder is root's
+    # alone, so a folder let go is opened again by its path without a race.
+    _made: set[str] = field(default_factory=set)
+    _folders: "OrderedDict[str, int]" = field(default_factory=OrderedDict)
 
     def count(self, path: str, folder: bool, size: int = 0) -> None:
         if folder:
@@ -112,10 +123,13 @@ class Made:
         for number in range(len(parts)):
             path = "/".join(parts[: number + 1])
             inner = self._folders.get(path)
-            if inner is None:
+            if inner is not None:
+                self._folders.move_to_end(path)
+            else:
                 name = parts[number]
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(name, 0o700, dir_fd=fd)
+                if path not in self._made:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(name, 0o700, dir_fd=fd)
                 try:
                     inner = open_dir(fd, name)
                 except OSError:
@@ -125,6 +139,11 @@ class Made:
                         "nothing was added",
                     )
                 self._folders[path] = inner
+                self._let_go(keep=parts[: number + 1])
+                if path in self._made:
+                    fd = inner
+                    continue
+                self._made.add(path)
                 below = stack_view.lookup(stack, path)
                 if below is not None and stat.S_ISDIR(below.st_mode):
                     # As overlayfs copies a folder up: its mode and times kept, and it stays
@@ -135,6 +154,16 @@ class Made:
                     self.own(inner, FOLDER_MODE)
             fd = inner
         return fd
+
+    def _let_go(self, keep: list[str]) -> None:
+        """Closes the least recently used folders' fds past FOLDERS_HELD, never one on the path
+        being walked (`keep` and its parents), whose fds the walk still uses."""
+        walking = {"/".join(keep[:number]) for number in range(1, len(keep) + 1)}
+        for path in list(self._folders):
+            if len(self._folders) <= FOLDERS_HELD:
+                return
+            if path not in walking:
+                os.close(self._folders.pop(path))
 
     def own(self, fd: int, mode: int) -> None:
         if self.gid != -1:
@@ -290,11 +319,15 @@ def rename_layer(made: Made, stack: Stack, source: str, target: str, mark: White
     return kind_of(found).value
 
 
-def _copy(made: Made, stack: Stack, source: str, new: list[str], found: os.stat_result) -> None:
+def _copy(
+    made: Made, stack: Stack, source: str, new: list[str], found: os.stat_result, depth: int = 0
+) -> None:
     """Copies what the view shows at `source` to `new` in the layer, as overlayfs copies up:
     mode and times kept, group boxd-work and group-writable. A link is copied as a link, its target
     never followed; a FIFO, socket or device is refused."""
-    mode = stat.S_IMODE(found.st_mode)
+    # No setuid or setgid bit: a task's setuid file is its own user's, but the copy is made by
+    # root, and would be setuid root with the task's bytes.
+    mode = stat.S_IMODE(found.st_mode) & ~(stat.S_ISUID | stat.S_ISGID)
     path = "/".join(new)
     shown = shown_name(source)[0]
     if stat.S_ISREG(found.st_mode):
@@ -313,8 +346,14 @@ def _copy(made: Made, stack: Stack, source: str, new: list[str], found: os.stat_
             stack_view.read_link(stack, source), new[-1], dir_fd=made.folder(new[:-1], stack)
         )
     elif stat.S_ISDIR(found.st_mode):
+        if depth >= MAX_RENAME_DEPTH:
+            die(
+                Problem.INVALID,
+                f"{shown[:200]!r} is more than {MAX_RENAME_DEPTH} folders deep: too deep to "
+                "rename here; nothing was changed",
+            )
         made.count(path, True)
-        folder = made.folder(new, stack)
+        made.folder(new, stack)
         listing = stack_view.list_folder(stack, source)
         if listing.truncated:
             die(
@@ -327,7 +366,9 @@ def _copy(made: Made, stack: Stack, source: str, new: list[str], found: os.stat_
             inner = f"{source}/{entry.name}"
             below = stack_view.lookup(stack, inner)
             if below is not None:
-                _copy(made, stack, inner, [*new, entry.name], below)
+                _copy(made, stack, inner, [*new, entry.name], below, depth + 1)
+        # Its fd again: copying what it holds may have let the first one go (FOLDERS_HELD).
+        folder = made.folder(new, stack)
         made.own(folder, mode | FOLDER_MODE)
         os.utime(folder, ns=(found.st_atime_ns, found.st_mtime_ns))
     else:

@@ -3,6 +3,7 @@ folders standing for a workspace's base and a task's done layer, with the tests'
 (tests/support/layer_marks.py). What a task left first: a link to /etc/shadow, a FIFO."""
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -147,3 +148,64 @@ def test_overlayfs_whiteout_is_a_0_0_character_device(tmp_path: Path) -> None:
     from boxd.manager.folders.keep import is_whiteout
 
     assert is_whiteout(info)
+
+
+def test_a_renamed_file_or_folder_loses_its_setuid_and_setgid_bits(
+    made: Made, stack: Stack, tmp_path: Path
+) -> None:
+    """A task's setuid file is its own user's; copied by root in a rename it would be root's,
+    setuid root, with the task's bytes. The copy keeps no setuid or setgid bit (a folder keeps
+    the setgid boxd gives every folder it makes)."""
+    task = tmp_path / "1"
+    write(task, "tool", "#!/bin/sh\n")
+    os.chmod(task / "tool", 0o6755)
+    write(task, "kit/run", "#!/bin/sh\n")
+    os.chmod(task / "kit/run", 0o4755)
+    rename_layer(made, stack, "tool", "moved", whiteout_at)
+    rename_layer(made, stack, "kit", "kit2", whiteout_at)
+    assert os.stat(made.path / "moved").st_mode & 0o7777 == 0o775
+    assert os.stat(made.path / "kit2/run").st_mode & 0o7777 == 0o775
+
+
+def test_a_rename_of_a_folder_of_many_folders_holds_few_descriptors(
+    made: Made, stack: Stack, tmp_path: Path
+) -> None:
+    """A task's folder of thousands of folders (node_modules, or made to this end): renaming it
+    must not hold a descriptor per folder in root's manager, whose limit all its other work
+    shares; two such changes at once would run it out."""
+    task = tmp_path / "1"
+    for number in range(600):
+        write(task, f"many/f{number}/sub/x", "x")
+    before = len(os.listdir("/proc/self/fd"))
+    rename_layer(made, stack, "many", "moved", whiteout_at)
+    held = len(os.listdir("/proc/self/fd")) - before
+    assert held <= 2 * owner_layer.FOLDERS_HELD, held
+    assert (made.path / "moved/f599/sub/x").read_text() == "x"
+    assert (
+        os.stat(made.path / "moved/f7").st_mode & 0o7777
+        == os.stat(task / "many/f7").st_mode & 0o777 | 0o2070
+    )
+
+
+def test_a_rename_of_a_folder_deeper_than_python_recurses_is_refused_in_words(
+    made: Made, stack: Stack, tmp_path: Path
+) -> None:
+    """A task's chain of 1,500 folders (a path of 3,000 bytes, well within 4,096): the owner's
+    rename of it is refused in words, never a RecursionError that reads as boxd failing."""
+    fd = os.open(tmp_path / "1", os.O_RDONLY | os.O_DIRECTORY)
+    for name in ["deep", *["a"] * 1500]:
+        os.mkdir(name, dir_fd=fd)
+        inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    os.close(fd)
+    try:
+        with pytest.raises(BoxError) as refused:
+            rename_layer(made, stack, "deep", "moved", whiteout_at)
+    finally:
+        # Python's rmtree recurses: pytest's own clean-up could not remove this chain.
+        subprocess.run(["rm", "-rf", str(tmp_path / "1" / "deep")], check=True)
+        throw_away(made)
+        subprocess.run(["rm", "-rf", str(made.path)], check=True)
+    assert refused.value.problem == Problem.INVALID
+    assert "deep" in str(refused.value)
