@@ -35,7 +35,10 @@ from boxd.manager.workspaces.owner_layer import (
 )
 from boxd.manager.workspaces.stack_view import Stack
 
-IDLE_SECONDS = 60.0
+# A sender that sends nothing this long is given up on. Long, since the web process spools a
+# multipart part whole before its first byte comes (its size leads its tar header): a 1 GiB part
+# over a slow link keeps the pipe silent that long. Only the owner's doors upload.
+IDLE_SECONDS = 600.0
 MAX_HEADER = 64 * 1024
 _HEADERS = (
     tarfile.XHDTYPE,
