@@ -29,12 +29,11 @@ from typing import Any
 from boxd.dbus.fd_reply import Opened
 from boxd.errors import Problem, die
 from boxd.manager.record.store import Store
-from boxd.manager.workspace_files import missing, root_alone_reads_personal, whole_thread
+from boxd.manager.workspace_files import missing, readable, whole_thread
 from boxd.manager.workspaces import archive, stack_view
 from boxd.manager.workspaces.layers import Layers, layer_name
-from boxd.manager.workspaces.workspaces import PERSONAL, SHARED, Workspaces
+from boxd.manager.workspaces.workspaces import Workspaces
 from boxd.wire.caller import Caller
-from boxd.wire.models.token_limits import DEFAULT
 
 log = logging.getLogger(__name__)
 
@@ -54,19 +53,8 @@ class WorkspaceArchives:
         self.writing = 0  # archives whose threads run; changed on the event loop only
         self.writing_for_tokens = 0  # of those, asked by an app's or a member's token
 
-    def _readable(self, caller: Caller, name: str) -> None:
-        """Refuses a workspace the caller may not read as missing, before it is looked up: the
-        rule of WorkspaceFiles._readable, the reading doors'."""
-        if not caller.acts_as_owner:
-            limits = caller.limits or DEFAULT
-            if name not in limits.workspaces or name.startswith((PERSONAL, SHARED)):
-                die(Problem.NOT_FOUND, missing(name))
-        if not self.workspaces.exists(name):
-            die(Problem.NOT_FOUND, missing(name))
-
     async def open_workspace_archive(self, caller: Caller, name: str, path: str) -> Opened:
-        self._readable(caller, name)
-        await root_alone_reads_personal(caller, name)
+        await readable(caller, name, self.workspaces)
         stack_view.checked(path)
         if self.writing >= ARCHIVES_AT_ONCE:
             die(

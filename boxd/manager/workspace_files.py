@@ -39,6 +39,19 @@ def missing(name: str) -> str:
     return f"there is no workspace {shown_name(name)[0][:120]!r}"
 
 
+async def readable(caller: Caller, name: str, workspaces: Workspaces) -> None:
+    """The reading doors' rule (files, history, archives): a workspace the caller may not read
+    is refused as missing, before it is looked up, so a token cannot probe names; a member's
+    personal copy is root's alone to read."""
+    if not caller.acts_as_owner:
+        limits = caller.limits or DEFAULT
+        if name not in limits.workspaces or name.startswith((PERSONAL, SHARED)):
+            die(Problem.NOT_FOUND, missing(name))
+    if not workspaces.exists(name):
+        die(Problem.NOT_FOUND, missing(name))
+    await root_alone_reads_personal(caller, name)
+
+
 async def root_alone_reads_personal(caller: Caller, name: str) -> None:
     """Refuses the copy of a member's personal folders to all but root: several members of
     boxd-owner share one box, and none reads another's files through root (the owner's view
@@ -94,15 +107,6 @@ class WorkspaceFiles:
         self.layers = layers
         self.workspaces = workspaces
 
-    def _readable(self, caller: Caller, name: str) -> None:
-        """Refuses a workspace the caller may not read as missing, before it is looked up."""
-        if not caller.acts_as_owner:
-            limits = caller.limits or DEFAULT
-            if name not in limits.workspaces or name.startswith((PERSONAL, SHARED)):
-                die(Problem.NOT_FOUND, missing(name))
-        if not self.workspaces.exists(name):
-            die(Problem.NOT_FOUND, missing(name))
-
     async def _read(
         self, name: str, work: Callable[[Stack, dict[str, str]], T], undo: Callable[[T], None]
     ) -> T:
@@ -118,8 +122,7 @@ class WorkspaceFiles:
     async def list_workspace_files(
         self, caller: Caller, name: str, path: str, page: str
     ) -> dict[str, Any]:
-        self._readable(caller, name)
-        await root_alone_reads_personal(caller, name)
+        await readable(caller, name, self.workspaces)
         stack_view.checked(path)
         start = _start(page)
 
@@ -143,8 +146,7 @@ class WorkspaceFiles:
     async def get_workspace_file_history(
         self, caller: Caller, name: str, path: str
     ) -> dict[str, Any]:
-        self._readable(caller, name)
-        await root_alone_reads_personal(caller, name)
+        await readable(caller, name, self.workspaces)
         stack_view.checked(path)
 
         def read(stack: Stack, tasks: dict[str, str]) -> dict[str, Any]:
@@ -167,8 +169,7 @@ class WorkspaceFiles:
         return await self._read(name, read, _keep)
 
     async def open_workspace_file(self, caller: Caller, name: str, path: str) -> Opened:
-        self._readable(caller, name)
-        await root_alone_reads_personal(caller, name)
+        await readable(caller, name, self.workspaces)
         stack_view.checked(path)
 
         def read(stack: Stack, tasks: dict[str, str]) -> Opened:
