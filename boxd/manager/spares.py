@@ -241,6 +241,13 @@ class SpareMaker(OnMachinery):
         `settings` or the box's."""
         if settings is None:
             settings = await self.store.settings()
+        await self._renew_ready_stale(settings)
+        # A spare being made as they changed was begun with the settings and units of before and
+        # is not ready yet: looked at again once the making under way is over.
+        await self.pool.filled()
+        await self._renew_ready_stale(settings)
+
+    async def _renew_ready_stale(self, settings: Settings) -> None:
         for task_id in self.pool.ready():
             ahead = self._ahead.get(task_id)
             now = ahead_worker_properties(self.home, task_id, settings)
