@@ -211,7 +211,10 @@ def browser(
     started = time.monotonic()
     unit = f"boxd-test-chromedriver-{secrets.token_hex(4)}"
     # The machine's loopback is its own: nothing listens this high there but other browsers.
-    port = 20000 + secrets.randbelow(20000)
+    # Below the kernel's ephemeral ports (32768 and up), which the machine's own connections
+    # (Chromium's to the box, say) take: a port among them was once in use, and chromedriver
+    # could not bind it.
+    port = 20000 + secrets.randbelow(12000)
     machine.run(
         "systemd-run",
         "--quiet",
