@@ -514,7 +514,7 @@ def run_in_machine(one_count: int, task_count: int, each_count: int) -> None:
         # The clients run as the tasks' users.
         target.chmod(0o644)
         done = machine.run(
-            "/opt/boxd/venv/bin/python",
+            "/usr/lib/boxd/venv/bin/python",
             "/tmp/broker.py",
             "--inside",
             token,

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from testbed.machine import Machine
 
 # The interpreter of boxd's own venv in the machine: the benchmark imports what boxd does.
-PYTHON = "/opt/boxd/venv/bin/python"
+PYTHON = "/usr/lib/boxd/venv/bin/python"
 
 
 def run_script(

@@ -410,7 +410,7 @@ def run_in_machine(runs: int) -> None:
         say(f"machine booted and boxd installed in {time.monotonic() - began:.0f} s")
         # Its output comes straight through, so the progress lines show as they come.
         process = machine.spawn(
-            "/opt/boxd/venv/bin/python",
+            "/usr/lib/boxd/venv/bin/python",
             "/tmp/layers_bench.py",
             "--inside",
             token,

@@ -52,7 +52,7 @@ from boxd.wire.models.settings import MAX_RUNNING_TASKS
 BOX_HOME = Path("/var/lib/box")
 DATABASE = BOX_HOME / "box.db"
 API = "http://127.0.0.1:7700/api/tasks"
-BOXCTL = "/opt/boxd/venv/bin/boxctl"
+BOXCTL = "/usr/lib/boxd/venv/bin/boxctl"
 # systemd's own hierarchy: cgroup v2, or its v2 part on a hybrid host (as the test machines
 # here are: their kernel's memory controller is v1 and not per unit).
 CGROUPS = next(

@@ -70,7 +70,7 @@ def run_in_machine(runs: int) -> None:
         install_boxd(machine)
         shutil.copy(__file__, machine.root / "tmp" / "restart_latency.py")
         done = machine.run(
-            "/opt/boxd/venv/bin/python",
+            "/usr/lib/boxd/venv/bin/python",
             "/tmp/restart_latency.py",
             "--inside",
             "--runs",

@@ -204,7 +204,7 @@ def run_in_machine(runs: int) -> None:
         token = machine.run("boxctl", "token", "create", "--name", "bench").stdout.strip()
         shutil.copy(__file__, machine.root / "tmp" / "start_latency.py")
         done = machine.run(
-            "/opt/boxd/venv/bin/python",
+            "/usr/lib/boxd/venv/bin/python",
             "/tmp/start_latency.py",
             "--inside",
             token,

@@ -9,7 +9,7 @@ from typing import Any
 
 from testbed.machine import Machine
 
-BOXCTL = "/opt/boxd/venv/bin/boxctl"
+BOXCTL = "/usr/lib/boxd/venv/bin/boxctl"
 BROKER_UNIT = "box-broker@.service"
 API = "http://127.0.0.1:7700"
 
@@ -87,7 +87,7 @@ def wait_for_step(machine: Machine, task_id: str, count: int = 1, timeout: float
         "    time.sleep(0.05)\n"
         "sys.exit('no step in time')\n"
     )
-    machine.run("/opt/boxd/venv/bin/python", "-c", script, timeout=timeout + 10)
+    machine.run("/usr/lib/boxd/venv/bin/python", "-c", script, timeout=timeout + 10)
 
 
 def database_bytes(machine: Machine) -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from testbed.machine import Machine
 
-PYTHON = "/opt/boxd/venv/bin/python"
+PYTHON = "/usr/lib/boxd/venv/bin/python"
 STRANGER_SCRIPT = Path(__file__).with_name("bus_stranger.py").read_text()
 
 

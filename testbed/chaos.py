@@ -40,7 +40,7 @@ COMPONENTS = {"manager": 30, "broker": 30, "gateway": 15, "worker": 8, "power": 
 SETTLE_SECONDS = 240.0
 # The owner looks at what waits this often.
 OWNER_POLL_SECONDS = 0.3
-PYTHON = "/opt/boxd/venv/bin/python"
+PYTHON = "/usr/lib/boxd/venv/bin/python"
 # How long an ended task's units, mounts and sockets may take to go.
 LEFTOVER_SECONDS = 60.0
 RUNNING_STATES = ("active", "activating", "deactivating", "reloading")

@@ -79,7 +79,7 @@ MASKED_UNITS: tuple[str, ...] = ("apt-daily.timer", "apt-daily-upgrade.timer")
 # and the libsystemd headers in the image.
 PROVIDED_BY_DEBIAN = frozenset({"systemd-python"})
 
-VENV = "/opt/boxd/venv"
+VENV = "/usr/lib/boxd/venv"
 # The tests' own servers (a real SMTP server for the mail app), in a venv of their own so that
 # nothing boxd imports comes from them. Test machines have no network: it must be in the image.
 TEST_VENV = "/opt/boxd-test/venv"

@@ -49,5 +49,5 @@ def bookings(machine: Machine, task_id: str) -> list[tuple[str, int]]:
         " (sys.argv[1],)).fetchall()\n"
         "print(json.dumps(rows))\n"
     )
-    done = machine.run("/opt/boxd/venv/bin/python", "-c", script, task_id)
+    done = machine.run("/usr/lib/boxd/venv/bin/python", "-c", script, task_id)
     return [(key, cents) for key, cents in json.loads(done.stdout)]

@@ -12,7 +12,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 UNITS = ROOT / "units"
-ENVIRONMENT_FILE = "/opt/boxd/python.env"
+ENVIRONMENT_FILE = "/usr/lib/boxd/python.env"
 
 # What a task sees of every installed app's tools (GET /tools, as their runners show them), and
 # the web's OpenAPI document, from a process that also imported each of boxd's services.
@@ -54,7 +54,7 @@ def shown(environment: dict[str, str]) -> dict[str, Any]:
 def test_the_units_run_python_optimized(tmp_path: Path) -> None:
     environment = python_environment()
     assert environment["PYTHONOPTIMIZE"] == "2"
-    # Its own cache here: /opt/boxd/pycache is install.sh's, on a box.
+    # Its own cache here: /usr/lib/boxd/pycache is install.sh's, on a box.
     optimized = shown({**environment, "PYTHONPYCACHEPREFIX": str(tmp_path)})
     plain = shown({"PYTHONOPTIMIZE": "", "PYTHONNODEBUGRANGES": ""})
     assert optimized["optimize"] == 2 and plain["optimize"] == 0
@@ -67,7 +67,7 @@ def test_every_unit_that_runs_boxd_s_python_reads_the_environment_file() -> None
     running = {
         unit.name: unit.read_text()
         for unit in UNITS.glob("*.service")
-        if "ExecStart=/opt/boxd/venv/bin/boxd " in unit.read_text()
+        if "ExecStart=/usr/lib/boxd/venv/bin/boxd " in unit.read_text()
     }
     # Droid's installer only downloads, and runs once; the rest run for good or once a task.
     assert set(running) == {
@@ -82,4 +82,4 @@ def test_every_unit_that_runs_boxd_s_python_reads_the_environment_file() -> None
             assert f"\nEnvironmentFile={ENVIRONMENT_FILE}\n" in text, name
     install = (UNITS / "install.sh").read_text()
     assert re.search(r'install -m 0644 "\$here/python.env" "\$prefix/python.env"', install)
-    assert "prefix=/opt/boxd\n" in install
+    assert "prefix=/usr/lib/boxd\n" in install

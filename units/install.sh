@@ -1,5 +1,5 @@
 #!/bin/bash
-# Installs boxd on a systemd machine the way a package would: a venv in /opt/boxd, the units,
+# Installs boxd on a systemd machine the way a package would: a venv in /usr/lib/boxd, the units,
 # the D-Bus policy, the polkit action and rule, the system users; then starts it.
 # Usage: install.sh WHEEL   (run as root; the files sit beside this script, in the source tree)
 set -euo pipefail
@@ -11,7 +11,7 @@ source_tree=$(dirname "$here")
 # Run from / and Python with -P: python -m and -c put the working directory first on sys.path,
 # so root started here from a folder others can write would import their compileall.py.
 cd /
-prefix=/opt/boxd
+prefix=/usr/lib/boxd
 
 [ "$(id -u)" = 0 ] || { echo "install.sh: run me as root" >&2; exit 1; }
 [ -d /run/systemd/system ] || { echo "install.sh: this machine does not run systemd" >&2; exit 1; }
@@ -49,14 +49,15 @@ install -m 0644 "$here/python.env" "$prefix/python.env"
 )
 
 ln -sf "$prefix/venv/bin/boxctl" /usr/local/bin/boxctl
-install -m 0644 "$source_tree/README.md" "$prefix/README.md" 2>/dev/null || true
+doc=/usr/share/doc/boxd
+install -D -m 0644 "$source_tree/README.md" "$doc/README.md" 2>/dev/null || true
 # The README links into docs/, which goes beside it (Documentation= in the units).
 if [ -d "$source_tree/docs" ]; then
-    rm -rf "$prefix/docs.new"
-    cp -R -P --no-preserve=ownership "$source_tree/docs" "$prefix/docs.new"
-    chmod -R u=rwX,go=rX "$prefix/docs.new"
-    rm -rf "$prefix/docs"
-    mv "$prefix/docs.new" "$prefix/docs"
+    rm -rf "$doc/docs.new"
+    cp -R -P --no-preserve=ownership "$source_tree/docs" "$doc/docs.new"
+    chmod -R u=rwX,go=rX "$doc/docs.new"
+    rm -rf "$doc/docs"
+    mv "$doc/docs.new" "$doc/docs"
 fi
 install -m 0644 "$here"/boxd.service "$here"/boxd-web.socket "$here"/boxd-web.service \
     "$here"/box-broker@.socket "$here"/box-broker@.service \
@@ -73,7 +74,7 @@ systemd-sysusers /usr/lib/sysusers.d/boxd.conf
 # Brokers load the box's secrets from vault/box and do not start without it; boxd makes it too.
 install -d -m 0700 /var/lib/box/vault /var/lib/box/vault/box
 # boxd-droid-install.service writes Droid here and nowhere else (boxd makes it too).
-install -d -m 0755 /opt/boxd/droid
+install -d -m 0755 /var/lib/boxd/droid
 systemctl reload dbus.service
 systemctl daemon-reload
 systemctl enable --now boxd.service boxd-web.socket

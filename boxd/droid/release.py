@@ -19,7 +19,7 @@ INTEGRITY = (
 BINARY_IN_PACKAGE = "package/bin/droid"
 DEFAULT_REGISTRY = "https://registry.npmjs.org"
 # Root's, read-only to everyone else; a worker's sandbox (ProtectSystem=strict) sees it as is.
-DROID_DIR = Path("/opt/boxd/droid")
+DROID_DIR = Path("/var/lib/boxd/droid")
 
 
 def tarball_url(registry: str = DEFAULT_REGISTRY, version: str = VERSION) -> str:

@@ -10,7 +10,7 @@ import pytest
 from testbed.box_api import boxctl, finish, start_fake
 from testbed.machine import Machine, booted_box
 
-PYTHON = "/opt/boxd/venv/bin/python"
+PYTHON = "/usr/lib/boxd/venv/bin/python"
 APPS = "/var/lib/box/apps"
 # The ledger as a broker of before left it, one booking in it.
 OLD_LEDGER = (

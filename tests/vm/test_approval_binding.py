@@ -29,7 +29,7 @@ def payments(machine: Machine, task_id: str) -> list[tuple[str, str, int]]:
         " ORDER BY key', (sys.argv[1],)).fetchall()\n"
         "print(json.dumps(rows))\n"
     )
-    done = machine.run("/opt/boxd/venv/bin/python", "-c", script, task_id)
+    done = machine.run("/usr/lib/boxd/venv/bin/python", "-c", script, task_id)
     return [(key, payee, cents) for key, payee, cents in json.loads(done.stdout)]
 
 

@@ -21,7 +21,7 @@ import pytest
 from testbed.box_api import BOXCTL, boxctl, start_fake
 from testbed.machine import Machine
 
-PYTHON = "/opt/boxd/venv/bin/python"
+PYTHON = "/usr/lib/boxd/venv/bin/python"
 GATE = "/var/lib/box/apps/gate"
 HOLD = f"{GATE}/hold"
 RAN = f"{GATE}/ran"

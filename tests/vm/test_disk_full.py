@@ -352,7 +352,7 @@ import sqlite3, sys
 print(sqlite3.connect(sys.argv[1]).execute("PRAGMA integrity_check").fetchone()[0])
 """
 
-PYTHON = "/opt/boxd/venv/bin/python"
+PYTHON = "/usr/lib/boxd/venv/bin/python"
 
 
 def _post_steps(machine: Machine, task: dict[str, Any], prefix: str, until: str) -> Any:

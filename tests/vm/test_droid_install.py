@@ -72,7 +72,7 @@ def wait_while_queued(machine: Machine, task_id: str, timeout: float = 60) -> di
 def nothing_installed(machine: Machine) -> None:
     assert machine.run("test", "-e", BINARY, check=False).returncode != 0
     # Neither the impostor's binary nor a download or a half-written file is left behind.
-    left = machine.run("find", "/opt/boxd/droid", "-mindepth", "1", "-not", "-type", "d")
+    left = machine.run("find", "/var/lib/boxd/droid", "-mindepth", "1", "-not", "-type", "d")
     assert left.stdout == ""
     assert machine.run("test", "-e", "/tmp/impostor-ran", check=False).returncode != 0
 
@@ -196,7 +196,7 @@ def test_the_install_unit_writes_only_droids_folder_with_no_capability(machine: 
     ).stdout
     assert dict(line.partition("=")[::2] for line in text.splitlines()) == {
         "ProtectSystem": "strict",
-        "ReadWritePaths": "/opt/boxd/droid",
+        "ReadWritePaths": "/var/lib/boxd/droid",
         "CapabilityBoundingSet": "",
         "PrivateUsers": "yes",
     }

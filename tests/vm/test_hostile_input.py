@@ -10,7 +10,7 @@ from typing import Any
 from testbed.box_api import BOXCTL, boxctl, busctl_call, finish, http, start_fake, wait_for_step
 from testbed.machine import Machine
 
-PYTHON = "/opt/boxd/venv/bin/python"
+PYTHON = "/usr/lib/boxd/venv/bin/python"
 DB = "/var/lib/box/box.db"
 DAMAGED = (
     "The record of this task in box.db was damaged and could not be read, so boxd "

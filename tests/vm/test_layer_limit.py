@@ -41,7 +41,9 @@ asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
 def test_499_done_tasks_and_the_500th_refused(machine: Machine, token: str) -> None:
     status, _ = http(machine, "POST", "/api/workspaces", token, json.dumps({"name": "deep"}))
     assert status == 201
-    filled = machine.run("/opt/boxd/venv/bin/python", "-c", FILL, token, "deep", "498", timeout=900)
+    filled = machine.run(
+        "/usr/lib/boxd/venv/bin/python", "-c", FILL, token, "deep", "498", timeout=900
+    )
     counts, errors = filled.stdout.splitlines()
     assert json.loads(counts) == {"done": 498}, errors
     # The 499th sees all 498 below it, through one overlay of 499 lower layers with the base.

@@ -12,7 +12,7 @@ from testbed.box_api import boxctl, finish, http, start_fake
 from testbed.machine import Machine
 
 FIRST_UID = 0x7000_0000
-PYTHON = "/opt/boxd/venv/bin/python"
+PYTHON = "/usr/lib/boxd/venv/bin/python"
 
 # Takes every free uid and gid of the system range, as some 850 tasks' users did on a box whose
 # task users came from there.

@@ -52,7 +52,7 @@ def test_an_ended_task_leaves_no_unit_loaded(machine: Machine, token: str) -> No
         "    time.sleep(0.1)\n"
     )
     patterns = [f"*{task['id']}*" for task in (done, stopped)]
-    left = machine.run("/opt/boxd/venv/bin/python", "-c", script, *patterns, timeout=60).stdout
+    left = machine.run("/usr/lib/boxd/venv/bin/python", "-c", script, *patterns, timeout=60).stdout
     assert [line.split()[0] for line in left.splitlines()] == []
 
 

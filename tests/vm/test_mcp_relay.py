@@ -23,7 +23,11 @@ def test_pays_twice_when_asked_twice_and_not_again_after_a_restart(
     shutil.copy(DRIVER, target)
     target.chmod(0o644)
     task = start_fake(
-        machine, token, f"sh /opt/boxd/venv/bin/python {IN_MACHINE}", tools=WALLET, budgetCents=100
+        machine,
+        token,
+        f"sh /usr/lib/boxd/venv/bin/python {IN_MACHINE}",
+        tools=WALLET,
+        budgetCents=100,
     )
     ended = finish(machine, task["id"])
     assert ended["state"] == "done", ended

@@ -82,7 +82,7 @@ def test_the_owner_reads_done_work_and_no_one_else_does(box: Machine) -> None:
     assert code != 0 and "Permission denied" in said
     assert box.run("stat", "-c", "%F", f"{VIEWS}/seen/pipe").stdout.strip() == "fifo"
     acls = box.run(
-        "/opt/boxd/venv/bin/python",
+        "/usr/lib/boxd/venv/bin/python",
         "-c",
         "import os, sys; print(*(os.listxattr(p, follow_symlinks=False) for p in sys.argv[1:]))",
         f"{VIEWS}/seen/pipe",

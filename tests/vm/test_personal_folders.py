@@ -34,7 +34,7 @@ def test_keep_applies_writes_and_deletions(machine: Machine, owner: str, owner_t
     assert gone.returncode != 0
     layers = f"/var/lib/box/layers/{task['workspace']}"
     entries = machine.run(
-        "/opt/boxd/venv/bin/python",
+        "/usr/lib/boxd/venv/bin/python",
         "-c",
         "import os, sys; print(sum('system.posix_acl_access' in os.listxattr(os.path.join(d, n),"
         " follow_symlinks=False) for d, ds, fs in os.walk(sys.argv[1]) for n in ds + fs))",

@@ -11,7 +11,7 @@ from testbed.box_api import finish, start_fake
 from testbed.installed_module import installed_module
 from testbed.machine import Machine
 
-PYTHON = "/opt/boxd/venv/bin/python"
+PYTHON = "/usr/lib/boxd/venv/bin/python"
 SAID = "spy plugin loaded as uid"
 SPY = f"""
 import os

@@ -6,9 +6,9 @@ import json
 
 from testbed.machine import Machine, stage_boxd
 
-ENVIRONMENT_FILE = "/opt/boxd/python.env"
-PYTHON = "/opt/boxd/venv/bin/python"
-BOXD = "/opt/boxd/venv/bin/boxd"
+ENVIRONMENT_FILE = "/usr/lib/boxd/python.env"
+PYTHON = "/usr/lib/boxd/venv/bin/python"
+BOXD = "/usr/lib/boxd/venv/bin/boxd"
 
 # Every module the three services and the installed apps' tools import, and whether its cached
 # bytecode is there and of its source as installed: a module without it is compiled each time a
@@ -75,8 +75,10 @@ def test_the_cache_holds_every_module_boxd_imports_and_is_root_s(machine: Machin
     )  # fmt: skip
     assert loose.stdout == ""
     # And nothing is left beside it of the run that made it.
-    assert machine.run("ls", "/opt/boxd").stdout.split().count("pycache") == 1
-    assert [name for name in machine.run("ls", "/opt/boxd").stdout.split() if ".new." in name] == []
+    assert machine.run("ls", "/usr/lib/boxd").stdout.split().count("pycache") == 1
+    assert [
+        name for name in machine.run("ls", "/usr/lib/boxd").stdout.split() if ".new." in name
+    ] == []
 
 
 def test_boxd_s_services_and_brokers_run_with_the_file_s_environment(machine: Machine) -> None:

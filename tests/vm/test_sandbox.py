@@ -275,7 +275,7 @@ def test_writing_outside_the_workspace_is_refused(machine: Machine, token: str) 
     places = [
         "/etc/boxd-was-here",
         "/usr/local/bin/boxd-was-here",
-        "/opt/boxd/boxd-was-here",
+        "/usr/lib/boxd/boxd-was-here",
         "/var/lib/box/boxd-was-here",
         "/var/lib/box/tasks/boxd-was-here",
         "/var/log/boxd-was-here",

@@ -265,7 +265,7 @@ def test_a_token_stored_before_limits_gets_the_defaults(machine: Machine, token:
         "db.execute(\"UPDATE tokens SET limits = NULL WHERE name = 'u-from-before'\")\n"
         "db.commit()\n"
     )
-    machine.run("/opt/boxd/venv/bin/python", "-c", forget)
+    machine.run("/usr/lib/boxd/venv/bin/python", "-c", forget)
     budget = _default_budget(machine)
     assert _try(machine, old, budgetCents=100000) == (
         403,

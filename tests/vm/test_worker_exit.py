@@ -52,7 +52,7 @@ asyncio.run(main())
 
 
 def test_an_exit_is_read_even_after_the_unit_is_collected(machine: Machine) -> None:
-    done = machine.run("/opt/boxd/venv/bin/python", "-c", PROBE, timeout=120)
+    done = machine.run("/usr/lib/boxd/venv/bin/python", "-c", PROBE, timeout=120)
     ends = json.loads(done.stdout)
     assert ends[:20] == [{"succeeded": True, "code": 1, "status": 0}] * 20
     assert ends[20:] == [{"succeeded": False, "code": 1, "status": 3}] * 5

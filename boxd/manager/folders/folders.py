@@ -36,7 +36,6 @@ SYSTEM = tuple(
         "/lib",
         "/lib32",
         "/lib64",
-        "/opt/boxd",
         "/proc",
         "/root",
         "/run",

@@ -15,7 +15,7 @@ from boxd.workers.droid.config import (
 )
 from boxd.workers.droid.worker import Steps, prepare_home, share_with_later_tasks
 
-DROID = Path("/opt/boxd/droid/0.225.2/droid")
+DROID = Path("/var/lib/boxd/droid/0.225.2/droid")
 
 
 def test_the_model_is_the_tasks_through_the_gateway_with_no_key() -> None:
@@ -30,7 +30,7 @@ def test_the_model_is_the_tasks_through_the_gateway_with_no_key() -> None:
 
 
 def test_the_relay_gets_the_broker_socket_and_nothing_else() -> None:
-    server = mcp_servers("/opt/boxd/venv/bin/python", "/var/lib/box/tasks/t1/broker.sock")
+    server = mcp_servers("/usr/lib/boxd/venv/bin/python", "/var/lib/box/tasks/t1/broker.sock")
     box = server["mcpServers"]["box"]
     assert box["type"] == "stdio"
     assert box["args"] == ["-I", "-m", "boxd.workers.mcp.relay"]
