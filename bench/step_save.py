@@ -26,7 +26,14 @@ def measure(steps: int) -> None:
     """In this checkout: one line per prompt length."""
     import sqlite3
 
-    from boxd.manager.record.store import _SCHEMA
+    try:
+        from boxd.manager.record.schema import migrate
+    except ModuleNotFoundError:
+        # A checkout from before the record had a version (--against one).
+        from boxd.manager.record.store import _SCHEMA  # type: ignore[attr-defined]
+
+        def migrate(db: sqlite3.Connection, path: str) -> None:  # type: ignore[misc]
+            db.executescript(_SCHEMA)
 
     try:
         from boxd.manager.record.ledger import Ledger
@@ -58,7 +65,7 @@ def measure(steps: int) -> None:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=OFF")
             db.execute("PRAGMA wal_autocheckpoint=0")
-            db.executescript(_SCHEMA)
+            migrate(db, str(path))
             task = Task(
                 id="t000000001",
                 title="bench",

@@ -3,6 +3,7 @@
 import asyncio
 import logging
 import os
+import sys
 
 import sdnotify
 from dbus_fast import BusType, RequestNameReply
@@ -15,6 +16,7 @@ from boxd.doors.stopping import until_stopped
 from boxd.errors import Problem, die
 from boxd.manager.access.authorize import Authorizer
 from boxd.manager.box import Box
+from boxd.manager.record.schema import TOO_NEW_EXIT, RecordTooNew
 from boxd.manager.record.store import Store
 from boxd.manager.record.task_flush import TaskFlush
 from boxd.manager.units.systemd import Systemd
@@ -74,4 +76,10 @@ async def run() -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except RecordTooNew as refused:
+        # Said to the journal (systemctl status shows it) and as the unit's status line.
+        log.error("%s", refused)
+        sdnotify.SystemdNotifier().notify(f"STATUS={refused}")
+        sys.exit(TOO_NEW_EXIT)

@@ -1,9 +1,10 @@
 """The box's record: one SQLite database (WAL, synchronous=FULL) for tasks, their events,
-tokens and settings.
+tokens and settings. Its tables and their versions are schema.py's.
 
 Its connection, the thread it runs on and the group commit of its writes are GroupCommit's
 (group_commit.py)."""
 
+import asyncio
 import sqlite3
 import time
 from collections.abc import Callable
@@ -16,8 +17,6 @@ from boxd.manager.access.tokens import TokenRecord
 from boxd.manager.record import journal
 from boxd.manager.record.group_commit import GroupCommit
 from boxd.manager.record.ledger import (
-    EVENT_KEY,
-    SHARES_WITH,
     TASK_COLUMNS,
     TASKS,
     Ledger,
@@ -27,6 +26,8 @@ from boxd.manager.record.ledger import (
     event_of_row,
     task_of_row,
 )
+from boxd.manager.record.on_disk_version import refuse_newer
+from boxd.manager.record.schema import migrate
 from boxd.wire.approval import ApprovalState
 from boxd.wire.ids import is_task_id
 from boxd.wire.models.approval_record import Approval
@@ -36,95 +37,15 @@ from boxd.wire.models.task import Task, TaskState
 
 T = TypeVar("T")
 
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS tasks (
-    id TEXT PRIMARY KEY,
-    created REAL NOT NULL,
-    state TEXT NOT NULL,
-    record TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    task TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    at REAL NOT NULL,
-    data TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_by_task ON events (task, kind, seq);
--- A call's tool.call line by its key, looked up for every call: without it, every call read all
--- the task's earlier ones. A damaged line (not JSON) has no key rather than failing the lookup.
-CREATE INDEX IF NOT EXISTS tool_calls_by_key ON events (task, {EVENT_KEY}) WHERE kind = 'tool.call';
--- The calls that share a run, by the key of the call that runs: answered with it.
-CREATE INDEX IF NOT EXISTS tool_calls_by_shared ON events (task, {SHARES_WITH})
-    WHERE kind = 'tool.call';
--- A task's latest step, when it is newer than the step in its record: a step changes this row
--- alone, not the record, which holds the prompt (up to 100,000 characters) and was parsed,
--- copied, written out and checked again for every step. A save of the whole record drops it.
-CREATE TABLE IF NOT EXISTS task_steps (
-    task TEXT PRIMARY KEY,
-    step TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS tokens (
-    hash TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    role TEXT NOT NULL,
-    created REAL NOT NULL
-);
--- The logged result of every answered key, so the same key gets the same result.
-CREATE TABLE IF NOT EXISTS answers (
-    task TEXT NOT NULL,
-    key TEXT NOT NULL,
-    result TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    PRIMARY KEY (task, key)
-);
-CREATE TABLE IF NOT EXISTS approvals (
-    id TEXT PRIMARY KEY,
-    task TEXT NOT NULL,
-    state TEXT NOT NULL,
-    record TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS approvals_by_state ON approvals (state, task);
--- The layers of each workspace's stack, one per done task; undo sets active to 0, and the
--- number is never used again, so a layer's name is its own for good.
-CREATE TABLE IF NOT EXISTS layers (
-    workspace TEXT NOT NULL,
-    number INTEGER NOT NULL,
-    task TEXT NOT NULL UNIQUE,
-    active INTEGER NOT NULL,
-    PRIMARY KEY (workspace, number)
-);
--- The uid each task's user was given. Rows stay when the user is removed, so a uid is
--- handed out once, for good: files a task left keep a number no later task gets.
-CREATE TABLE IF NOT EXISTS task_uids (
-    task TEXT PRIMARY KEY,
-    uid INTEGER NOT NULL UNIQUE
-);
-CREATE TABLE IF NOT EXISTS settings (
-    id INTEGER PRIMARY KEY CHECK (id = 1),
-    record TEXT NOT NULL
-);
--- The model requests a task's gateway forwarded and has not finished, with what they reserve of
--- the task's budget and the broker connection that holds them (boxd.manager.model_requests): a
--- request whose holder is gone is charged what it reserved.
-CREATE TABLE IF NOT EXISTS model_requests (
-    task TEXT NOT NULL,
-    id TEXT NOT NULL,
-    holder TEXT NOT NULL,
-    record TEXT NOT NULL,
-    PRIMARY KEY (task, id)
-);
--- Whether the owner paused the agents: kept here, not in memory, so a restart keeps the pause.
-CREATE TABLE IF NOT EXISTS agents (
-    id INTEGER PRIMARY KEY CHECK (id = 1),
-    paused INTEGER NOT NULL
-);
-"""
-
 
 class Store(GroupCommit):
     async def open(self) -> None:
-        await self._connect(_prepare)
+        """Opens the record and brings it to the newest version (schema.py). A record newer than
+        this boxd knows is refused (RecordTooNew) before it is opened: not a byte of it, its
+        -wal or its -shm changes."""
+        await asyncio.to_thread(refuse_newer, self._path)
+        path = str(self._path)
+        await self._connect(lambda db: migrate(db, path))
 
     # Tasks and their events.
 
@@ -438,17 +359,3 @@ class Store(GroupCommit):
             )
 
         await self._write(write)
-
-
-def _prepare(db: sqlite3.Connection) -> None:
-    """The tables, made if they are not there, and brought up to date."""
-    db.executescript(_SCHEMA)
-    _add_column(db, "tokens", "user", "TEXT")
-    # An app's or a member's limits, as JSON; a row from before has none (the defaults).
-    _add_column(db, "tokens", "limits", "TEXT")
-
-
-def _add_column(db: sqlite3.Connection, table: str, column: str, kind: str) -> None:
-    """Brings a database made by an older boxd up to date."""
-    if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
-        db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
