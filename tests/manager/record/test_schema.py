@@ -1,15 +1,22 @@
 """The record's version and the steps that bring an older record forward, on real SQLite files."""
 
+import hashlib
+import json
 import os
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from boxd.manager.record import schema
 from boxd.manager.record.schema import NEWEST, STEPS, TOO_NEW_EXIT, RecordTooNew, migrate
+from boxd.wire.models.approval_record import Approval
+from boxd.wire.models.settings import Settings
+from boxd.wire.models.task import Task
+from boxd.wire.models.token_limits import TokenLimits
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -198,3 +205,39 @@ def test_steps_are_only_ever_appended() -> None:
         "_add_column.<locals>.add",
         "_add_column.<locals>.add",
     ]
+
+
+def _without_words(schema: Any) -> Any:
+    """A model's JSON schema without its titles and descriptions, which no record holds."""
+    if isinstance(schema, dict):
+        return {
+            key: _without_words(value)
+            for key, value in schema.items()
+            if key not in {"title", "description", "examples"}
+        }
+    if isinstance(schema, list):
+        return [_without_words(value) for value in schema]
+    return schema
+
+
+# The shape of what the record holds at each version since it was pinned: its tables and the
+# models it stores as JSON. Only the newest is checked; the others stay as the history.
+_SHAPES = {3: "4a6b9c959bd9fb5de2e9729325993165b4e9f0d281c67303c654afebdcda4ea1"}
+
+
+def test_the_record_s_shape_changes_only_with_its_version(tmp_path: Path) -> None:
+    """A task, an approval, the settings or a token's limits that an older boxd would misread
+    (their models forbid fields they do not know) must not reach the record at a version that
+    boxd thinks it knows."""
+    stored = (Task, Approval, Settings, TokenLimits)
+    shape = {
+        "tables": _fresh_shape(tmp_path),
+        **{model.__name__: _without_words(model.model_json_schema()) for model in stored},
+    }
+    digest = hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()
+    assert _SHAPES.get(NEWEST) == digest, (
+        f"What the record holds (a table, or a model it stores as JSON) changed since version "
+        f"{NEWEST}. If an older boxd could misread a record written now, add a step at the end "
+        "of boxd.manager.record.schema.STEPS (an empty one if no table changed), and pin this "
+        f"shape as version {NEWEST + 1}: {digest}"
+    )
