@@ -63,6 +63,9 @@ def test_an_older_boxd_refuses_a_newer_record_and_leaves_it(machine: Machine, to
             "NRestarts": "0",
         }
         assert machine.run("systemctl", "list-jobs", "boxd.service").stdout.count("boxd") == 0
+        # The unit's status line (`Status:` in systemctl status) and the journal say why.
+        text = machine.run("systemctl", "show", "boxd.service", "-p", "StatusText", "--value")
+        assert WORDS in text.stdout
         status = machine.run("systemctl", "status", "--no-pager", "-l", "boxd.service", check=False)
         assert WORDS in status.stdout, status.stdout
         assert f"version {NEWEST + 1}" in status.stdout
