@@ -120,6 +120,27 @@ def test_a_newer_record_is_refused_without_a_byte_changed(tmp_path: Path) -> Non
     db.close()
 
 
+def test_a_torn_commit_that_would_make_the_record_newer_is_not_refused(tmp_path: Path) -> None:
+    """Page 1 of a commit cut short says a version above this boxd's, but SQLite would not read
+    it: the record is this boxd's still."""
+    path = tmp_path / "box.db"
+    db = _writer(path)
+    db.execute(f"PRAGMA user_version = {NEWEST}")
+    db.execute(f"PRAGMA user_version = {NEWEST + 1}")
+    data = bytearray((tmp_path / "box.db-wal").read_bytes())
+    data[-100] ^= 0xFF
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "box.db").write_bytes(path.read_bytes())
+    (saved / "box.db-wal").write_bytes(bytes(data))
+    refuse_newer(saved / "box.db")
+    assert version_on_disk(saved / "box.db") == NEWEST == _sqlite_reads(saved, tmp_path)
+    # Whole, the same commit is refused.
+    with pytest.raises(RecordTooNew):
+        refuse_newer(path)
+    db.close()
+
+
 async def test_the_store_refuses_a_newer_record_before_it_opens_it(tmp_path: Path) -> None:
     path = tmp_path / "box.db"
     store = Store(path)
