@@ -2,6 +2,8 @@
 refuses it in words, changes no byte of it, and stays stopped rather than being started again
 every second; the record's own boxd, back, finds every task as it was."""
 
+import pytest
+
 from boxd.manager.record.schema import NEWEST, TOO_NEW_EXIT
 from testbed.box_api import finish, start_fake, wait_for_step
 from testbed.machine import Machine
@@ -11,15 +13,17 @@ RECORD = "/var/lib/box/box.db"
 WORDS = "Install the newer boxd again"
 
 
-def _set_version(machine: Machine, version: int) -> None:
+def _set_version(machine: Machine, version: int, crash: bool = False) -> None:
+    """With `crash`, the process dies once the version is committed, before it closes the
+    record: the version is in the WAL alone, and the -wal and -shm stay, as a newer boxd that
+    lost power leaves them."""
     machine.run(
         PYTHON,
         "-c",
-        "import sqlite3, sys\n"
-        "db = sqlite3.connect(sys.argv[1])\n"
+        "import os, sqlite3, sys\n"
+        "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
         f"db.execute('PRAGMA user_version = {version:d}')\n"
-        "db.commit()\n"
-        "db.close()\n",
+        f"{'os._exit(0)' if crash else 'db.close()'}\n",
         RECORD,
     )
 
@@ -41,16 +45,22 @@ def _state(machine: Machine) -> dict[str, str]:
     return dict(line.split("=", 1) for line in shown.stdout.splitlines())
 
 
-def test_an_older_boxd_refuses_a_newer_record_and_leaves_it(machine: Machine, token: str) -> None:
+@pytest.mark.parametrize("crash", [False, True], ids=["stopped", "crashed"])
+def test_an_older_boxd_refuses_a_newer_record_and_leaves_it(
+    machine: Machine, token: str, crash: bool
+) -> None:
     done = start_fake(machine, token, "step before")
     assert finish(machine, done["id"])["state"] == "done"
     running = start_fake(machine, token, "step one\nsleep 2\nstep two")
     wait_for_step(machine, running["id"])
     machine.run("systemctl", "stop", "boxd.service")
     try:
-        _set_version(machine, NEWEST + 1)
+        _set_version(machine, NEWEST + 1, crash)
         before = _record_files(machine)
-        assert list(before) == [RECORD], "a stopped boxd leaves no -wal or -shm"
+        if crash:
+            assert list(before) == [RECORD, f"{RECORD}-wal", f"{RECORD}-shm"]
+        else:
+            assert list(before) == [RECORD], "a stopped boxd leaves no -wal or -shm"
 
         started = machine.run("systemctl", "start", "boxd.service", check=False)
         assert started.returncode != 0
