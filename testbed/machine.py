@@ -32,6 +32,8 @@ from .image import CONTAINER_PATH, REPO_ROOT, ensure_host_tools, image
 
 STATE_PARENT = Path("/var/tmp")
 STATE_PREFIX = "boxd-machine-"
+# A stale machine's state once a sweeping process has claimed it (named with that process's pid).
+SWEPT_PREFIX = ".boxd-machine-swept-"
 CGROUP_DIR = "boxd-test"
 BOX_HOME = "/var/lib/box"
 
@@ -169,13 +171,29 @@ def _sweep_stale_machines() -> None:
         # nspawn got SIGTERM when its harness died; processes left means it is still stopping.
         if any(_cgroup_busy(c) for c in cgroups):
             continue
+        # Claimed by a rename first: two harness processes starting at once both find it stale,
+        # and the second one's rmtree failed on files the first had just removed.
+        claimed = state.with_name(f"{SWEPT_PREFIX}{os.getpid()}-{state.name}")
+        try:
+            state.rename(claimed)
+        except FileNotFoundError:
+            continue
         log(f"removing machine {name}, left behind by process {pid}")
         for cgroup in cgroups:
             _remove_cgroup(cgroup)
-        for point in sorted(_mounts_under(state), key=len, reverse=True):
-            subprocess.run(["umount", "--lazy", point], check=False)
-        if not _mounts_under(state):
-            shutil.rmtree(state)
+        _remove_swept(claimed)
+    # What a sweeping process that died meanwhile had claimed.
+    for claimed in STATE_PARENT.glob(f"{SWEPT_PREFIX}*"):
+        sweeper = claimed.name.removeprefix(SWEPT_PREFIX).split("-", 1)[0]
+        if sweeper.isdigit() and not Path(f"/proc/{sweeper}").exists():
+            _remove_swept(claimed)
+
+
+def _remove_swept(claimed: Path) -> None:
+    for point in sorted(_mounts_under(claimed), key=len, reverse=True):
+        subprocess.run(["umount", "--lazy", point], check=False)
+    if not _mounts_under(claimed):
+        shutil.rmtree(claimed, ignore_errors=True)
 
 
 def _children(pid: int) -> list[int]:
