@@ -109,4 +109,18 @@ def built_deb(version: str | None = None) -> Path:
             log(f"built {deb.name} in {time.monotonic() - started:.1f} s")
         finally:
             shutil.rmtree(build, ignore_errors=True)
+        _prune(keep=final)
     return final / deb.name
+
+
+def _prune(keep: Path, how_many: int = 8) -> None:
+    """Every change to the tree builds a package of about 7 MB: the newest few stay. A machine
+    installs from its own copy, so none is in use."""
+    built = sorted(
+        (p for p in CACHE.iterdir() if p.is_dir() and not p.name.startswith(".")),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    for old in built[how_many:]:
+        if old != keep:
+            shutil.rmtree(old, ignore_errors=True)
