@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: test run lint unit vm bench host-packages clean
+.PHONY: test run lint unit vm bench host-packages clean deb
 
 # systemd-python compiles against libsystemd; the VM harness needs nspawn and debootstrap.
 host-packages:
@@ -38,6 +38,11 @@ test: lint unit vm
 
 run: $(VENV)/.ready
 	$(PY) -m testbed.run_box
+
+# boxd's Debian package, in build/deb: `make deb VERSION=0.1.0+2` builds this tree as another
+# version (debian/make-deb).
+deb:
+	debian/make-deb $(if $(VERSION),--version $(VERSION))
 
 bench: $(VENV)/.ready
 	$(PY) -m bench.start_latency

@@ -12,14 +12,12 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import tomllib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -63,23 +61,9 @@ BROWSER_PACKAGES: tuple[str, ...] = (
     "fonts-liberation",
 )
 
-# Used until the repository has a pyproject.toml to read them from.
-FALLBACK_DEPENDENCIES: tuple[str, ...] = (
-    "dbus-fast>=2",
-    "aiohttp>=3.9",
-    "pydantic>=2.6",
-    "systemd-python>=235",
-    "sdnotify>=0.3",
-)
-
 # They would reach for the network from inside test machines at random times.
 MASKED_UNITS: tuple[str, ...] = ("apt-daily.timer", "apt-daily-upgrade.timer")
 
-# Debian's python3-systemd provides this one; building it from source would need a compiler
-# and the libsystemd headers in the image.
-PROVIDED_BY_DEBIAN = frozenset({"systemd-python"})
-
-VENV = "/usr/lib/boxd/venv"
 # The tests' own servers (a real SMTP server for the mail app), in a venv of their own so that
 # nothing boxd imports comes from them. Test machines have no network: it must be in the image.
 TEST_VENV = "/opt/boxd-test/venv"
@@ -117,32 +101,12 @@ def ensure_host_tools() -> None:
         raise ImageError("systemd-nspawn or debootstrap is still missing after apt-get install")
 
 
-def _requirement_name(requirement: str) -> str:
-    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
-    if match is None:
-        raise ImageError(f"cannot read the package name in dependency {requirement!r}")
-    return re.sub(r"[-_.]+", "-", match.group(1)).lower()
-
-
-def python_dependencies() -> list[str]:
-    """The runtime dependencies to pip install into the image's venv."""
-    pyproject = REPO_ROOT / "pyproject.toml"
-    if pyproject.exists():
-        with pyproject.open("rb") as f:
-            project = tomllib.load(f).get("project", {})
-        declared = list(project.get("dependencies", []))
-    else:
-        declared = list(FALLBACK_DEPENDENCIES)
-    return sorted(d for d in declared if _requirement_name(d) not in PROVIDED_BY_DEBIAN)
-
-
-def recipe_hash(dependencies: Sequence[str]) -> str:
+def recipe_hash() -> str:
     recipe = {
         "suite": SUITE,
         "mirror": MIRROR,
         "packages": list(DEBIAN_PACKAGES),
         "browser": list(BROWSER_PACKAGES),
-        "dependencies": list(dependencies),
         "image.py": Path(__file__).read_text(),
     }
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
@@ -150,8 +114,7 @@ def recipe_hash(dependencies: Sequence[str]) -> str:
 
 def image() -> Path:
     """Return the root directory of a ready image, building it first if needed."""
-    dependencies = python_dependencies()
-    digest = recipe_hash(dependencies)
+    digest = recipe_hash()
     final = CACHE_DIR / digest
     root = final / "root"
     if root.is_dir():
@@ -165,7 +128,7 @@ def image() -> Path:
         _remove_stale_builds(digest)
         build = Path(tempfile.mkdtemp(prefix=f".build-{digest}-", dir=CACHE_DIR))
         try:
-            _build(build / "root", dependencies)
+            _build(build / "root")
             build.chmod(0o755)
             # The rename is what makes an image visible, so a half-built one never is.
             build.rename(final)
@@ -282,7 +245,7 @@ def _proc_mounted(root: Path) -> Iterator[None]:
         subprocess.run(["umount", "--lazy", str(target)], check=False)
 
 
-def _build(root: Path, dependencies: Sequence[str]) -> None:
+def _build(root: Path) -> None:
     started = time.monotonic()
     logfile = root.parent / "build.log"
     log(f"building a Debian 12 test image in {root.parent} (takes about 3 minutes)")
@@ -327,25 +290,6 @@ def _build(root: Path, dependencies: Sequence[str]) -> None:
         _run_logged(
             _in_image(root, "update-ca-certificates"), logfile, "adding the host's CA certificates"
         )
-        log(f"creating {VENV} and installing: " + ", ".join(dependencies))
-        _run_logged(
-            _in_image(root, "python3", "-m", "venv", "--system-site-packages", VENV),
-            logfile,
-            "creating the Python venv",
-        )
-        if dependencies:
-            _run_logged(
-                _in_image(
-                    root,
-                    f"{VENV}/bin/pip",
-                    "install",
-                    "--no-cache-dir",
-                    "--disable-pip-version-check",
-                    *dependencies,
-                ),
-                logfile,
-                "installing the Python dependencies from PyPI",
-            )
         log(f"creating {TEST_VENV} for the tests' servers: " + ", ".join(TEST_PACKAGES))
         _run_logged(
             _in_image(root, "python3", "-m", "venv", TEST_VENV),

@@ -5,7 +5,7 @@ plays an app or a plugin a stranger published."""
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from testbed.image import VENV
+from testbed.deb_package import VENV
 from testbed.machine import Machine
 
 PYTHON = f"{VENV}/bin/python"

@@ -26,9 +26,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from .deb_package import built_deb
 from .droid_cache import MACHINE_DIR as DROID_CACHE
 from .droid_cache import droid_cache_dir
-from .image import CONTAINER_PATH, REPO_ROOT, ensure_host_tools, image
+from .image import CONTAINER_PATH, ensure_host_tools, image
 
 STATE_PARENT = Path("/var/tmp")
 STATE_PREFIX = "boxd-machine-"
@@ -595,89 +596,60 @@ class Machine:
 
 # --- installing boxd ----------------------------------------------------------------------------
 
-_NOT_IN_WHEEL_BUILD = shutil.ignore_patterns(
-    ".git",
-    ".venv",
-    "__pycache__",
-    "*.egg-info",
-    "build",
-    "dist",
-    ".mypy_cache",
-    ".ruff_cache",
-    ".pytest_cache",
-)
+
+def stage_deb(m: Machine, version: str | None = None) -> str:
+    """This checkout's package (debian/make-deb, at `version`) in the machine's /tmp, as a
+    person would have downloaded it: its path there. Again after the machine booted again (its
+    /tmp is a tmpfs)."""
+    deb = built_deb(version)
+    # Through /proc/<leader>/root the host writes into the machine's own /tmp (a tmpfs that
+    # only exists in the machine's mount namespace).
+    target = m.root / "tmp" / deb.name
+    shutil.copyfile(deb, target)
+    target.chmod(0o644)
+    return f"/tmp/{deb.name}"
 
 
-def build_wheel(out_dir: Path) -> Path:
-    """Build the project's wheel on the host from a copy of the repo; return its path."""
-    # A copy, so a build backend that builds in-tree leaves no build/ or egg-info in the repo.
-    source = out_dir / "source"
-    shutil.copytree(REPO_ROOT, source, ignore=_NOT_IN_WHEEL_BUILD, symlinks=True)
-    python = REPO_ROOT / ".venv/bin/python"
-    interpreter = str(python) if python.exists() else sys.executable
-    wheels = out_dir / "wheels"
-    base = [interpreter, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(wheels)]
-    attempts = []
-    # Without isolation is fast and offline; it needs the build backend in .venv.
-    for extra in (["--no-build-isolation"], []):
-        done = subprocess.run([*base, *extra, str(source)], capture_output=True, text=True)
-        attempts.append(done)
-        if done.returncode == 0:
-            break
-    else:
-        details = "\n".join(f"$ {' '.join(d.args)}\n{d.stdout}{d.stderr}" for d in attempts)
-        raise MachineError(f"could not build the boxd wheel:\n{details}")
-    built = sorted(wheels.glob("*.whl"))
-    if len(built) != 1:
-        raise MachineError(f"expected one wheel in {wheels}, found {[w.name for w in built]}")
-    return built[0]
+def apt_install(m: Machine, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """apt-get install in the machine, which has no network: what it installs must be in the
+    image or named by path."""
+    return m.run(
+        "apt-get",
+        "install",
+        "-y",
+        "-q",
+        "--no-install-recommends",
+        *argv,
+        env={"DEBIAN_FRONTEND": "noninteractive"},
+        timeout=timeout,
+    )
 
 
-def stage_boxd(m: Machine) -> str:
-    """This checkout's wheel, units, polkit files and docs in the machine's /tmp/boxd-src, as a
-    person would have them to install: the wheel's name. Again after the machine booted again
-    (its /tmp is a tmpfs)."""
-    for needed in ("units/install.sh", "pyproject.toml"):
-        if not (REPO_ROOT / needed).exists():
-            raise MachineError(f"cannot install boxd: {REPO_ROOT / needed} does not exist")
-    with tempfile.TemporaryDirectory(prefix="boxd-wheel-") as tmp:
-        wheel = build_wheel(Path(tmp))
-        # Through /proc/<leader>/root the host writes into the machine's own /tmp (a tmpfs
-        # that only exists in the machine's mount namespace).
-        target = m.root / "tmp/boxd-src"
-        shutil.rmtree(target, ignore_errors=True)
-        target.mkdir(parents=True)
-        shutil.copy2(wheel, target / wheel.name)
-        for part in ("units", "polkit", "docs"):
-            if (REPO_ROOT / part).is_dir():
-                shutil.copytree(
-                    REPO_ROOT / part, target / part, ignore=shutil.ignore_patterns("__pycache__")
-                )
-        shutil.copy2(REPO_ROOT / "README.md", target / "README.md")
-        return wheel.name
-
-
-def install_boxd(m: Machine, *, active_timeout: float = 20) -> None:
-    """Install this checkout of boxd into the machine with units/install.sh and wait for it."""
-    wheel = stage_boxd(m)
-    started = time.monotonic()
-    m.run("bash", "/tmp/boxd-src/units/install.sh", f"/tmp/boxd-src/{wheel}", timeout=300)
-    deadline = time.monotonic() + active_timeout
+def wait_active(m: Machine, unit: str, timeout: float, after: str) -> None:
+    deadline = time.monotonic() + timeout
     state = ""
     while time.monotonic() < deadline:
-        state = m.run("systemctl", "is-active", "boxd.service", check=False).stdout.strip()
+        state = m.run("systemctl", "is-active", unit, check=False).stdout.strip()
         if state == "active":
-            log(f"boxd installed and active in {time.monotonic() - started:.1f} s")
             return
         if state == "failed":
             break
         time.sleep(0.2)
-    status = m.run("systemctl", "status", "--no-pager", "-l", "boxd.service", check=False)
-    journal = m.run("journalctl", "-b", "--no-pager", "-n", "60", "-u", "boxd.service", check=False)
+    status = m.run("systemctl", "status", "--no-pager", "-l", unit, check=False)
+    journal = m.run("journalctl", "-b", "--no-pager", "-n", "60", "-u", unit, check=False)
     raise MachineError(
-        f"boxd.service is {state or 'not active'} {active_timeout:g} s after install.sh.\n"
+        f"{unit} is {state or 'not active'} {timeout:g} s after {after}.\n"
         f"{status.stdout}\n{journal.stdout}"
     )
+
+
+def install_boxd(m: Machine, *, active_timeout: float = 20, version: str | None = None) -> None:
+    """Install this checkout's package into the machine with apt and wait for boxd."""
+    deb = stage_deb(m, version)
+    started = time.monotonic()
+    apt_install(m, deb)
+    wait_active(m, "boxd.service", active_timeout, f"apt-get install {deb}")
+    log(f"boxd installed and active in {time.monotonic() - started:.1f} s")
 
 
 def booted_box() -> Iterator[Machine]:

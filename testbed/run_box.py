@@ -220,7 +220,7 @@ def main() -> int:
     try:
         say("Booting the box (the first run builds its image, about 2 minutes)...")
         m.start()
-        say("Installing boxd...")
+        say("Installing boxd's package (make deb, then apt-get install ./boxd_*.deb)...")
         install_boxd(m)
         if m.run("id", OWNER, check=False).returncode != 0:
             m.run("useradd", "-m", "-G", "boxd-owner", OWNER)

@@ -26,9 +26,17 @@ _DOTTED = re.compile(rf"(?<![\w.-]){_PACKAGES}(?:\.[A-Za-z_]\w*)+")
 _FILE = re.compile(rf"(?<![\w/.-]){_PACKAGES}/[\w/]+\.py\b")
 # `from boxd.patches import asyncio` in a program a test runs: the module is boxd.patches.asyncio.
 _FROM = re.compile(r"\bfrom (boxd(?:\.\w+)*) import (\w+)")
-# Names that look like module paths and are not: a unit, the sysusers file, the screen's key in
-# the browser's sessionStorage, a test's logger, an entry point a test names because it is gone.
-_NOT_MODULES = {"boxd.service", "boxd.conf", "boxd.session", "tests.paced", "tests.no_such_module"}
+# Names that look like module paths and are not: a unit, the sysusers file, the venv's .pth file
+# (debian/postinst), the screen's key in the browser's sessionStorage, a test's logger, an entry
+# point a test names because it is gone.
+_NOT_MODULES = {
+    "boxd.service",
+    "boxd.conf",
+    "boxd.pth",
+    "boxd.session",
+    "tests.paced",
+    "tests.no_such_module",
+}
 # What a benchmark run `--against` an older checkout imports there when this one has no such name.
 _OLDER_CHECKOUTS = {
     "bench/broker_import.py": {

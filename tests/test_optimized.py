@@ -4,7 +4,6 @@ process run as the units run them as in a plain one."""
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,7 +53,7 @@ def shown(environment: dict[str, str]) -> dict[str, Any]:
 def test_the_units_run_python_optimized(tmp_path: Path) -> None:
     environment = python_environment()
     assert environment["PYTHONOPTIMIZE"] == "2"
-    # Its own cache here: /usr/lib/boxd/pycache is install.sh's, on a box.
+    # Its own cache here: /usr/lib/boxd/pycache is the package's postinst's, on a box.
     optimized = shown({**environment, "PYTHONPYCACHEPREFIX": str(tmp_path)})
     plain = shown({"PYTHONOPTIMIZE": "", "PYTHONNODEBUGRANGES": ""})
     assert optimized["optimize"] == 2 and plain["optimize"] == 0
@@ -80,6 +79,7 @@ def test_every_unit_that_runs_boxd_s_python_reads_the_environment_file() -> None
     for name, text in running.items():
         if name != "boxd-droid-install.service":
             assert f"\nEnvironmentFile={ENVIRONMENT_FILE}\n" in text, name
-    install = (UNITS / "install.sh").read_text()
-    assert re.search(r'install -m 0644 "\$here/python.env" "\$prefix/python.env"', install)
-    assert "prefix=/usr/lib/boxd\n" in install
+    # The package puts the file where the units read it.
+    rules = (ROOT / "debian/rules").read_text()
+    assert "\n\tinstall -m 0644 units/python.env $(ROOT)$(PREFIX)/python.env\n" in rules
+    assert "\nPREFIX := /usr/lib/boxd\n" in rules

@@ -5,8 +5,8 @@ Which apps are installed is read as boxd starts, from the installed packages' me
 app the manager makes its user, boxd-app-<app> (a system user with a group of its own, as a
 package would make it), and its directory in the vault, and starts its socket, which starts the
 runner on the first connection of a broker. The socket of an app no longer installed is
-stopped. An app installed or removed while boxd runs is seen at boxd's next start (install.sh
-restarts it; `systemctl restart boxd` does too).
+stopped. An app installed or removed while boxd runs is seen at boxd's next start (installing
+the package restarts it; `systemctl restart boxd` does too).
 
 A runner holds its app's secrets as they were when it started: when one is set or removed, the
 runner is stopped (its runs finish first), and the next call starts it with the vault as it is.

@@ -1,10 +1,10 @@
-"""boxd's own processes run as units/python.env says: optimized, with the bytecode install.sh
-compiled for them, which is whole, of the sources installed, and root's alone (a file there a
-broker or a task could write would be code run in every broker)."""
+"""boxd's own processes run as units/python.env says: optimized, with the bytecode the
+package's postinst compiled for them, which is whole, of the sources installed, and root's alone
+(a file there a broker or a task could write would be code run in every broker)."""
 
 import json
 
-from testbed.machine import Machine, stage_boxd
+from testbed.machine import Machine, stage_deb
 
 ENVIRONMENT_FILE = "/usr/lib/boxd/python.env"
 PYTHON = "/usr/lib/boxd/venv/bin/python"
@@ -106,7 +106,7 @@ def test_boxd_s_services_and_brokers_run_with_the_file_s_environment(machine: Ma
         assert {name: has.get(name) for name in wanted} == wanted, unit
 
 
-# What install.sh runs as root with python -m or -c, or imports there.
+# What postinst runs as root with python -m or -c, or imports there.
 PLANTED = (
     "compileall",
     "venv",
@@ -115,10 +115,12 @@ PLANTED = (
     "dbus_fast",
     "pydantic",
     "sdnotify",
+    "segno",
     "systemd",
+    "boxd",
 )
 MARKER = "/run/boxd-planted"
-# Each says it ran, as root, and then stands aside for the real module, so that install.sh goes
+# Each says it ran, as root, and then stands aside for the real module, so that postinst goes
 # on to whatever it runs next.
 PLANT = """
 import importlib, os, runpy, sys
@@ -132,10 +134,10 @@ else:
 """
 
 
-def test_install_sh_runs_nothing_from_the_folder_it_is_started_in(machine: Machine) -> None:
-    """python -m and -c put the working directory first on sys.path: root running install.sh
-    from a folder others can write would import what they put there. Another user plants a
-    module of each name install.sh runs or imports, which says so as root."""
+def test_installing_runs_nothing_from_the_folder_it_is_started_in(machine: Machine) -> None:
+    """python -m and -c put the working directory first on sys.path: root installing boxd from
+    a folder others can write would import what they put there. Another user plants a module of
+    each name postinst runs or imports, which says so as root."""
     machine.run("rm", "-rf", "/tmp/shared", MARKER)
     machine.run("install", "-d", "-m", "1777", "/tmp/shared")
     for name in PLANTED:
@@ -147,12 +149,14 @@ def test_install_sh_runs_nothing_from_the_folder_it_is_started_in(machine: Machi
             user="nobody",
         )
     # Staged again: a test before may have booted the machine again, which empties its /tmp.
-    wheel = stage_boxd(machine)
-    # The wheel named from there, as a person would.
+    deb = stage_deb(machine)
+    # Installed again (postinst runs as on an upgrade), from there, as a person would.
+    machine.run("cp", deb, "/tmp/shared/")
     done = machine.run(
         "sh",
         "-c",
-        f"cd /tmp/shared && exec bash /tmp/boxd-src/units/install.sh ../boxd-src/{wheel}",
+        f"cd /tmp/shared && DEBIAN_FRONTEND=noninteractive exec apt-get install -y --reinstall "
+        f"./{deb.rsplit('/', 1)[1]}",
         check=False,
         timeout=300,
     )

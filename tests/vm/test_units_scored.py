@@ -116,7 +116,7 @@ def test_an_apps_runner_stays_at_its_figure_and_sees_its_own_state(
 
 @pytest.mark.parametrize("unit", ["boxd.service", "boxd-droid-install.service"])
 def test_the_documentation_a_unit_names_is_installed(machine: Machine, unit: str) -> None:
-    # `systemctl help` opens these: each must be a file install.sh put there.
+    # `systemctl help` opens these: each must be a file the package put there.
     pages = shown(machine, unit, "Documentation")["Documentation"].split()
     assert pages, f"{unit} names no documentation"
     for page in pages:
