@@ -124,3 +124,7 @@ def _prune(keep: Path, how_many: int = 8) -> None:
     for old in built[how_many:]:
         if old != keep:
             shutil.rmtree(old, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    print(built_deb())
