@@ -155,6 +155,7 @@ _LIVE_EVENTS = (
     f"token stopped being good. A comment line every {HEARTBEAT_SECONDS:.0f} seconds keeps the "
     "connection open."
 )
+_NOT_RUNNING = "boxd is not running (no one owns org.boxd.Box1 on the system bus)"
 _IN_PERSON = "this computer's own screen or the owner's paired device (not an owner's token)"
 
 
@@ -485,9 +486,6 @@ ROUTES: tuple[Route, ...] = (
         open_to_all=True,
     ),
 )
-
-
-_NOT_RUNNING = "boxd is not running (no one owns org.boxd.Box1 on the system bus)"
 
 
 def _error(*texts: str) -> dict[str, Any]:
