@@ -160,9 +160,6 @@ class Box:
         self.layers.open()
         self.vault.open()
         await self.systemd.subscribe()
-        # Beside the rest of the start: it runs probes of its own, and only a task's start
-        # waits for it.
-        self.doctor.begin()
         await self.apps.open()
         await self.owner.limit_all_tasks(await self.store.settings())
         self.store.on_full = self.ending.free_disk_soon

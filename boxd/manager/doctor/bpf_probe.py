@@ -17,6 +17,7 @@ import sys
 
 from dbus_fast import Variant
 
+from boxd.manager.doctor.leftovers import UNIT_PREFIX
 from boxd.manager.units.sandbox import DENY_EVERY_ADDRESS
 from boxd.manager.units.systemd import CLD_EXITED, UnitStatus
 from boxd.wire.doctor import Finding, failed, passed
@@ -45,7 +46,7 @@ _FIX = (
 
 
 def unit_name(token: str) -> str:
-    return f"boxd-doctor-bpf-{token}.service"
+    return f"{UNIT_PREFIX}{token}.service"
 
 
 def properties(python: str = sys.executable) -> list[tuple[str, Variant]]:

@@ -8,12 +8,12 @@ and docs/install.md.
 """
 
 import asyncio
+import logging
 import os
-import secrets
 import shutil
-import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -25,14 +25,17 @@ from boxd.dbus.polkit import installed_actions
 from boxd.droid.release import VERSION, droid_binary
 from boxd.errors import BoxError
 from boxd.manager.access.vault import ENCRYPT
-from boxd.manager.doctor import bpf_probe
+from boxd.manager.doctor import bpf_probe, leftovers
 from boxd.manager.run import NotInstalled, Ran, run
+from boxd.manager.units.netns import NETNS_DIR
 from boxd.manager.units.sandbox import sandbox_properties
 from boxd.manager.units.systemd import UnitStatus
 from boxd.manager.units.worker_unit import all_tasks_properties
 from boxd.manager.workspaces.layers import MAX_DONE, layer_name, overlay_options
 from boxd.wire.doctor import Finding, failed, passed
 from boxd.wire.models.settings import Settings
+
+log = logging.getLogger(__name__)
 
 # Debian 12's: the oldest boxd is tested on, and the first with every sandbox option it sets.
 OLDEST_SYSTEMD = 252
@@ -59,7 +62,7 @@ class Runner(Protocol):
     ) -> Ran: ...
 
 
-class ProbeSystemd(Protocol):
+class ProbeSystemd(leftovers.Units, Protocol):
     async def version(self) -> str: ...
 
     async def run_to_end(self, name: str, properties: list[tuple[str, Variant]]) -> UnitStatus: ...
@@ -89,8 +92,9 @@ class Seams:
     dbus_policy_dirs: tuple[Path, ...] = DBUS_POLICY_DIRS
     droid: Path = field(default_factory=droid_binary)
     free_bytes: Callable[[Path], int] = lambda path: _free(os.statvfs(path))
-    # Used to make the probe units' and namespaces' names, unique to one run.
-    token: Callable[[], str] = lambda: secrets.token_hex(4)
+    # Names each trial (probe unit, namespace, stack of layers), unique to one run.
+    token: Callable[[], str] = leftovers.token
+    netns_dir: Path = NETNS_DIR
 
 
 def on_this_machine(home: Path, bus: MessageBus, systemd: ProbeSystemd) -> Seams:
@@ -167,7 +171,8 @@ async def overlayfs(seams: Seams) -> Finding:
     lowers = [layer_name(n) for n in range(MAX_DONE)] + ["base"]
 
     def make() -> Path:
-        place = Path(tempfile.mkdtemp(prefix=".doctor-", dir=seams.home))
+        place = seams.home / f"{leftovers.STACK_PREFIX}{seams.token()}"
+        place.mkdir(mode=0o700)
         for sub in ("layers", "upper", "work", "view"):
             (place / sub).mkdir()
         for lower in lowers:
@@ -215,7 +220,7 @@ async def _complaint(seams: Seams, *argv: str, cwd: Path | None = None) -> str |
 async def network_namespaces(seams: Seams) -> Finding:
     """Makes a network namespace with loopback up, as each task's is made, and removes it."""
     name = "network namespaces"
-    netns = f"boxd-doctor-{seams.token()}"
+    netns = f"{leftovers.NETNS_PREFIX}{seams.token()}"
     made = await _complaint(seams, "ip", "netns", "add", netns)
     if made is None:
         made = await _complaint(seams, "ip", "-n", netns, "link", "set", "lo", "up")
@@ -374,7 +379,14 @@ CHECKS = (
 
 
 async def run_checks(seams: Seams) -> list[Finding]:
-    """Every check at once, in CHECKS' order; a check that breaks is a failure in its words."""
+    """Every check at once, in CHECKS' order; a check that breaks is a failure in its words.
+    First what runs cut off left goes."""
+    try:
+        await leftovers.clear(
+            seams.home, seams.systemd, partial(_complaint, seams), netns_dir=seams.netns_dir
+        )
+    except Exception as error:
+        log.warning("could not clear what earlier checks of this machine left: %s", error)
     results = await asyncio.gather(*(check(seams) for check in CHECKS), return_exceptions=True)
     findings = []
     for check, result in zip(CHECKS, results, strict=True):

@@ -10,6 +10,7 @@ a fix let the queued tasks start.
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from boxd.errors import Problem, die
@@ -46,6 +47,7 @@ class Doctor:
         # Those who asked before the first checks answered waited for them: only a refusal
         # that was answered makes work to take up once the checks pass.
         before = refusal(self.findings) if self.findings is not None else None
+        began = time.monotonic()
         try:
             findings = await self._check()
         except Exception as error:
@@ -59,6 +61,7 @@ class Doctor:
                 )
             ]
         self.findings = findings
+        log.info("boxd doctor: checked this machine in %.2f s", time.monotonic() - began)
         for finding in findings:
             if not finding.ok:
                 level = logging.ERROR if finding.blocks else logging.WARNING

@@ -53,6 +53,15 @@ class FakeSystemd:
     async def version(self) -> str:
         return self._version
 
+    async def loaded_units(self, pattern: str) -> list[str]:
+        return []
+
+    async def stop_unit(self, name: str) -> None:
+        raise AssertionError(f"no unit is left to stop, yet {name} was")
+
+    async def reset_failed(self, name: str) -> None:
+        raise AssertionError(f"no unit is left to reset, yet {name} was")
+
     async def run_to_end(self, name: str, properties: list[tuple[str, Variant]]) -> UnitStatus:
         self.ran.append((name, properties))
         return self.probe
@@ -89,6 +98,7 @@ def seams(tmp_path: Path) -> Seams:
         droid=droid,
         free_bytes=lambda path: 50 * 2**30,
         token=lambda: "abcd1234",
+        netns_dir=tmp_path / "netns",
     )
 
 
