@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from testbed.box_api import boxctl, busctl_call, busctl_result, finish, http, start_fake
+from testbed.browser import browser
 from testbed.machine import Machine, booted_box
+from testbed.screen_driver import LINK, until
 
 BOXD = "/usr/lib/boxd/venv/bin/boxd"
 OWNER = "owner"
@@ -116,6 +118,23 @@ def test_without_bpf_no_task_starts_and_the_owner_is_told_why(no_bpf: Machine) -
     assert "box-task-" not in units.stdout and "box-broker@" not in units.stdout
     journal = no_bpf.run("journalctl", "-u", "boxd.service", "--no-pager", "-o", "cat").stdout
     assert "boxd starts no task until the failed checks above pass" in journal
+
+
+def test_without_bpf_the_owners_screen_says_no_task_starts_and_why(no_bpf: Machine) -> None:
+    owner = _owner(no_bpf)
+    link = LINK.search(boxctl(no_bpf, "open", user=owner).stdout)
+    assert link is not None
+    with browser(no_bpf, owner) as driver:
+        driver.get(link.group(1))
+        banner = "#doctor-banner"
+        shown = (
+            "const e = document.querySelector(arguments[0]); "
+            "return e && !e.hidden ? e.innerText : ''"
+        )
+        words = until(driver, lambda d: d.execute_script(shown, banner), "no doctor's banner")
+        assert "No task starts on this machine until it is fixed" in words
+        assert BPF in words and "does not enforce IPAddressDeny=" in words
+        assert "boxctl doctor" in words
 
 
 def test_polkit_without_boxds_action_is_advice(no_bpf: Machine) -> None:

@@ -120,8 +120,10 @@ async function boot() {
   }
   header();
   route();
-  await Promise.all([loadTasks(), loadApprovals(), loadPause(), loadDoctor()]);
+  await Promise.all([loadTasks(), loadApprovals(), loadPause()]);
   start();
+  // Not waited for: checking the machine anew takes the box a moment (docs/performance.md).
+  loadDoctor().catch((error) => toast(error.message, "bad"));
 }
 
 boot().catch((error) => { if (!signedOut) toast(error.message, "bad"); });
