@@ -18,6 +18,12 @@ def main() -> None:
     commands.add_parser(
         "droid-install", help="install the pinned Droid binary (boxd-droid-install.service)"
     )
+    # Parsed here, its module imported only when it runs: every broker's start reads this file.
+    checks = commands.add_parser(
+        "doctor",
+        help="check what boxd needs of this machine, as root (exit status 1: tasks cannot start)",
+    )
+    checks.add_argument("--json", action="store_true", help="print the findings as JSON")
     arguments = parser.parse_args()
     try:
         if arguments.command == "manager":
@@ -28,6 +34,10 @@ def main() -> None:
             from boxd.web.main import main as web
 
             web()
+        elif arguments.command == "doctor":
+            from boxd.manager.doctor.command import main as doctor
+
+            doctor(arguments.json)
         elif arguments.command == "droid-install":
             from boxd.droid.installer import main as droid_install
 

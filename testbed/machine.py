@@ -219,8 +219,13 @@ class Machine:
         private_network: bool = True,
         binds: Iterable[Bind] = (),
         name: str | None = None,
+        bpf: bool = True,
     ) -> None:
         self.name = name or f"boxd-test-{secrets.token_hex(4)}"
+        # Whether its processes may call bpf(): without it, systemd silently ignores
+        # IPAddressDeny= in it (what tests/vm/test_doctor.py shows boxd refuses to run with).
+        # Read at each start, so a test may boot the same machine again with it changed.
+        self.bpf = bpf
         self.private_network = private_network
         self.binds: list[Bind] = list(binds)
         self._image_root = image_root
@@ -323,7 +328,7 @@ class Machine:
             # For IPAddressDeny= and for loopback in the namespaces tests make inside.
             "--capability=CAP_NET_ADMIN",
             # quotactl_fd: boxd asks the kernel whether BOX_HOME keeps project quotas.
-            "--system-call-filter=bpf quotactl_fd",
+            f"--system-call-filter={'bpf ' if self.bpf else ''}quotactl_fd",
             f"--bind={_escape_bind(str(self.home))}:{BOX_HOME}",
             # For testbed/npm_registry.py to serve Droid from, without the network.
             f"--bind-ro={_escape_bind(str(droid_cache_dir()))}:{DROID_CACHE}",
@@ -652,10 +657,10 @@ def install_boxd(m: Machine, *, active_timeout: float = 20, version: str | None 
     log(f"boxd installed and active in {time.monotonic() - started:.1f} s")
 
 
-def booted_box() -> Iterator[Machine]:
+def booted_box(*, bpf: bool = True) -> Iterator[Machine]:
     """A booted machine with this checkout of boxd installed and boxd.service active, stopped
     at the end. Also for modules that need a machine of their own (`scope="module"`)."""
-    m = Machine()
+    m = Machine(bpf=bpf)
     m.start()
     try:
         install_boxd(m)

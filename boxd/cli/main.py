@@ -19,6 +19,7 @@ from boxd.dbus.client import BoxClient, connect_system_bus, pages, whole
 from boxd.dbus.interface import MANAGER
 from boxd.errors import BoxError, Problem, die
 from boxd.wire.caller import Role
+from boxd.wire.doctor import Finding, report
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -154,6 +155,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     droid.add_argument("--json", action="store_true")
 
+    doctor = commands.add_parser(
+        "doctor",
+        help="have boxd check this machine anew: what is missing and how to fix it "
+        "(exit status 1: tasks cannot start)",
+    )
+    doctor.add_argument("--json", action="store_true")
     pair = commands.add_parser(
         "pair", help="make a code a device exchanges once, within ten minutes, for a token"
     )
@@ -334,6 +341,11 @@ async def run(arguments: argparse.Namespace) -> int:
     elif command == "droid":
         droid = await client.call(api.GET_DROID)
         print(show.as_json(droid) if as_json else show.droid_line(droid))
+    elif command == "doctor":
+        answer = await client.call(api.CHECK_MACHINE)
+        findings = [Finding.read(shown) for shown in answer["checks"]]
+        print(show.as_json(answer) if as_json else show.visible(report(findings), lines=True))
+        return 0 if answer["tasksStart"] else 1
     elif command == "pair":
         pairing = await client.call(api.CREATE_PAIRING, arguments.name)
         shown = show.pairing_text(pairing, qr=sys.stdout.isatty())

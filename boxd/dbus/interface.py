@@ -244,6 +244,9 @@ CREATE_PAIRING = Method("CreatePairing", ("name",), "pairing", _IN_PERSON)
 PAIR = Method("Pair", ("code",), "paired", frozenset({Door.PAIRING_CODE}))
 # Which Droid release the box runs and whether its install is under way or failed.
 GET_DROID = Method("GetDroid", (), "droid", _OWNER)
+# What boxd needs of this machine, checked anew (boxd.manager.doctor): while a check that
+# blocks fails, no task starts, and the answer says why.
+CHECK_MACHINE = Method("CheckMachine", (), "findings", _OWNER)
 # Whether the agents are paused ({paused}); while they are, every new task stays queued.
 GET_AGENTS = Method("GetAgents", (), "agents", _OWNER)
 PAUSE_AGENTS = Method("PauseAgents", (), "agents", _OWNER)
@@ -305,6 +308,7 @@ METHODS: tuple[Method, ...] = (
     CREATE_PAIRING,
     PAIR,
     GET_DROID,
+    CHECK_MACHINE,
     GET_AGENTS,
     PAUSE_AGENTS,
     RESUME_AGENTS,

@@ -35,3 +35,22 @@ async def check_authorization(bus: MessageBus, sender: str, action: str) -> None
             "Only the box's owner may do this: the caller is not root and not in group "
             f"boxd-owner (polkit refused {action}).",
         )
+
+
+async def installed_actions(bus: MessageBus) -> list[str]:
+    """The ids of the actions polkit has read (`pkaction`): a BoxError in words when polkit
+    does not answer."""
+    reply = await bus.call(
+        Message(
+            destination=_AUTHORITY,
+            path=_AUTHORITY_PATH,
+            interface=_AUTHORITY_INTERFACE,
+            member="EnumerateActions",
+            signature="s",
+            body=[""],
+        )
+    )
+    if reply is None or reply.message_type == MessageType.ERROR:
+        reason = reply.body[0] if reply is not None and reply.body else "no answer"
+        die(Problem.UNAVAILABLE, f"polkit does not answer on the system bus ({reason})")
+    return [str(action[0]) for action in reply.body[0]]

@@ -9,6 +9,7 @@ the task's lock."""
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from boxd.manager.app_runners import AppRunners
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.background import Background
 from boxd.manager.broker_methods import BrokerMethods
+from boxd.manager.doctor.checks import on_this_machine, run_checks
+from boxd.manager.doctor.gate import Doctor
 from boxd.manager.folders.folders import asking_account, check_folders, folder_workspace, look_as
 from boxd.manager.folders.owner_process import as_owner_work
 from boxd.manager.lifecycle import Lifecycle
@@ -48,6 +51,8 @@ from boxd.manager.workspaces.layers import Layers
 from boxd.manager.workspaces.workspaces import PERSONAL, SHARED, Workspaces
 from boxd.wire.caller import OWNER_ONLY, Caller, Role
 from boxd.wire.claude_models import DEFAULT_MODEL, resolve_model
+from boxd.wire.doctor import Finding
+from boxd.wire.doctor import public as doctor_answer
 from boxd.wire.event import EventKind
 from boxd.wire.ids import new_task_id, task_user
 from boxd.wire.model_key import KEY_REFUSED
@@ -81,6 +86,7 @@ class Box:
         bus: MessageBus,
         systemd: Systemd,
         task_os: TaskOS | None = None,
+        check_machine: Callable[[], Awaitable[list[Finding]]] | None = None,
     ) -> None:
         self.home = home
         self.task_os = task_os or TaskOS()
@@ -99,8 +105,20 @@ class Box:
         self.background = Background()
         self.screen = ScreenSessions(store)
         self.views = ViewMounts(store, self.layers)
+        # What this machine lacks stops every task from starting (boxd.manager.doctor.gate).
+        self.doctor = Doctor(
+            check_machine or partial(run_checks, on_this_machine(home, bus, systemd)),
+            self._machine_fixed,
+        )
         machinery = Machinery(
-            home, store, systemd, self.layers, self.task_os, self.background, self.views
+            home,
+            store,
+            systemd,
+            self.layers,
+            self.task_os,
+            self.background,
+            self.views,
+            self.doctor,
         )
         self.spare_maker = SpareMaker(machinery, self.vault)
         self.spares = self.spare_maker.pool
@@ -183,6 +201,15 @@ class Box:
         await self.lifecycle.start_queued()
         self.background(self.spare_maker.renew_leftovers())
 
+    def _machine_fixed(self) -> None:
+        """The checks pass (again): queued tasks start, and spares are made."""
+        self.lifecycle.start_queued_soon()
+        self.spares.fill_soon()
+
+    async def check_machine(self, caller: Caller) -> dict[str, Any]:
+        """The machine checked anew (boxctl doctor, GET /api/doctor)."""
+        return doctor_answer(await self.doctor.check_again())
+
     def routes(self) -> dict[api.Method, Handler]:
         return {
             api.CREATE_TASK: self.create_task,
@@ -210,6 +237,7 @@ class Box:
             api.LIST_TOKENS: self.owner.list_tokens,
             api.REVOKE_TOKEN: self.owner.revoke_token,
             api.GET_DROID: self.owner.get_droid,
+            api.CHECK_MACHINE: self.check_machine,
             api.CREATE_PAIRING: self.owner.create_pairing,
             api.PAIR: self.owner.pair,
             api.GET_AGENTS: self.owner.get_agents,
@@ -248,6 +276,7 @@ class Box:
 
     async def create_task(self, caller: Caller, request: str) -> dict[str, Any]:
         asked = parse_task_request(request)
+        await self.doctor.refuse_if_failing()
         settings = await self.store.settings()
         personal = asked.personal
         if personal is not None or asked.workspace.startswith(PERSONAL):

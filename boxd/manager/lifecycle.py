@@ -154,10 +154,14 @@ class Lifecycle(OnMachinery):
     async def _admit(self) -> list[Task]:
         """Gives the free places to the oldest queued tasks; returns them, oldest first, after
         the Droid tasks that cannot run, which _start fails. Droid tasks wait for its install
-        without a place, and every task waits while the agents are paused."""
+        without a place, and every task waits while the agents are paused or a check of the
+        machine that blocks tasks fails."""
         async with self.admission:
             limit = (await self.store.settings()).maxRunningTasks
             queued = await self.store.tasks((TaskState.QUEUED,))
+            # While the machine cannot sandbox them, they wait queued (boxd.manager.doctor).
+            if queued and await self.doctor.refusal() is not None:
+                return []
             paused = await self.store.agents_paused()
             may_start, refused = sort_queue(queued, self.droid.state, paused)
             chosen = next_to_start(may_start, self._places, limit)
@@ -296,6 +300,8 @@ class Lifecycle(OnMachinery):
         """Starts the worker, and with it, in the same job, its broker and the broker's sockets
         (worker_unit.worker_properties): one call to systemd rather than one per unit. The
         broker's start-up overlaps the worker's rather than waiting for its first connection."""
+        # The one place every worker of a task starts, woken or new, resumed or not.
+        await self.doctor.refuse_if_failing()
         unit = worker_unit(task.id)
         settings = await self.store.settings()
         # The vault holds still from the count's check to the worker's start: a secret removed

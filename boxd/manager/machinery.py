@@ -1,12 +1,14 @@
 """What the manager's parts that make, start and end tasks share (boxd.manager.spares, lifecycle,
 ending): the box's home, its record, systemd, the layers and the owner's views of them, what a
-task is given on the machine besides its units, and the jobs that run in the background. Box
-makes it once; each part keeps its pieces under their own names."""
+task is given on the machine besides its units, the jobs that run in the background, and the
+doctor, without whose yes no worker starts. Box makes it once; each part keeps its pieces under
+their own names."""
 
 from dataclasses import dataclass
 from pathlib import Path
 
 from boxd.manager.background import Background
+from boxd.manager.doctor.gate import Doctor
 from boxd.manager.record.store import Store
 from boxd.manager.units.systemd import Systemd
 from boxd.manager.units.task_os import TaskOS
@@ -24,6 +26,8 @@ class Machinery:
     background: Background
     # The owner's mounted views, remade as stacks change.
     views: ViewMounts
+    # Whether this machine can sandbox a task now: asked before any worker starts.
+    doctor: Doctor
 
 
 class OnMachinery:
@@ -38,3 +42,4 @@ class OnMachinery:
         self.task_os = machinery.task_os
         self.background = machinery.background
         self.views = machinery.views
+        self.doctor = machinery.doctor

@@ -58,6 +58,9 @@ async def run() -> None:
     notifier = sdnotify.SystemdNotifier()
     notifier.notify("READY=1")
     log.info("boxd is ready; BOX_HOME is %s", home)
+    # Once ready, so that its processes do not slow the start: a task's start before they
+    # answer waits for them (boxd.manager.doctor.gate).
+    box.doctor.begin()
     watchdog = asyncio.create_task(_keep_watchdog_fed(notifier))
     stopped = asyncio.create_task(until_stopped())
     cut_off = asyncio.create_task(bus.wait_for_disconnect())  # type: ignore[no-untyped-call]

@@ -200,6 +200,8 @@ class SpareMaker(OnMachinery):
         self.pool.fill_soon()
 
     async def make(self, task_id: str) -> None:
+        # A spare's worker runs in a task's sandbox: none while the machine cannot make one.
+        await self.doctor.refuse_if_failing()
         uid = await self.store.claim_uid(task_id, FIRST_UID, LAST_UID, id_taken)
         directory = at_rest.task_directory(self.home, task_id)
         await at_once(

@@ -18,6 +18,7 @@ from boxd.web.byte_ranges import past_the_end
 from boxd.web.event_stream import EVENTS_PATH, HEARTBEAT_SECONDS
 from boxd.web.host_check import OTHER_ORIGIN
 from boxd.web.live_events import TOO_MANY
+from boxd.web.openapi_doctor import DOCTOR, DOCTOR_SUMMARY, NOT_SANDBOXED, NOT_SANDBOXED_WHY
 from boxd.web.openapi_files import FILE, FILE_MEDIA, FILE_SUMMARY, HISTORY, LISTING, READERS
 from boxd.web.openapi_uploads import ADD_MANY, ADD_UNDER, DELETE_ONE, MANY, ONE, PUT_ONE, RENAME
 from boxd.web.screen_session import (
@@ -154,6 +155,7 @@ _LIVE_EVENTS = (
     f"token stopped being good. A comment line every {HEARTBEAT_SECONDS:.0f} seconds keeps the "
     "connection open."
 )
+_NOT_RUNNING = "boxd is not running (no one owns org.boxd.Box1 on the system bus)"
 _IN_PERSON = "this computer's own screen or the owner's paired device (not an owner's token)"
 
 
@@ -284,6 +286,7 @@ ROUTES: tuple[Route, ...] = (
         (400, 404),
     ),
     Route("GET", "/api/droid", "The Droid release the box runs and its install", 200, _ANYTHING),
+    Route("GET", "/api/doctor", DOCTOR_SUMMARY, 200, DOCTOR),
     Route("GET", "/api/pause", "Whether the agents are paused", 200, _PAUSED),
     Route("POST", "/api/pause", "Pause the agents: new tasks stay queued", 200, _PAUSED),
     Route("POST", "/api/resume", "Resume: queued tasks start in the order they came", 200, _PAUSED),
@@ -512,7 +515,7 @@ _REFUSALS: dict[int, tuple[str, dict[str, Any]]] = {
     ),
     503: (
         "boxd is not running, or (for the live events) too many streams are open",
-        _error("boxd is not running (no one owns org.boxd.Box1 on the system bus)", TOO_MANY),
+        _error(_NOT_RUNNING, TOO_MANY),
     ),
     507: (
         "The box's disk is full: nothing was made; free space and try again",
@@ -535,6 +538,11 @@ def _operation(route: Route) -> dict[str, Any]:
     for status in sorted(set(statuses)):
         words, content = _REFUSALS[status]
         responses[str(status)] = {"description": words, "content": content}
+    if route.path == "/api/tasks" and route.method == "POST":
+        responses["503"] = {
+            "description": NOT_SANDBOXED_WHY,
+            "content": _error(_NOT_RUNNING, NOT_SANDBOXED),
+        }
     if route.path == SESSION_PATH and route.method == "POST":
         responses["401"] = {
             "description": "A used, late or unknown link",

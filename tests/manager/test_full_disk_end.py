@@ -20,6 +20,7 @@ from boxd.manager.units.task_os import TaskOS
 from boxd.manager.workspaces.layers import THROWN_AWAY
 from boxd.paths import task_dir, task_own_home
 from boxd.wire.models.task import Task, TaskState
+from tests.support.machine_checks import fit_machine
 from tests.support.tasks import a_task
 
 TASK = "t000000001"
@@ -52,7 +53,14 @@ async def box(tmp_path: Path) -> AsyncIterator[Box]:
     store = Store(tmp_path / "box.db")
     await store.open()
     task_os = TaskOS(remove_user=nothing, remove_netns=nothing)
-    made = Box(tmp_path, store, cast(MessageBus, None), cast(Systemd, FakeSystemd()), task_os)
+    made = Box(
+        tmp_path,
+        store,
+        cast(MessageBus, None),
+        cast(Systemd, FakeSystemd()),
+        task_os,
+        check_machine=fit_machine,
+    )
     made.layers.open()
     yield made
     await store.close()

@@ -24,6 +24,7 @@ from boxd.manager.workspaces import owner_layer
 from boxd.manager.workspaces.layers import STAGING, layer_name
 from boxd.paths import workspaces_dir
 from boxd.wire.caller import Caller, Role
+from tests.support.machine_checks import fit_machine
 
 
 class FakeSystemd:
@@ -58,7 +59,14 @@ async def box(tmp_path: Path) -> AsyncIterator[Box]:
     store = Store(tmp_path / "box.db")
     await store.open()
     task_os = TaskOS(remove_user=remove_user, remove_netns=nothing)
-    made = Box(tmp_path, store, cast(MessageBus, None), cast(Systemd, FakeSystemd()), task_os)
+    made = Box(
+        tmp_path,
+        store,
+        cast(MessageBus, None),
+        cast(Systemd, FakeSystemd()),
+        task_os,
+        check_machine=fit_machine,
+    )
     made.workspaces.open()
     made.layers.open()
     (workspaces_dir(tmp_path) / "home" / "base.md").write_text("base\n")

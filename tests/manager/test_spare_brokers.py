@@ -32,6 +32,7 @@ from boxd.wire.caller import Caller, Role
 from boxd.wire.models.settings import Settings
 from boxd.wire.models.task import Task, TaskState
 from boxd.wire.secret_names import BOX
+from tests.support.machine_checks import fit_machine
 from tests.support.tasks import a_task
 
 SPARE = "t000000001"
@@ -153,6 +154,7 @@ def _box(tmp_path: Path, said: list[str], fail_stop: bool = False) -> Box:
         cast(MessageBus, None),
         cast(Systemd, FakeSystemd(said, fail_stop)),
         _task_os(said),
+        check_machine=fit_machine,
     )
     (tmp_path / "tasks").mkdir()
     box.vault.open()

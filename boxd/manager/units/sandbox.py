@@ -21,6 +21,9 @@ _ANY_IPV4 = [int(socket.AF_INET), b"\0" * 4, 0]
 _ANY_IPV6 = [int(socket.AF_INET6), b"\0" * 16, 0]
 _LOOPBACK_IPV4 = [int(socket.AF_INET), bytes([127, 0, 0, 0]), 8]
 _LOOPBACK_IPV6 = [int(socket.AF_INET6), b"\0" * 15 + b"\1", 128]
+# Every address, both families: what a worker may reach beyond its loopback, and what the doctor's
+# probe unit is denied to see that systemd really enforces it (boxd.manager.doctor.bpf_probe).
+DENY_EVERY_ADDRESS = ("IPAddressDeny", Variant("a(iayu)", [_ANY_IPV4, _ANY_IPV6]))
 _SHARED_TMPFS = "mode=1777,nosuid,nodev"
 # CPUQuotaPerSecUSec is microseconds of CPU time per second of wall time.
 _USEC_PER_PERCENT = 10_000
@@ -104,7 +107,7 @@ def sandbox_properties(home: Path, task_id: str, settings: Settings) -> list[tup
         # Its own namespace has only loopback; the address filter is a second wall in case it
         # ever had more.
         ("NetworkNamespacePath", Variant("s", str(netns_path(task_id)))),
-        ("IPAddressDeny", Variant("a(iayu)", [_ANY_IPV4, _ANY_IPV6])),
+        DENY_EVERY_ADDRESS,
         ("IPAddressAllow", Variant("a(iayu)", [_LOOPBACK_IPV4, _LOOPBACK_IPV6])),
         ("MemoryMax", Variant("t", settings.taskMemoryMaxBytes)),
         ("TasksMax", Variant("t", settings.taskTasksMax)),

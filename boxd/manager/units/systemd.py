@@ -239,6 +239,33 @@ class Systemd:
             [name, "fail", [list(p) for p in properties], []],
         )
 
+    async def run_to_end(self, name: str, properties: list[tuple[str, Variant]]) -> UnitStatus:
+        """Runs a transient oneshot unit to its end and returns how its process ended, then
+        stops it so that nothing of it stays loaded. `properties` say what it runs; the unit is
+        a oneshot kept once exited, so that its exit can be read."""
+        kept = [("Type", Variant("s", "oneshot")), ("RemainAfterExit", Variant("b", True))]
+        reply = await self._call(
+            _MANAGER_PATH,
+            _MANAGER,
+            "StartTransientUnit",
+            "ssa(sv)a(sa(sv))",
+            [name, "fail", [list(p) for p in [*kept, *properties]], []],
+        )
+        try:
+            await self._job_done(reply.body[0])
+            status = await self.status(name)
+        finally:
+            await self.stop_unit(name)
+            await self.reset_failed(name)
+        if status is None:
+            die(Problem.FAILED, f"systemd forgot unit {name} before boxd could read its end")
+        return status
+
+    async def version(self) -> str:
+        """systemd's version, as `systemctl --version` gives it: "252.39-1~deb12u2"."""
+        reply = await self._call(_MANAGER_PATH, _PROPERTIES, "Get", "ss", [_MANAGER, "Version"])
+        return str(reply.body[0].value)
+
     async def set_properties(self, name: str, properties: list[tuple[str, Variant]]) -> None:
         """Sets unit properties until the next boot (`systemctl set-property --runtime`)."""
         await self._call(

@@ -45,6 +45,19 @@ def layer_name(number: int) -> str:
             return name
 
 
+def overlay_options(lowers: list[str], upper: Path, work: Path) -> str:
+    """A task's view's mount options: `lowers` newest first, relative to the layer store, where
+    the mount runs (the module says why)."""
+    # No redirects or metadata-only copies: a layer holds whole files and whole folders,
+    # so it can leave the stack, or be applied to the owner's real folders, on its own.
+    # nosuid, as systemd binds the view into a worker it starts (NoNewPrivileges=): a spare's
+    # worker, started before the view, sees this mount itself, and sees it the same.
+    return (
+        f"nosuid,lowerdir={':'.join(lowers)},upperdir={upper},"
+        f"workdir={work},redirect_dir=off,metacopy=off"
+    )
+
+
 def _sync_dir(path: Path) -> None:
     fd = os.open(path, _DIR_FLAGS)
     try:
@@ -119,14 +132,7 @@ class Layers:
         view.mkdir(mode=0o700, exist_ok=True)
         # BOX_HOME/workspaces/<name>, seen from BOX_HOME/layers/<name>.
         base = f"../../{workspaces_dir(self.home).name}/{workspace}"
-        # No redirects or metadata-only copies: a layer holds whole files and whole folders,
-        # so it can leave the stack, or be applied to the owner's real folders, on its own.
-        # nosuid, as systemd binds the view into a worker it starts (NoNewPrivileges=): a spare's
-        # worker, started before the view, sees this mount itself, and sees it the same.
-        options = (
-            f"nosuid,lowerdir={':'.join([*stack, base])},upperdir={upper},"
-            f"workdir={self._scratch(task_id)},redirect_dir=off,metacopy=off"
-        )
+        options = overlay_options([*stack, base], upper, self._scratch(task_id))
         failed = await complaint(
             "mount", "-t", "overlay", "overlay", "-o", options, str(view), cwd=store
         )

@@ -7,7 +7,7 @@ import { LOGIN, LoginError, begin, endEverywhere, onEnded } from "./session.js";
 import { api, onSignedOut } from "./api.js";
 import { h, replace, toast } from "./dom.js";
 import { disconnect } from "./live.js";
-import { loadApprovals, loadPause, loadTasks, start, state, watch } from "./store.js";
+import { loadApprovals, loadDoctor, loadPause, loadTasks, start, state, watch } from "./store.js";
 import { settingsView, togglePause, workspacesView } from "./admin.js";
 import { startView } from "./start.js";
 import { taskView, tasksView } from "./tasks.js";
@@ -55,6 +55,7 @@ function header() {
     pause.textContent = state.paused ? "Resume agents" : "Pause agents";
     pause.classList.toggle("primary", state.paused);
     banner.hidden = !state.paused;
+    doctorBanner();
   };
   pause.addEventListener("click", () => togglePause(pause));
   watch(render);
@@ -72,6 +73,17 @@ function header() {
     endEverywhere();
     showSignedOut("You logged out of this computer's screen.");
   });
+}
+
+// The checks that stop every task from starting, each with what is missing and how to fix it.
+function doctorBanner() {
+  const banner = document.getElementById("doctor-banner");
+  const failing = state.doctor ? state.doctor.checks.filter((check) => check.blocks && !check.ok) : [];
+  banner.hidden = failing.length === 0;
+  replace(banner,
+    h("p", {}, h("b", {}, "No task starts on this machine until it is fixed"), ", so that none runs in a weaker sandbox than boxd promises."),
+    failing.map((check) => h("p", {}, h("b", {}, check.name), `: ${check.problem} To fix it: ${check.fix}`)),
+    failing.length ? h("p", {}, "Then run ", h("code", {}, "boxctl doctor"), " on this computer, or reload this page: either checks again.") : null);
 }
 
 function showSignedOut(message) {
@@ -110,6 +122,8 @@ async function boot() {
   route();
   await Promise.all([loadTasks(), loadApprovals(), loadPause()]);
   start();
+  // Not waited for: checking the machine anew takes the box a moment (docs/performance.md).
+  loadDoctor().catch((error) => toast(error.message, "bad"));
 }
 
 boot().catch((error) => { if (!signedOut) toast(error.message, "bad"); });

@@ -4,7 +4,7 @@
 import { get } from "./api.js";
 import * as live from "./live.js";
 
-export const state = { tasks: new Map(), approvals: [], paused: false, loaded: false };
+export const state = { tasks: new Map(), approvals: [], paused: false, loaded: false, doctor: null };
 const watchers = new Set();
 export function watch(watcher) { watchers.add(watcher); return () => watchers.delete(watcher); }
 function changed(what) { watchers.forEach((watcher) => watcher(what)); }
@@ -28,6 +28,13 @@ export async function loadApprovals() {
 export async function loadPause() {
   state.paused = Boolean((await get("/api/pause")).paused);
   changed("pause");
+}
+
+// What the box found of this machine (GET /api/doctor checks it anew): while a check that
+// blocks tasks fails, no task starts, and the header says why.
+export async function loadDoctor() {
+  state.doctor = await get("/api/doctor");
+  changed("doctor");
 }
 
 export function setPaused(paused) {

@@ -1,0 +1,85 @@
+"""The manager's doctor: the checks run once as it starts and again on each `CheckMachine`,
+and, while a blocking one fails, no task starts (fail closed).
+
+Every start of a worker asks `refuse_if_failing` first: a new task is refused in the failed
+checks' words (a 503), a queued one stays queued, a spare is not made, a worker that must
+start again after a reboot does not. Until the first checks have answered, those who ask wait
+for them (about 0.2 s, once); the manager's own start does not. Checks that pass again after
+a fix let the queued tasks start.
+"""
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from boxd.errors import Problem, die
+from boxd.wire.doctor import Finding, failed, refusal
+
+log = logging.getLogger(__name__)
+
+
+class Doctor:
+    def __init__(
+        self, check: Callable[[], Awaitable[list[Finding]]], cleared: Callable[[], None]
+    ) -> None:
+        self._check = check
+        # Told when the checks pass after they had failed.
+        self._cleared = cleared
+        self._running: asyncio.Task[list[Finding]] | None = None
+        # The last checks' findings; None until the first have answered.
+        self.findings: list[Finding] | None = None
+
+    def begin(self) -> None:
+        """Starts the checks, beside whatever the caller does next."""
+        self._run_soon()
+
+    def _run_soon(self) -> "asyncio.Task[list[Finding]]":
+        if self._running is None or self._running.done():
+            self._running = asyncio.create_task(self._run())
+        return self._running
+
+    async def check_again(self) -> list[Finding]:
+        """Runs the checks anew (or joins the run under way) and answers their findings."""
+        return await asyncio.shield(self._run_soon())
+
+    async def _run(self) -> list[Finding]:
+        # Those who asked before the first checks answered waited for them: only a refusal
+        # that was answered makes work to take up once the checks pass.
+        before = refusal(self.findings) if self.findings is not None else None
+        began = time.monotonic()
+        try:
+            findings = await self._check()
+        except Exception as error:
+            log.exception("boxd could not check this machine")
+            findings = [
+                failed(
+                    "the checks",
+                    f"boxd could not check this machine: {error}.",
+                    "run boxd doctor as root; the journal of boxd.service says more.",
+                    blocks=True,
+                )
+            ]
+        self.findings = findings
+        log.info("boxd doctor: checked this machine in %.2f s", time.monotonic() - began)
+        for finding in findings:
+            if not finding.ok:
+                level = logging.ERROR if finding.blocks else logging.WARNING
+                log.log(level, "boxd doctor: %s", finding.words)
+        if refusal(findings) is not None:
+            log.error("boxd starts no task until the failed checks above pass")
+        elif before is not None:
+            self._cleared()
+        return findings
+
+    async def refusal(self) -> str | None:
+        """Why no task may start now, in the failed checks' words; None when they passed."""
+        findings = self.findings
+        if findings is None:
+            findings = await self.check_again()
+        return refusal(findings)
+
+    async def refuse_if_failing(self) -> None:
+        words = await self.refusal()
+        if words is not None:
+            die(Problem.UNAVAILABLE, words)

@@ -1,0 +1,104 @@
+"""The manager's doctor: no task starts while a check that blocks fails, those who ask before
+the first checks answered wait for them, and checks that pass again let the queue go."""
+
+import asyncio
+
+import pytest
+
+from boxd.errors import BoxError, Problem
+from boxd.manager.doctor.gate import Doctor
+from boxd.wire.doctor import NO_TASK_STARTS, Finding, failed, passed
+
+NO_BPF = failed("IPAddressDeny (BPF)", "not enforced.", "allow bpf().", blocks=True)
+NO_DROID = failed("Droid", "not installed.", "wait.", blocks=False)
+
+
+class Machine:
+    """Checks that answer what the test sets, counting the runs; `hold` keeps them running."""
+
+    def __init__(self, *findings: Finding) -> None:
+        self.findings = list(findings)
+        self.runs = 0
+        self.hold = asyncio.Event()
+        self.hold.set()
+
+    async def __call__(self) -> list[Finding]:
+        self.runs += 1
+        await self.hold.wait()
+        return list(self.findings)
+
+
+def _doctor(machine: Machine, cleared: list[str]) -> Doctor:
+    return Doctor(machine, lambda: cleared.append("cleared"))
+
+
+async def test_a_start_asked_before_the_first_checks_answered_waits_for_them() -> None:
+    machine = Machine(NO_BPF)
+    machine.hold.clear()
+    doctor = _doctor(machine, [])
+    doctor.begin()
+    asking = asyncio.create_task(doctor.refusal())
+    await asyncio.sleep(0)
+    assert not asking.done()
+    machine.hold.set()
+    words = await asking
+    assert words is not None and words.startswith(NO_TASK_STARTS)
+    assert "IPAddressDeny (BPF): not enforced. To fix it: allow bpf()." in words
+    assert machine.runs == 1
+
+
+async def test_a_failed_check_that_blocks_refuses_a_start_with_a_503_in_its_words() -> None:
+    doctor = _doctor(Machine(NO_BPF, NO_DROID), [])
+    with pytest.raises(BoxError) as refused:
+        await doctor.refuse_if_failing()
+    assert refused.value.problem == Problem.UNAVAILABLE
+    assert "IPAddressDeny (BPF)" in refused.value.message
+    assert "Droid" not in refused.value.message
+
+
+async def test_advice_alone_lets_tasks_start() -> None:
+    doctor = _doctor(Machine(passed("overlayfs", blocks=True), NO_DROID), [])
+    await doctor.refuse_if_failing()
+    assert await doctor.refusal() is None
+
+
+async def test_checks_asked_for_at_once_run_once() -> None:
+    machine = Machine(NO_DROID)
+    machine.hold.clear()
+    doctor = _doctor(machine, [])
+    both = asyncio.gather(doctor.check_again(), doctor.check_again(), doctor.refusal())
+    await asyncio.sleep(0)
+    machine.hold.set()
+    first, second, words = await both
+    assert first == second == [NO_DROID] and words is None
+    assert machine.runs == 1
+    await doctor.check_again()
+    assert machine.runs == 2
+
+
+async def test_checks_that_pass_after_a_fix_let_the_queue_go_once() -> None:
+    machine = Machine(NO_BPF)
+    cleared: list[str] = []
+    doctor = _doctor(machine, cleared)
+    assert await doctor.refusal() is not None
+    machine.findings = [passed("IPAddressDeny (BPF)", blocks=True)]
+    await doctor.check_again()
+    assert cleared == ["cleared"] and await doctor.refusal() is None
+    await doctor.check_again()
+    assert cleared == ["cleared"]
+
+
+async def test_a_first_pass_clears_nothing_since_no_one_was_refused() -> None:
+    cleared: list[str] = []
+    doctor = _doctor(Machine(NO_DROID), cleared)
+    await doctor.check_again()
+    assert cleared == []
+
+
+async def test_checks_that_cannot_run_at_all_refuse_tasks() -> None:
+    async def broken() -> list[Finding]:
+        raise OSError("no system bus")
+
+    doctor = Doctor(broken, lambda: None)
+    words = await doctor.refusal()
+    assert words is not None and "could not check this machine: no system bus" in words
