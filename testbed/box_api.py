@@ -13,8 +13,8 @@ from testbed.machine import Machine
 BOXCTL = "/usr/lib/boxd/venv/bin/boxctl"
 BROKER_UNIT = "box-broker@.service"
 API = "http://127.0.0.1:7700"
-# curl's words for a connection it could not make: "Couldn't connect to server" up to curl 8.9
-# (Debian 12), "Could not connect to server" from 8.10 on (Debian 13).
+# curl's words for a connection it could not make: "Couldn't connect to server" in Debian 12's
+# curl 7.88, "Could not connect to server" in Debian 13's 8.14.
 CURL_COULD_NOT_CONNECT = re.compile(r"Could(n't| not) connect to server")
 
 
