@@ -1,6 +1,7 @@
 """Talking to the box inside a test machine the way its users do: curl, boxctl, busctl."""
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,6 +13,9 @@ from testbed.machine import Machine
 BOXCTL = "/usr/lib/boxd/venv/bin/boxctl"
 BROKER_UNIT = "box-broker@.service"
 API = "http://127.0.0.1:7700"
+# curl's words for a connection it could not make: "Couldn't connect to server" in Debian 12's
+# curl 7.88, "Could not connect to server" in Debian 13's 8.14.
+CURL_COULD_NOT_CONNECT = re.compile(r"Could(n't| not) connect to server")
 
 
 def http(

@@ -1,9 +1,10 @@
-"""The Debian 12 root file system that test machines boot.
+"""The Debian root file system that test machines boot: 13 "trixie" or 12 "bookworm".
 
-`image()` returns a ready image directory, building it with debootstrap the first time. Images
-are cached under a directory named by a hash of the recipe (the package lists and this file's
-own text), so changing the recipe builds a new image and never alters one a machine may be
-using as its read-only lower layer.
+`image()` returns a ready image directory, building it with debootstrap the first time. The
+release is `BOXD_SUITE` (`trixie`, the current stable, unless set; or `bookworm`). Images are
+cached under a directory named by a hash of the recipe (the release, the package lists and this
+file's own text), so each release's image is cached beside the other's, and changing the recipe
+builds a new image and never alters one a machine may be using as its read-only lower layer.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CACHE_DIR = Path(os.environ.get("BOXD_TEST_CACHE", "/var/cache/boxd-test")) / "images"
 
-SUITE = "bookworm"
+# The releases test machines are built for, by suite name: the current stable first.
+SUITES: dict[str, str] = {"trixie": "Debian 13", "bookworm": "Debian 12"}
+DEFAULT_SUITE = "trixie"
 MIRROR = "http://deb.debian.org/debian"
 
 # libpam-systemd is listed because polkitd fails to configure without it.
@@ -48,6 +51,9 @@ DEBIAN_PACKAGES: tuple[str, ...] = (
     "libc6-dev",
     "nodejs",
 )
+
+# Packages one release needs that the other does not have, or names otherwise.
+SUITE_PACKAGES: dict[str, tuple[str, ...]] = {"trixie": (), "bookworm": ()}
 
 # The screen's tests drive Debian's Chromium with Debian's WebDriver for it (one source
 # package, so always the same version); nothing is downloaded at test time. Installed by apt
@@ -81,6 +87,23 @@ def log(message: str) -> None:
     print(f"[boxd-test image] {message}", file=sys.stderr, flush=True)
 
 
+def suite() -> str:
+    """The release to build test machines of, from BOXD_SUITE."""
+    chosen = os.environ.get("BOXD_SUITE", "").strip() or DEFAULT_SUITE
+    if chosen not in SUITES:
+        known = ", ".join(f"{name} ({release})" for name, release in SUITES.items())
+        raise ImageError(
+            f"BOXD_SUITE={chosen!r} is not a release test machines are built for; "
+            f"set it to one of: {known}, or leave it unset for {DEFAULT_SUITE}"
+        )
+    return chosen
+
+
+def debian_packages(suite_name: str) -> tuple[str, ...]:
+    """What debootstrap installs for that release."""
+    return DEBIAN_PACKAGES + SUITE_PACKAGES[suite_name]
+
+
 def ensure_host_tools() -> None:
     """Install systemd-nspawn and debootstrap on the host if they are missing (fresh CI)."""
     if shutil.which("systemd-nspawn") and shutil.which("debootstrap"):
@@ -101,11 +124,11 @@ def ensure_host_tools() -> None:
         raise ImageError("systemd-nspawn or debootstrap is still missing after apt-get install")
 
 
-def recipe_hash() -> str:
+def recipe_hash(suite_name: str) -> str:
     recipe = {
-        "suite": SUITE,
+        "suite": suite_name,
         "mirror": MIRROR,
-        "packages": list(DEBIAN_PACKAGES),
+        "packages": list(debian_packages(suite_name)),
         "browser": list(BROWSER_PACKAGES),
         "image.py": Path(__file__).read_text(),
     }
@@ -114,7 +137,8 @@ def recipe_hash() -> str:
 
 def image() -> Path:
     """Return the root directory of a ready image, building it first if needed."""
-    digest = recipe_hash()
+    suite_name = suite()
+    digest = recipe_hash(suite_name)
     final = CACHE_DIR / digest
     root = final / "root"
     if root.is_dir():
@@ -128,7 +152,7 @@ def image() -> Path:
         _remove_stale_builds(digest)
         build = Path(tempfile.mkdtemp(prefix=f".build-{digest}-", dir=CACHE_DIR))
         try:
-            _build(build / "root")
+            _build(build / "root", suite_name)
             build.chmod(0o755)
             # The rename is what makes an image visible, so a half-built one never is.
             build.rename(final)
@@ -245,19 +269,21 @@ def _proc_mounted(root: Path) -> Iterator[None]:
         subprocess.run(["umount", "--lazy", str(target)], check=False)
 
 
-def _build(root: Path) -> None:
+def _build(root: Path, suite_name: str) -> None:
     started = time.monotonic()
     logfile = root.parent / "build.log"
-    log(f"building a Debian 12 test image in {root.parent} (takes about 3 minutes)")
+    release = f"{SUITES[suite_name]} ({suite_name})"
+    log(f"building a {release} test image in {root.parent} (takes about 3 minutes)")
     log(f"build log: {logfile}")
 
-    log("debootstrap: installing " + ", ".join(DEBIAN_PACKAGES))
+    packages = debian_packages(suite_name)
+    log("debootstrap: installing " + ", ".join(packages))
     _run_logged(
         [
             "debootstrap",
             "--variant=minbase",
-            "--include=" + ",".join(DEBIAN_PACKAGES),
-            SUITE,
+            "--include=" + ",".join(packages),
+            suite_name,
             str(root),
             MIRROR,
         ],
@@ -273,7 +299,7 @@ def _build(root: Path) -> None:
         for cert in HOST_CA_DIR.glob("*.crt"):
             shutil.copyfile(cert, image_ca_dir / cert.name)
     # Nothing needs masking for boot: this image boots to "running" in nspawn in about 0.3 s
-    # with no failed unit (systemd 252; `systemctl --failed`, `systemd-analyze blame`).
+    # with no failed unit (systemd 252 and 257; `systemctl --failed`, `systemd-analyze blame`).
     for unit in MASKED_UNITS:
         link = root / "etc/systemd/system" / unit
         link.unlink(missing_ok=True)
@@ -326,7 +352,7 @@ def _build(root: Path) -> None:
         )
         _run_logged(_in_image(root, "apt-get", "clean"), logfile, "cleaning the apt cache")
 
-    log(f"image ready in {time.monotonic() - started:.0f} s")
+    log(f"{release} image ready in {time.monotonic() - started:.0f} s")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ wrong in words a person can act on."""
 from __future__ import annotations
 
 import asyncio
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,14 +34,19 @@ class NotInstalled(OSError):
 
 
 async def run(
-    *argv: str, cwd: Path | None = None, input: bytes | None = None, keep_output: bool = False
+    *argv: str,
+    cwd: Path | None = None,
+    input: bytes | None = None,
+    keep_output: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> Ran:
-    """Runs `argv` to its end; its stdout is kept only when asked for. Raises NotInstalled when
-    there is no such command."""
+    """Runs `argv` to its end; its stdout is kept only when asked for, and `env` is added to the
+    manager's environment for it. Raises NotInstalled when there is no such command."""
     try:
         process = await asyncio.create_subprocess_exec(
             *argv,
             cwd=cwd,
+            env=None if env is None else {**os.environ, **env},
             stdin=asyncio.subprocess.DEVNULL if input is None else asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE if keep_output else asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
@@ -51,9 +58,11 @@ async def run(
     return Ran(argv[0], process.returncode, stdout or b"", stderr or b"")
 
 
-async def complaint(*argv: str, cwd: Path | None = None) -> str | None:
+async def complaint(
+    *argv: str, cwd: Path | None = None, env: Mapping[str, str] | None = None
+) -> str | None:
     """Runs `argv`; None when it succeeded, else why not (a command not installed included)."""
     try:
-        return (await run(*argv, cwd=cwd)).complaint
+        return (await run(*argv, cwd=cwd, env=env)).complaint
     except NotInstalled as missing:
         return str(missing)

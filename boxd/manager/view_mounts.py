@@ -16,7 +16,7 @@ from boxd.manager.record.store import Store
 from boxd.manager.run import complaint
 from boxd.manager.units import at_rest
 from boxd.manager.workspaces import owner_access
-from boxd.manager.workspaces.layers import Layers, layer_name
+from boxd.manager.workspaces.layers import Layers, layer_name, mount_overlay
 from boxd.manager.workspaces.owner_views import EMPTY, OwnerViews, mount_options, shown
 from boxd.paths import workspaces_dir
 
@@ -112,9 +112,7 @@ class ViewMounts:
         await asyncio.to_thread(store.mkdir, at_rest.LAYERS, True, True)
         generation = await asyncio.to_thread(self.views.new_generation)
         options = mount_options(stack, self.views.base(workspace), self.views.root / EMPTY)
-        failed = await complaint(
-            "mount", "-t", "overlay", "boxd-view", "-o", options, str(generation), cwd=store
-        )
+        failed = await mount_overlay("boxd-view", options, generation, store)
         if failed:
             await asyncio.to_thread(self.views.remove_generation, generation)
             log.error("the owner's view of workspace %s cannot be mounted: %s", workspace, failed)

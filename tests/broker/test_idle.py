@@ -232,7 +232,13 @@ async def test_a_tunnel_keeps_it_up_however_quiet(listening: Listening) -> None:
     """A door served by something other than an HTTP server (the egress proxies): every open
     connection counts, from its accept."""
     door = listening()
-    server = await asyncio.start_server(lambda r, w: asyncio.sleep(3600), sock=door)
+
+    async def tunnel(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Holds the writer: from Python 3.12 on, a StreamWriter collected closes its connection.
+        await reader.read()
+        writer.close()
+
+    server = await asyncio.start_server(tunnel, sock=door)
     _, writer = await asyncio.open_unix_connection(path_of(listening))
     await stays_up(watch(door).wait())
     writer.close()

@@ -32,3 +32,14 @@ async def test_input_goes_in_and_output_is_kept_only_when_asked() -> None:
     assert (kept.status, kept.stdout, kept.complaint) == (0, b"sealed", None)
     dropped = await run("echo", "loud")
     assert dropped.stdout == b""
+
+
+async def test_env_is_added_to_the_managers_environment() -> None:
+    ran = await run(
+        "sh",
+        "-c",
+        'printf "%s %s" "$BOXD_RUN_TEST" "${PATH:+path}"',
+        keep_output=True,
+        env={"BOXD_RUN_TEST": "given"},
+    )
+    assert ran.stdout == b"given path"

@@ -45,6 +45,7 @@ def _fetch(driver: WebDriver, method: str, path: str, *, with_session: bool = Fa
     return tuple(driver.execute_async_script(FETCH, method, path, with_session))
 
 
+@pytest.mark.smoke
 def test_chromium_logs_in_with_the_link_and_keeps_the_session_in_the_tab(
     machine: Machine, owner: str
 ) -> None:

@@ -5,6 +5,8 @@ bench/chaos.py runs the long version."""
 
 import json
 
+import pytest
+
 from testbed.box_api import finish, http, start_fake, wait_for_step
 from testbed.chaos import COMPONENTS, Figures, round_seed, run_round, table
 from testbed.machine import Machine
@@ -13,6 +15,7 @@ TASKS = 7
 STRIKES = 6
 
 
+@pytest.mark.smoke
 def test_a_round_of_kills_and_a_power_cut_loses_nothing(machine: Machine, token: str) -> None:
     figures = Figures()
     run_round(machine, token, round_seed(), TASKS, STRIKES, figures, must_strike=tuple(COMPONENTS))

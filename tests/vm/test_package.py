@@ -104,6 +104,7 @@ def test_lintian_finds_no_error_in_the_package() -> None:
     assert [line for line in done.stdout.splitlines() if line.startswith("E:")] == []
 
 
+@pytest.mark.smoke
 def test_install_remove_and_purge(fresh: Machine) -> None:
     machine = fresh
     files_before, accounts_before = listing(machine), accounts(machine)

@@ -117,6 +117,7 @@ def _open(driver: WebDriver, address: str) -> None:
     driver.execute_script("location.hash = arguments[0]", address)
 
 
+@pytest.mark.smoke
 def test_the_seeds_example_ends_with_summary_md_one_click_from_the_task(
     machine: Machine, screen: WebDriver, token: str, owner: str, model: ModelServer
 ) -> None:

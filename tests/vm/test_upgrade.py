@@ -88,6 +88,7 @@ def asking(seed: int) -> Planned:
     return Planned(TASKS, tag, WORKSPACES[0], script, {})
 
 
+@pytest.mark.smoke
 def test_an_upgrade_with_tasks_running_loses_nothing(machine: Machine, token: str) -> None:
     assert installed_version(machine) == version_n()
     # Built before the tasks start: the build is minutes the first time, and not the test's.

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import os
 import shutil
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -31,7 +31,7 @@ from boxd.manager.units.netns import NETNS_DIR
 from boxd.manager.units.sandbox import sandbox_properties
 from boxd.manager.units.systemd import UnitStatus
 from boxd.manager.units.worker_unit import all_tasks_properties
-from boxd.manager.workspaces.layers import MAX_DONE, layer_name, overlay_options
+from boxd.manager.workspaces.layers import CLASSIC_MOUNT, MAX_DONE, layer_name, overlay_options
 from boxd.wire.doctor import Finding, failed, passed
 from boxd.wire.models.settings import Settings
 
@@ -59,6 +59,7 @@ class Runner(Protocol):
         cwd: Path | None = None,
         input: bytes | None = None,
         keep_output: bool = False,
+        env: Mapping[str, str] | None = None,
     ) -> Ran: ...
 
 
@@ -192,8 +193,12 @@ async def overlayfs(seams: Seams) -> Finding:
     try:
         options = overlay_options(lowers, place / "upper", place / "work")
         view = str(place / "view")
+        # As a task's view is mounted (layers.mount_overlay): by mount(2), which takes 500 names.
         mounted = await _complaint(
-            seams, "mount", "-t", "overlay", "overlay", "-o", options, view, cwd=place / "layers"
+            seams,
+            *("mount", "-t", "overlay", "overlay", "-o", options, view),
+            cwd=place / "layers",
+            env=CLASSIC_MOUNT,
         )
         if mounted is None:
             await _complaint(seams, "umount", view)
@@ -210,9 +215,11 @@ async def overlayfs(seams: Seams) -> Finding:
         await asyncio.to_thread(shutil.rmtree, place, True)
 
 
-async def _complaint(seams: Seams, *argv: str, cwd: Path | None = None) -> str | None:
+async def _complaint(
+    seams: Seams, *argv: str, cwd: Path | None = None, env: Mapping[str, str] | None = None
+) -> str | None:
     try:
-        return (await seams.run(*argv, cwd=cwd)).complaint
+        return (await seams.run(*argv, cwd=cwd, env=env)).complaint
     except NotInstalled as missing:
         return str(missing)
 

@@ -8,7 +8,7 @@ that later tasks changed are full copies in their own layers, so they keep their
 
 The kernel stacks at most 500 lower layers: the base and 499 done tasks. The mount options are
 one page long at most on kernels before 6.8, so layers have short names (base 36 numbers) and
-are mounted from inside the layer store by relative name.
+are mounted from inside the layer store by relative name, with mount(2) (`mount_overlay`).
 """
 
 import asyncio
@@ -24,6 +24,11 @@ from boxd.manager.units import at_rest, disk_quota
 from boxd.paths import task_dir, task_work_dir, workspaces_dir
 
 MAX_DONE = 499
+# util-linux 2.39 and later (Debian 13 has 2.41) mount through the kernel's new mount API, whose
+# fsconfig() takes an option's value of 255 bytes at most: the lowerdir of a stack of about 90
+# layers or more is refused ("wrong fs type, bad option"). mount(2) takes a page of options,
+# which the names of 500 lower layers fit in. Older util-linux has only mount(2) and ignores it.
+CLASSIC_MOUNT = {"LIBMOUNT_FORCE_MOUNT2": "always"}
 # Why a task whose changes were thrown away as it ended (Layers.throw_away) does not resume.
 THROWN_AWAY = (
     "its changes were thrown away to free the full disk as it ended, before boxd could record "
@@ -34,6 +39,14 @@ _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 # Where an owner's change makes its layer before it is renamed to its layer's name and recorded
 # (boxd.manager.workspaces.owner_layer): a folder of a layer store whose name starts so.
 STAGING = ".staging-"
+
+
+async def mount_overlay(source: str, options: str, target: Path, store: Path) -> str | None:
+    """Mounts an overlay whose lower folders `options` names relative to the layer store;
+    None when mounted, else why not."""
+    return await complaint(
+        "mount", "-t", "overlay", source, "-o", options, str(target), cwd=store, env=CLASSIC_MOUNT
+    )
 
 
 def layer_name(number: int) -> str:
@@ -133,9 +146,7 @@ class Layers:
         # BOX_HOME/workspaces/<name>, seen from BOX_HOME/layers/<name>.
         base = f"../../{workspaces_dir(self.home).name}/{workspace}"
         options = overlay_options([*stack, base], upper, self._scratch(task_id))
-        failed = await complaint(
-            "mount", "-t", "overlay", "overlay", "-o", options, str(view), cwd=store
-        )
+        failed = await mount_overlay("overlay", options, view, store)
         if failed:
             die(
                 Problem.FAILED,

@@ -3,7 +3,7 @@ polkit, /sys/fs/cgroup, the disk. Whether they hold on a real machine: tests/vm/
 
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ class FakeRun:
         cwd: Path | None = None,
         input: bytes | None = None,
         keep_output: bool = False,
+        env: Mapping[str, str] | None = None,
     ) -> Ran:
         self.asked.append((argv, cwd, input))
         return self.answer(argv, input)
