@@ -84,7 +84,18 @@ def test_the_cache_holds_every_module_boxd_imports_and_is_root_s(machine: Machin
 def test_boxd_s_services_and_brokers_run_with_the_file_s_environment(machine: Machine) -> None:
     wanted = environment_file(machine)
     machine.run("systemctl", "start", "boxd-web.service")
-    # The spares' brokers, started ahead, are brokers as every task's is.
+    # The spares' brokers, started ahead, are brokers as every task's is. They are made once
+    # the machine's checks have passed (boxd/manager/doctor), which begin when boxd is ready:
+    # a moment after it is active, which is when this machine's install returned.
+    machine.run(
+        "timeout",
+        "30",
+        "sh",
+        "-c",
+        "until systemctl list-units --state=active --plain --no-legend 'box-broker@*.service'"
+        " | grep -q .; do sleep 0.1; done",
+        timeout=40,
+    )
     brokers = machine.run(
         "systemctl", "list-units", "--state=active", "--plain", "--no-legend", "box-broker@*"
     ).stdout.split()
