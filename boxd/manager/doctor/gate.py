@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from boxd.errors import Problem, die
-from boxd.wire.doctor import Finding, failed, refusal
+from boxd.wire.doctor import OWNER_TOLD, Finding, failed, refusal
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,9 @@ class Doctor:
             findings = await asyncio.shield(self._run_soon())
         return refusal(findings)
 
-    async def refuse_if_failing(self) -> None:
+    async def refuse_if_failing(self, *, to_owner: bool) -> None:
+        """A 503 while a check that blocks fails: in its words to the owner, who may be told
+        what the machine lacks; else in words that name none (OWNER_TOLD)."""
         words = await self.refusal()
         if words is not None:
-            die(Problem.UNAVAILABLE, words)
+            die(Problem.UNAVAILABLE, words if to_owner else OWNER_TOLD)

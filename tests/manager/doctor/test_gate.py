@@ -55,7 +55,7 @@ async def test_a_start_asked_before_the_first_checks_answered_waits_for_them() -
 async def test_a_failed_check_that_blocks_refuses_a_start_with_a_503_in_its_words() -> None:
     doctor = _doctor(Machine(NO_BPF, NO_DROID), [])
     with pytest.raises(BoxError) as refused:
-        await doctor.refuse_if_failing()
+        await doctor.refuse_if_failing(to_owner=True)
     assert refused.value.problem == Problem.UNAVAILABLE
     assert "IPAddressDeny (BPF)" in refused.value.message
     assert "Droid" not in refused.value.message
@@ -63,7 +63,7 @@ async def test_a_failed_check_that_blocks_refuses_a_start_with_a_503_in_its_word
 
 async def test_advice_alone_lets_tasks_start() -> None:
     doctor = _doctor(Machine(passed("overlayfs", blocks=True), NO_DROID), [])
-    await doctor.refuse_if_failing()
+    await doctor.refuse_if_failing(to_owner=True)
     assert await doctor.refusal() is None
 
 
