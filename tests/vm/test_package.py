@@ -3,6 +3,7 @@ installs it on a fresh machine and leaves a working box; `apt remove` stops ever
 keeps the box's state and users; `apt purge` leaves nothing of boxd on the machine."""
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 
@@ -55,9 +56,20 @@ PLACED = {
 }
 
 
+# The /var/tmp of a service of the machine's with PrivateTmp=, made as it starts: polkitd is
+# started by D-Bus when first asked (on Debian 13 it has one), at boot by whatever asks first,
+# before the listing of before or after it. Those of boxd's units (box-*, boxd-*) count.
+OTHERS_PRIVATE_TMP = re.compile(r"/var/tmp/systemd-private-[0-9a-f]{32}-(?!box)")
+
+
 def listing(machine: Machine) -> set[str]:
     lines = machine.run("sh", "-c", LISTING, timeout=300).stdout.splitlines()
-    return {line for line in lines if not line.split(" ", 3)[3].startswith(NOT_BOXD_S)}
+    return {
+        line
+        for line in lines
+        if not line.split(" ", 3)[3].startswith(NOT_BOXD_S)
+        and not OTHERS_PRIVATE_TMP.match(line.split(" ", 3)[3])
+    }
 
 
 def accounts(machine: Machine) -> tuple[list[str], list[str]]:
