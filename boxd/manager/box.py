@@ -276,7 +276,7 @@ class Box:
 
     async def create_task(self, caller: Caller, request: str) -> dict[str, Any]:
         asked = parse_task_request(request)
-        await self.doctor.refuse_if_failing()
+        await self.doctor.refuse_if_failing(to_owner=caller.acts_as_owner)
         settings = await self.store.settings()
         personal = asked.personal
         if personal is not None or asked.workspace.startswith(PERSONAL):

@@ -300,8 +300,9 @@ class Lifecycle(OnMachinery):
         """Starts the worker, and with it, in the same job, its broker and the broker's sockets
         (worker_unit.worker_properties): one call to systemd rather than one per unit. The
         broker's start-up overlaps the worker's rather than waiting for its first connection."""
-        # The one place every worker of a task starts, woken or new, resumed or not.
-        await self.doctor.refuse_if_failing()
+        # The one place every worker of a task starts, woken or new, resumed or not. Its words
+        # become the task's failure, which whoever started it reads, an app's token maybe.
+        await self.doctor.refuse_if_failing(to_owner=False)
         unit = worker_unit(task.id)
         settings = await self.store.settings()
         # The vault holds still from the count's check to the worker's start: a secret removed

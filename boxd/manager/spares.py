@@ -201,7 +201,8 @@ class SpareMaker(OnMachinery):
 
     async def make(self, task_id: str) -> None:
         # A spare's worker runs in a task's sandbox: none while the machine cannot make one.
-        await self.doctor.refuse_if_failing()
+        # Its words go to the journal alone.
+        await self.doctor.refuse_if_failing(to_owner=True)
         uid = await self.store.claim_uid(task_id, FIRST_UID, LAST_UID, id_taken)
         directory = at_rest.task_directory(self.home, task_id)
         await at_once(

@@ -2,10 +2,10 @@
 `GET /api/doctor`) and as both commands print it.
 
 A check that *blocks* guards the sandbox itself: while one fails, the manager starts no task
-and refuses each start with that check's words (`refusal`), rather than run one in a sandbox
-weaker than boxd promises. A check that only *advises* names something the owner should fix
-whose lack shows up loudly by itself (a Droid task fails in words, a full disk is a 507).
-docs/install.md says which is which, and why.
+and refuses each start with that check's words (`refusal`; to others than the owner,
+`OWNER_TOLD`), rather than run one in a sandbox weaker than boxd promises. A check that only
+*advises* names something the owner should fix whose lack shows up loudly by itself (a Droid
+task fails in words, a full disk is a 507). docs/install.md says which is which, and why.
 """
 
 from dataclasses import dataclass
@@ -19,6 +19,14 @@ NO_TASK_STARTS = (
 CHECK_AGAIN = (
     "Once it is fixed, `boxctl doctor` (or `boxd doctor` as root) checks again, and queued "
     "tasks start."
+)
+
+# What a start is refused with when its caller is not the owner (an app's or a member's token,
+# and the failure recorded on a task they read): what the machine lacks is the owner's to know,
+# not theirs (that the box's network filter is not enforced, the machine's paths and versions).
+OWNER_TOLD = (
+    f"{NO_TASK_STARTS} The box's owner is told what is missing and how to fix it (boxctl "
+    "doctor, the owner's screen); queued tasks start once it is fixed."
 )
 
 

@@ -26,6 +26,10 @@ NAME = "IPAddressDeny (BPF)"
 # Exit statuses of the probe: its send refused (the filter works), its datagram arrived.
 REFUSED, REACHED = 0, 3
 _ERRNO_EPERM = 1
+# The probe's dynamic user, and how long it may take: about 0.1 s, its wait for its own
+# datagram is 2 s; the rest is for a slow machine's Python to start.
+PROBE_USER = "boxd-doctor"
+PROBE_SECONDS = 15
 PROBE = f"""
 import socket, sys
 here = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -50,12 +54,21 @@ def unit_name(token: str) -> str:
 
 
 def properties(python: str = sys.executable) -> list[tuple[str, Variant]]:
-    """The probe unit: Python, isolated and without site, as nobody, in its own network."""
+    """The probe unit: Python, isolated and without site, as a user of its own, in its own
+    network, for PROBE_SECONDS at most."""
     argv = [python, "-I", "-S", "-c", PROBE]
     return [
         ("Description", Variant("s", "boxd doctor: is IPAddressDeny= enforced?")),
         ("ExecStart", Variant("a(sasb)", [[python, argv, False]])),
-        ("User", Variant("s", "nobody")),
+        # A uid no other process has (not nobody, which any daemon or NFS-squashed owner may
+        # be): another process of the same uid could stop the probe, holding the checks and so
+        # every task's start, or ptrace it into exiting REFUSED on a machine that enforces
+        # nothing. Named, not derived from the unit's name, which may be too long for a user's.
+        ("DynamicUser", Variant("b", True)),
+        ("User", Variant("s", PROBE_USER)),
+        # A oneshot waits for its process without end unless told: a probe that hangs fails
+        # the check (killed, result "timeout") rather than hold the checks.
+        ("TimeoutStartUSec", Variant("t", PROBE_SECONDS * 1_000_000)),
         ("NoNewPrivileges", Variant("b", True)),
         ("PrivateNetwork", Variant("b", True)),
         DENY_EVERY_ADDRESS,

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from boxd.errors import Problem, die
-from boxd.wire.doctor import Finding, failed, refusal
+from boxd.wire.doctor import OWNER_TOLD, Finding, failed, refusal
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +27,10 @@ class Doctor:
         # Told when the checks pass after they had failed.
         self._cleared = cleared
         self._running: asyncio.Task[list[Finding]] | None = None
+        # The run whose checks have begun, and the one to run after it for those who asked
+        # since: what a run under way finds may be of before a fix they just made.
+        self._begun: asyncio.Task[list[Finding]] | None = None
+        self._next: asyncio.Task[list[Finding]] | None = None
         # The last checks' findings; None until the first have answered.
         self.findings: list[Finding] | None = None
 
@@ -40,10 +44,23 @@ class Doctor:
         return self._running
 
     async def check_again(self) -> list[Finding]:
-        """Runs the checks anew (or joins the run under way) and answers their findings."""
-        return await asyncio.shield(self._run_soon())
+        """Runs the checks anew and answers their findings: a run not begun yet is joined, one
+        whose checks began is waited for, then one more run, shared by all who asked meanwhile
+        (at most one runs at a time, however many ask)."""
+        running = self._running
+        if running is None or running.done() or self._begun is not running:
+            return await asyncio.shield(self._run_soon())
+        if self._next is None:
+            self._next = asyncio.create_task(self._run_after(running))
+        return await asyncio.shield(self._next)
+
+    async def _run_after(self, running: "asyncio.Task[list[Finding]]") -> list[Finding]:
+        await asyncio.wait({running})
+        self._next = None
+        return await self._run_soon()
 
     async def _run(self) -> list[Finding]:
+        self._begun = asyncio.current_task()
         # Those who asked before the first checks answered waited for them: only a refusal
         # that was answered makes work to take up once the checks pass.
         before = refusal(self.findings) if self.findings is not None else None
@@ -76,10 +93,13 @@ class Doctor:
         """Why no task may start now, in the failed checks' words; None when they passed."""
         findings = self.findings
         if findings is None:
-            findings = await self.check_again()
+            # The first run, joined wherever it is: any answer is newer than none.
+            findings = await asyncio.shield(self._run_soon())
         return refusal(findings)
 
-    async def refuse_if_failing(self) -> None:
+    async def refuse_if_failing(self, *, to_owner: bool) -> None:
+        """A 503 while a check that blocks fails: in its words to the owner, who may be told
+        what the machine lacks; else in words that name none (OWNER_TOLD)."""
         words = await self.refusal()
         if words is not None:
-            die(Problem.UNAVAILABLE, words)
+            die(Problem.UNAVAILABLE, words if to_owner else OWNER_TOLD)

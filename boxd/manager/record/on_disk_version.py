@@ -23,6 +23,9 @@ _USER_VERSION = slice(60, 64)
 _WAL_MAGIC = 0x377F0682
 _WAL_HEADER = 32
 _FRAME_HEADER = 24
+# SQLite's largest page (SQLITE_MAX_PAGE_SIZE): its recovery ignores a WAL whose header says more,
+# and a frame is read whole, so a header of larger pages is not read either.
+_MAX_PAGE_SIZE = 65536
 
 
 def refuse_newer(database: Path, newest: int = NEWEST) -> None:
@@ -108,7 +111,11 @@ def _wal_header(wal: int) -> tuple[int, tuple[int, int], str, tuple[int, int]] |
     if len(data) < _WAL_HEADER:
         return None
     magic, _, page_size, _, salt_1, salt_2, sum_1, sum_2 = struct.unpack(">8I", data)
-    if magic & ~1 != _WAL_MAGIC or page_size < 512 or page_size & (page_size - 1):
+    if (
+        magic & ~1 != _WAL_MAGIC
+        or not 512 <= page_size <= _MAX_PAGE_SIZE
+        or page_size & (page_size - 1)
+    ):
         return None
     order = ">" if magic & 1 else "<"
     if _checksum(order, data[:24], 0, 0) != (sum_1, sum_2):

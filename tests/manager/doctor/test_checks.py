@@ -267,8 +267,21 @@ async def test_the_probe_is_denied_every_address_in_a_network_of_its_own(seams: 
     assert name == "boxd-doctor-bpf-abcd1234.service"
     given: dict[str, Any] = {key: value.value for key, value in properties}
     assert given["PrivateNetwork"] is True
-    assert given["User"] == "nobody"
     assert [family for family, _, prefix in given["IPAddressDeny"] if prefix == 0] == [2, 10]
+
+
+async def test_the_probe_has_a_uid_of_its_own_and_an_end(seams: Seams) -> None:
+    """Not nobody: any process of nobody's (an NFS-squashed file's owner, a daemon) could stop
+    the probe (SIGSTOP), which would hold the checks, and with them every task's start, for
+    ever; or ptrace it into exiting 0, 'enforced'. A oneshot waits for its process without end
+    unless told: a probe that hangs for any reason fails the check in bounded time."""
+    systemd = FakeSystemd()
+    seams.systemd = systemd
+    await checks.ip_address_deny(seams)
+    ((_, properties),) = systemd.ran
+    given: dict[str, Any] = {key: value.value for key, value in properties}
+    assert given["DynamicUser"] is True and given["User"] != "nobody"
+    assert 0 < given["TimeoutStartUSec"] <= 60 * 1_000_000
 
 
 async def test_a_probe_systemd_would_not_run_blocks(seams: Seams) -> None:

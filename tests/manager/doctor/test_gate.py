@@ -21,11 +21,16 @@ class Machine:
         self.runs = 0
         self.hold = asyncio.Event()
         self.hold.set()
+        # Set as a run begins.
+        self.began = asyncio.Event()
 
     async def __call__(self) -> list[Finding]:
         self.runs += 1
+        self.began.set()
+        # What the machine is as the checks begin is what they find.
+        found = list(self.findings)
         await self.hold.wait()
-        return list(self.findings)
+        return found
 
 
 def _doctor(machine: Machine, cleared: list[str]) -> Doctor:
@@ -50,7 +55,7 @@ async def test_a_start_asked_before_the_first_checks_answered_waits_for_them() -
 async def test_a_failed_check_that_blocks_refuses_a_start_with_a_503_in_its_words() -> None:
     doctor = _doctor(Machine(NO_BPF, NO_DROID), [])
     with pytest.raises(BoxError) as refused:
-        await doctor.refuse_if_failing()
+        await doctor.refuse_if_failing(to_owner=True)
     assert refused.value.problem == Problem.UNAVAILABLE
     assert "IPAddressDeny (BPF)" in refused.value.message
     assert "Droid" not in refused.value.message
@@ -58,7 +63,7 @@ async def test_a_failed_check_that_blocks_refuses_a_start_with_a_503_in_its_word
 
 async def test_advice_alone_lets_tasks_start() -> None:
     doctor = _doctor(Machine(passed("overlayfs", blocks=True), NO_DROID), [])
-    await doctor.refuse_if_failing()
+    await doctor.refuse_if_failing(to_owner=True)
     assert await doctor.refusal() is None
 
 
@@ -74,6 +79,27 @@ async def test_checks_asked_for_at_once_run_once() -> None:
     assert machine.runs == 1
     await doctor.check_again()
     assert machine.runs == 2
+
+
+async def test_checks_asked_for_while_a_run_is_under_way_get_one_begun_after_they_asked() -> None:
+    """The owner fixes the machine and runs boxctl doctor while a run begun before the fix (a
+    page of the screen loaded) is under way: joined, it would say the fix did not work, and
+    leave the queue waiting. Those who ask meanwhile share one more run, after it."""
+    machine = Machine(NO_BPF)
+    machine.hold.clear()
+    cleared: list[str] = []
+    doctor = _doctor(machine, cleared)
+    before = asyncio.create_task(doctor.check_again())
+    await machine.began.wait()
+    fixed = [passed("IPAddressDeny (BPF)", blocks=True)]
+    machine.findings = fixed
+    after = asyncio.gather(doctor.check_again(), doctor.check_again())
+    await asyncio.sleep(0)
+    machine.hold.set()
+    assert await before == [NO_BPF]
+    assert list(await after) == [fixed, fixed]
+    assert machine.runs == 2
+    assert doctor.findings == fixed and cleared == ["cleared"]
 
 
 async def test_checks_that_pass_after_a_fix_let_the_queue_go_once() -> None:

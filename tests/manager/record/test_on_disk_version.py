@@ -3,11 +3,12 @@
 import hashlib
 import shutil
 import sqlite3
+import struct
 from pathlib import Path
 
 import pytest
 
-from boxd.manager.record.on_disk_version import refuse_newer, version_on_disk
+from boxd.manager.record.on_disk_version import _checksum, refuse_newer, version_on_disk
 from boxd.manager.record.schema import NEWEST, RecordTooNew
 from boxd.manager.record.store import Store
 
@@ -158,3 +159,31 @@ async def test_the_store_refuses_a_newer_record_before_it_opens_it(tmp_path: Pat
     assert _files(tmp_path) == before
     # Not even its mode: the store makes it root's alone once it opens it.
     assert path.stat().st_mode & 0o777 == 0o644
+
+
+def _wal_of_one_commit(page_size: int, page_1: bytes) -> bytes:
+    """A WAL whose header and one frame, a commit of page 1, have SQLite's salts and
+    checksums (big-endian), with the page size the header says."""
+    salts = (0x11111111, 0x22222222)
+    head = struct.pack(">6I", 0x377F0683, 3007000, page_size, 0, *salts)
+    sums = _checksum(">", head, 0, 0)
+    head += struct.pack(">2I", *sums)
+    body = page_1.ljust(page_size, b"\0")
+    frame_start = struct.pack(">4I", 1, 1, *salts)
+    sums = _checksum(">", frame_start[:8] + body, *sums)
+    return head + frame_start + struct.pack(">2I", *sums) + body
+
+
+def test_a_wal_of_a_page_size_sqlite_never_writes_is_not_read(tmp_path: Path) -> None:
+    """SQLite's pages are 64 KiB at most, and its recovery ignores a WAL whose header says
+    more. Read as it said, a header of 1 GiB pages would have had each frame read whole into
+    memory, and the checksums worked out over it."""
+    path = tmp_path / "box.db"
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version = 2")
+    db.close()
+    page_1 = bytearray(path.read_bytes()[:4096])
+    page_1[60:64] = (NEWEST + 5).to_bytes(4, "big")
+    (tmp_path / "box.db-wal").write_bytes(_wal_of_one_commit(2**17, bytes(page_1)))
+    assert version_on_disk(path) == 2 == _sqlite_reads(tmp_path, tmp_path)
+    refuse_newer(path)
