@@ -94,9 +94,12 @@ def _downloaded(machine: Machine, name: str) -> bytes:
 
 
 def _saved(machine: Machine) -> list[str]:
-    """The names of the finished downloads in DOWNLOADS."""
+    """The names of the finished downloads in DOWNLOADS: not one under way (.crdownload), nor
+    the file Chromium opens first and renames to that (.org.chromium.Chromium.XXXXXX)."""
     names = machine.run("ls", "-A", DOWNLOADS).stdout.splitlines()
-    return [n for n in names if not n.endswith(".crdownload")]
+    return [
+        n for n in names if not n.endswith(".crdownload") and not n.startswith(".org.chromium.")
+    ]
 
 
 def _names(driver: WebDriver) -> list[str]:

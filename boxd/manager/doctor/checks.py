@@ -8,6 +8,7 @@ and docs/install.md.
 """
 
 import asyncio
+import errno
 import logging
 import os
 import shutil
@@ -183,6 +184,16 @@ async def overlayfs(seams: Seams) -> Finding:
     try:
         place = await asyncio.to_thread(make)
     except OSError as error:
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            # A full disk weakens no sandbox, and boxd refuses to start tasks on it in its own
+            # words (507) until there is room: blocking here too would keep them refused once
+            # room is back, until someone checked again.
+            return failed(
+                name,
+                f"could not be tried: BOX_HOME ({seams.home}) is full.",
+                "free space under BOX_HOME; then `boxctl doctor` tries it again.",
+                blocks=False,
+            )
         return failed(
             name,
             f"could not make a trial stack of layers under BOX_HOME ({seams.home}): "

@@ -1,6 +1,7 @@
 """Each check of boxd doctor against fakes of what it touches: systemd, the commands it runs,
 polkit, /sys/fs/cgroup, the disk. Whether they hold on a real machine: tests/vm/test_doctor.py."""
 
+import errno
 import os
 import stat
 from collections.abc import Callable, Mapping
@@ -209,6 +210,24 @@ async def test_an_overlay_that_does_not_mount_blocks_in_the_kernels_words(seams:
 async def test_overlay_without_box_home_says_so(seams: Seams) -> None:
     seams.home = seams.home / "missing"
     _failed(await checks.overlayfs(seams), "BOX_HOME", "missing")
+
+
+async def test_a_full_box_home_is_advice_not_a_block(
+    seams: Seams, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk (its blocks or its inodes, as a task can fill them) weakens no sandbox, and
+    boxd already refuses starts on it in words: blocking would outlast it."""
+    made = Path.mkdir
+
+    def full(path: Path, *args: Any, **kwargs: Any) -> None:
+        if seams.home in path.parents:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        made(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", full)
+    finding = await checks.overlayfs(seams)
+    _failed(finding, "is full", "free space")
+    assert not finding.blocks
 
 
 async def test_a_network_namespace_is_made_with_loopback_up_and_removed(seams: Seams) -> None:
