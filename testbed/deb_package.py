@@ -8,7 +8,6 @@ lock keeps two pytest processes from building at once.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
@@ -17,9 +16,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
+from .file_lock import held
 from .image import REPO_ROOT
 
 CACHE = Path(os.environ.get("BOXD_TEST_CACHE", "/var/cache/boxd-test")) / "debs"
@@ -61,20 +60,6 @@ def tree_digest(version: str | None) -> str:
     return digest.hexdigest()[:16]
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with path.open("a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log("another process is building boxd's package; waiting for it")
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def built_deb(version: str | None = None) -> Path:
     """The .deb of this tree (at `version`, pyproject's by default), built if not cached."""
     final = CACHE / tree_digest(version)
@@ -83,7 +68,10 @@ def built_deb(version: str | None = None) -> Path:
         return found[0]
     CACHE.mkdir(parents=True, exist_ok=True)
     # One build at a time, whatever its tree: they share the wheelhouse.
-    with _locked(CACHE / ".lock"):
+    with held(
+        CACHE / ".lock",
+        "[boxd-test deb] another process is building boxd's package; waiting for it",
+    ):
         found = sorted(final.glob("boxd_*.deb"))
         if found:
             return found[0]

@@ -16,7 +16,8 @@ from pathlib import Path
 from boxd.droid.installer import integrity_of
 from boxd.droid.release import DEFAULT_REGISTRY, INTEGRITY, VERSION, tarball_url
 
-from .image import _locked, log
+from .file_lock import held
+from .image import log
 
 CACHE_DIR = Path(os.environ.get("BOXD_TEST_CACHE", "/var/cache/boxd-test")) / "droid"
 # Where machines see CACHE_DIR (read-only).
@@ -37,7 +38,9 @@ def droid_tarball() -> Path:
     checked once per test run, so a damaged cache is replaced rather than served."""
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     final = CACHE_DIR / tarball_name()
-    with _locked(CACHE_DIR / ".lock"):
+    with held(
+        CACHE_DIR / ".lock", "[boxd-test image] another process is fetching Droid; waiting for it"
+    ):
         if final.is_file() and integrity_of(final) == INTEGRITY:
             return final
         url = tarball_url(DEFAULT_REGISTRY)

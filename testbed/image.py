@@ -9,7 +9,6 @@ builds a new image and never alters one a machine may be using as its read-only 
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -22,6 +21,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .file_lock import held
+
+WAITING = "[boxd-test image] another process is building this image; waiting for it"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CACHE_DIR = Path(os.environ.get("BOXD_TEST_CACHE", "/var/cache/boxd-test")) / "images"
 
@@ -145,7 +147,7 @@ def image() -> Path:
         return root
     ensure_host_tools()
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    with _locked(CACHE_DIR / f"{digest}.lock"):
+    with held(CACHE_DIR / f"{digest}.lock", WAITING):
         # Someone else may have finished the same build while this process waited.
         if root.is_dir():
             return root
@@ -179,24 +181,10 @@ def _prune_old_images(keep: Path, how_many: int = 3) -> None:
         # Machines mount their root overlay on the host, so a used image shows as a lowerdir.
         if old == keep or f"lowerdir={old}/root" in mounts:
             continue
-        with _locked(CACHE_DIR / f"{old.name}.lock"):
+        with held(CACHE_DIR / f"{old.name}.lock", WAITING):
             log(f"removing an old image: {old}")
             _remove_tree(old)
         (CACHE_DIR / f"{old.name}.lock").unlink(missing_ok=True)
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with path.open("a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log("another process is building this image; waiting for it")
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _remove_stale_builds(digest: str) -> None:
