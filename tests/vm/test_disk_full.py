@@ -190,8 +190,10 @@ def test_a_task_that_fills_the_disk_through_its_home_is_stopped_by_the_box(
         machine,
         token,
         "step ready\n"
+        # In big writes, then small ones for the last blocks: a 64 KiB write fails whole where
+        # less is left, and the rest stayed free for anyone.
         "sh n=0; while :; do n=$((n+1)); dd if=/dev/zero of=$HOME/fill-$n bs=64k 2>/dev/null;"
-        " sleep 0.1; done",
+        " dd if=/dev/zero of=$HOME/last-$n bs=1k 2>/dev/null; sleep 0.1; done",
     )
     for task in (other, hog):
         wait_for_step(machine, task["id"])
