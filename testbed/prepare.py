@@ -1,10 +1,11 @@
-"""What the VM suites need that takes minutes to make the first time (each release's image, the
-.deb of this tree), made side by side while `make test` runs lint and the unit tests.
+"""What the VM suites need that takes minutes to make the first time (each release's image and
+its fresh one, the .deb of this tree), made side by side while `make test` runs lint and the
+unit tests.
 
-Each is cached and locked where it is made (testbed/image.py, testbed/deb_package.py): a suite
-that starts before one is ready waits for it, and one that failed here is tried again there and
-fails with its own words. So this prints what it made and how long it took, and never fails
-`make test` itself.
+Each is cached and locked where it is made (testbed/image.py, testbed/fresh_image.py,
+testbed/deb_package.py): a suite that starts before one is ready waits for it, and one that
+failed here is tried again there and fails with its own words. So this prints what it made and
+how long it took, and never fails `make test` itself.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ def main() -> None:
     python = sys.executable
     jobs = [
         (f"the {suite} image", [python, "-m", "testbed.image"], {"BOXD_SUITE": suite})
+        for suite in SUITES
+    ]
+    jobs += [
+        (f"the fresh {suite} image", [python, "-m", "testbed.fresh_image"], {"BOXD_SUITE": suite})
         for suite in SUITES
     ]
     jobs.append(("the .deb", [python, "-m", "testbed.deb_package"], {}))
