@@ -38,7 +38,9 @@ def depends(machine: Machine) -> set[str]:
 @pytest.fixture(scope="module")
 def fresh() -> Iterator[Machine]:
     """A machine of a fresh image on the host's network, for apt to reach Debian's mirror with
-    the image's own sources (the same mirror the suite's images are built from)."""
+    the image's own sources (the same mirror the suite's images are built from). It leaves the
+    host's network as it is: its ifupdown (priority important) configures no interface, its
+    /etc/network/interfaces naming none, and nothing else of it manages the network."""
     if port_in_use():
         pytest.fail(
             f"something on this host listens on 127.0.0.1:{PORT} (perhaps `make run`), where this "
