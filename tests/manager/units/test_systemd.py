@@ -18,6 +18,6 @@ async def test_a_call_once_the_bus_is_closed_fails_at_once(bus_address: str) -> 
     bus = gathered(patient(await MessageBus(bus_address=bus_address).connect()))
     systemd = Systemd(bus)
     bus.disconnect()
-    await bus.wait_for_disconnect()
+    await bus.wait_for_disconnect()  # type: ignore[no-untyped-call]
     with pytest.raises(EOFError, match="boxd is off the system bus, so systemd was not asked"):
         await asyncio.wait_for(systemd.stop_unit("boxd-doctor-bpf-1-x.service"), 5)
