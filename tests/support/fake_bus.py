@@ -64,6 +64,10 @@ class FakeBus:
         self.exported: list[str] = []
 
     @property
+    def connected(self) -> bool:
+        return True
+
+    @property
     def bus(self) -> MessageBus:
         return cast(MessageBus, self)
 

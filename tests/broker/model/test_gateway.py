@@ -113,6 +113,9 @@ class Upstream:
         self.requests: list[tuple[dict[str, str], dict[str, Any]]] = []
         self.url = ""
         self._runner: web.AppRunner | None = None
+        # What replies wait for (Turn.release, Turn.hold): set as the upstream stops, so that a
+        # reply a test left waiting ends then, not at aiohttp's shutdown timeout (60 s).
+        self._waits: list[asyncio.Event] = []
 
     async def start(self) -> None:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -124,6 +127,8 @@ class Upstream:
         self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
 
     async def stop(self) -> None:
+        for wait in self._waits:
+            wait.set()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -131,6 +136,7 @@ class Upstream:
         body = await request.json()
         self.requests.append(({k.lower(): v for k, v in request.headers.items()}, body))
         turn = self.turns.pop(0) if self.turns else Turn()
+        self._waits += [wait for wait in (turn.release, turn.hold) if wait is not None]
         if 300 <= turn.status < 400:
             raise web.HTTPTemporaryRedirect(f"{self.url}/v1/messages?stolen=1")
         if turn.status != 200:
