@@ -41,7 +41,12 @@ async def run(
     env: Mapping[str, str] | None = None,
 ) -> Ran:
     """Runs `argv` to its end; its stdout is kept only when asked for, and `env` is added to the
-    manager's environment for it. Raises NotInstalled when there is no such command."""
+    manager's environment for it. Raises NotInstalled when there is no such command.
+
+    Cancelled (a time limit, the manager stopping), it kills the command rather than leave it
+    running unwatched, and does not wait for it to go: one stuck in the kernel (a mount of a
+    file system that does not answer) goes only when the kernel lets it, and asyncio reaps it
+    then."""
     try:
         process = await asyncio.create_subprocess_exec(
             *argv,
@@ -53,7 +58,12 @@ async def run(
         )
     except FileNotFoundError:
         raise NotInstalled(f"the command {argv[0]} is not installed") from None
-    stdout, stderr = await process.communicate(input)
+    try:
+        stdout, stderr = await process.communicate(input)
+    except asyncio.CancelledError:
+        if process.returncode is None:
+            process.kill()
+        raise
     assert process.returncode is not None
     return Ran(argv[0], process.returncode, stdout or b"", stderr or b"")
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from boxd.errors import Problem, die
+from boxd.manager.doctor.time_limit import RUN_SECONDS, TimeUp, did_not_answer, within
 from boxd.wire.doctor import OWNER_TOLD, Finding, failed, refusal
 
 log = logging.getLogger(__name__)
@@ -21,9 +22,14 @@ log = logging.getLogger(__name__)
 
 class Doctor:
     def __init__(
-        self, check: Callable[[], Awaitable[list[Finding]]], cleared: Callable[[], None]
+        self,
+        check: Callable[[], Awaitable[list[Finding]]],
+        cleared: Callable[[], None],
+        limit: float = RUN_SECONDS,
     ) -> None:
         self._check = check
+        # How long a run may take, whatever `check` does: every start waits for the first.
+        self._limit = limit
         # Told when the checks pass after they had failed.
         self._cleared = cleared
         self._running: asyncio.Task[list[Finding]] | None = None
@@ -66,7 +72,17 @@ class Doctor:
         before = refusal(self.findings) if self.findings is not None else None
         began = time.monotonic()
         try:
-            findings = await self._check()
+            findings = await within(self._limit, self._check())
+        except TimeUp:
+            findings = [
+                did_not_answer(
+                    "the checks",
+                    self._limit,
+                    "the journal of boxd.service (journalctl -u boxd), and the processes it "
+                    "started that hang (systemctl status boxd)",
+                    blocks=True,
+                )
+            ]
         except Exception as error:
             log.exception("boxd could not check this machine")
             findings = [

@@ -128,3 +128,22 @@ async def test_checks_that_cannot_run_at_all_refuse_tasks() -> None:
     doctor = Doctor(broken, lambda: None)
     words = await doctor.refusal()
     assert words is not None and "could not check this machine: no system bus" in words
+
+
+async def test_checks_that_never_answer_refuse_tasks_in_time_saying_so() -> None:
+    """A hanging check must not keep every start waiting: past the run's time it is stopped,
+    and tasks are refused in words that say the checks did not answer (fail closed)."""
+    stopped = asyncio.Event()
+
+    async def hanging() -> list[Finding]:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            stopped.set()
+        raise AssertionError("a check that never answers answered")
+
+    doctor = Doctor(hanging, lambda: None, limit=0.05)
+    words = await doctor.refusal()
+    assert words is not None and "the checks: the check did not answer in 0.05 s" in words
+    assert "journalctl -u boxd" in words
+    await stopped.wait()
