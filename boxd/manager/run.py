@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -68,11 +69,28 @@ async def run(
     return Ran(argv[0], process.returncode, stdout or b"", stderr or b"")
 
 
+class Runner(Protocol):
+    """What runs commands as `run` does: `run` itself, or the unit tests' fakes of it."""
+
+    async def __call__(
+        self,
+        *argv: str,
+        cwd: Path | None = None,
+        input: bytes | None = None,
+        keep_output: bool = False,
+        env: Mapping[str, str] | None = None,
+    ) -> Ran: ...
+
+
 async def complaint(
-    *argv: str, cwd: Path | None = None, env: Mapping[str, str] | None = None
+    *argv: str,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    runner: Runner = run,
 ) -> str | None:
-    """Runs `argv`; None when it succeeded, else why not (a command not installed included)."""
+    """Runs `argv` (by `runner`); None when it succeeded, else why not (a command not
+    installed included)."""
     try:
-        return (await run(*argv, cwd=cwd, env=env)).complaint
+        return (await runner(*argv, cwd=cwd, env=env)).complaint
     except NotInstalled as missing:
         return str(missing)

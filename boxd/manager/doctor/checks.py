@@ -12,7 +12,7 @@ import errno
 import logging
 import os
 import shutil
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -28,7 +28,7 @@ from boxd.errors import BoxError
 from boxd.manager.access.vault import ENCRYPT
 from boxd.manager.doctor import bpf_probe, leftovers
 from boxd.manager.doctor.time_limit import CHECK_SECONDS, did_not_answer, stop, within
-from boxd.manager.run import NotInstalled, Ran, run
+from boxd.manager.run import NotInstalled, Runner, complaint, run
 from boxd.manager.units.netns import NETNS_DIR
 from boxd.manager.units.sandbox import sandbox_properties
 from boxd.manager.units.systemd import UnitStatus
@@ -52,17 +52,6 @@ _CGROUP = Path("/sys/fs/cgroup")
 _CREDENTIAL = "boxd-doctor"
 _IP_MISSING = "the command ip is not installed"
 _INSTALL_IPROUTE = "apt install iproute2"
-
-
-class Runner(Protocol):
-    async def __call__(
-        self,
-        *argv: str,
-        cwd: Path | None = None,
-        input: bytes | None = None,
-        keep_output: bool = False,
-        env: Mapping[str, str] | None = None,
-    ) -> Ran: ...
 
 
 class ProbeSystemd(leftovers.Units, Protocol):
@@ -194,7 +183,7 @@ async def overlayfs(seams: Seams) -> Finding:
         # Stopped for its time, the mount it ran may have been done all the same: rmtree
         # would empty the view, then leave it mounted.
         if await asyncio.to_thread(os.path.ismount, place / "view"):
-            await _complaint(seams, "umount", "--lazy", str(place / "view"))
+            await complaint("umount", "--lazy", str(place / "view"), runner=seams.run)
         await asyncio.to_thread(shutil.rmtree, place, True)
 
 
@@ -225,14 +214,14 @@ async def _try_overlay(
     options = overlay_options(lowers, place / "upper", place / "work")
     view = str(place / "view")
     # As a task's view is mounted (layers.mount_overlay): by mount(2), which takes 500 names.
-    mounted = await _complaint(
-        seams,
+    mounted = await complaint(
         *("mount", "-t", "overlay", "overlay", "-o", options, view),
         cwd=place / "layers",
         env=CLASSIC_MOUNT,
+        runner=seams.run,
     )
     if mounted is None:
-        await _complaint(seams, "umount", view)
+        await complaint("umount", view, runner=seams.run)
         return passed(name, blocks=True)
     return failed(
         name,
@@ -244,23 +233,14 @@ async def _try_overlay(
     )
 
 
-async def _complaint(
-    seams: Seams, *argv: str, cwd: Path | None = None, env: Mapping[str, str] | None = None
-) -> str | None:
-    try:
-        return (await seams.run(*argv, cwd=cwd, env=env)).complaint
-    except NotInstalled as missing:
-        return str(missing)
-
-
 async def network_namespaces(seams: Seams) -> Finding:
     """Makes a network namespace with loopback up, as each task's is made, and removes it."""
     name = "network namespaces"
     netns = f"{leftovers.NETNS_PREFIX}{seams.token()}"
-    made = await _complaint(seams, "ip", "netns", "add", netns)
+    made = await complaint("ip", "netns", "add", netns, runner=seams.run)
     if made is None:
-        made = await _complaint(seams, "ip", "-n", netns, "link", "set", "lo", "up")
-        gone = await _complaint(seams, "ip", "netns", "delete", netns)
+        made = await complaint("ip", "-n", netns, "link", "set", "lo", "up", runner=seams.run)
+        gone = await complaint("ip", "netns", "delete", netns, runner=seams.run)
         made = made or gone
     if made is None:
         return passed(name, blocks=True)
@@ -471,7 +451,7 @@ async def run_checks(seams: Seams) -> list[Finding]:
     breaks is a failure in its words, one that does not answer in time a failure that says so.
     First what runs cut off left goes, held to the same time."""
     clearing = leftovers.clear(
-        seams.home, seams.systemd, partial(_complaint, seams), netns_dir=seams.netns_dir
+        seams.home, seams.systemd, partial(complaint, runner=seams.run), netns_dir=seams.netns_dir
     )
     try:
         await within(seams.check_seconds, clearing)

@@ -5,7 +5,7 @@ import asyncio
 import errno
 import os
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +36,9 @@ class FakeRun:
         self.asked: list[tuple[tuple[str, ...], Path | None, bytes | None]] = []
 
     async def __call__(
-        self,
-        *argv: str,
-        cwd: Path | None = None,
-        input: bytes | None = None,
-        keep_output: bool = False,
-        env: Mapping[str, str] | None = None,
+        self, *argv: str, cwd: Path | None = None, input: bytes | None = None, **_: Any
     ) -> Ran:
+        # As boxd.manager.run.run is called; what it is given beyond these, it keeps not.
         self.asked.append((argv, cwd, input))
         return self.answer(argv, input)
 
