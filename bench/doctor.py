@@ -33,10 +33,10 @@ def percentile(values: list[float], share: float) -> float:
 def timed(argv: list[str], runs: int, apart: float) -> list[float]:
     seconds = []
     for _ in range(runs):
+        time.sleep(apart)
         started = time.perf_counter()
         subprocess.run(argv, capture_output=True, check=False)
         seconds.append(time.perf_counter() - started)
-        time.sleep(apart)
     return seconds
 
 
