@@ -1,11 +1,13 @@
 """A benchmark measures inside a test machine, where boxd runs under a real systemd: the host
-side boots one, installs this checkout, makes a token, copies the benchmark's own file in and
-runs it there with `--inside TOKEN`, whose output is the benchmark's."""
+side boots one, installs this checkout, makes a token, copies the benchmark's own file in (and
+this module beside it, as /tmp/bench/in_machine.py) and runs it there with `--inside TOKEN`,
+whose output is the benchmark's."""
 
+import argparse
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +26,11 @@ def run_script(
     target = machine.root / "tmp" / Path(script).name
     shutil.copy(script, target)
     target.chmod(0o644)
+    package = machine.root / "tmp" / "bench"
+    package.mkdir(exist_ok=True)
+    for name in ("__init__.py", "in_machine.py"):
+        shutil.copy(Path(__file__).with_name(name), package / name)
+        (package / name).chmod(0o644)
     return machine.run(
         PYTHON, f"/tmp/{target.name}", "--inside", token, *args, check=False, timeout=timeout
     )
@@ -41,3 +48,18 @@ def run_in_machine(script: str, args: Sequence[str], *, timeout: float) -> int:
         print(done.stdout, end="")
         print(done.stderr, end="", file=sys.stderr)
         return done.returncode
+
+
+def runs_main(
+    script: str, doc: str | None, runs: int, measure: Callable[[int], None], *, timeout: float
+) -> None:
+    """The command line of a benchmark whose one knob is how many runs: with `--inside`, it
+    measures here; else it boots a machine to measure in."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    parser.add_argument("--inside", metavar="TOKEN", help="measure here")
+    parser.add_argument("--runs", type=int, default=runs)
+    arguments = parser.parse_args()
+    if arguments.inside:
+        measure(arguments.runs)
+        return
+    sys.exit(run_in_machine(script, ["--runs", str(arguments.runs)], timeout=timeout))

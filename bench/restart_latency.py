@@ -7,14 +7,13 @@ boxd, Type=notify: once it said READY). Prints p50 and p90 per unit; RestartSec 
 (units/boxd.service) is part of the figure, on purpose.
 """
 
-import argparse
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
+
+from bench.in_machine import runs_main
 
 RUNS = 20
 UNITS = ("boxd.service", "boxd-web.service")
@@ -63,33 +62,8 @@ def measure(runs: int) -> None:
         )
 
 
-def run_in_machine(runs: int) -> None:
-    from testbed.machine import Machine, install_boxd
-
-    with Machine() as machine:
-        install_boxd(machine)
-        shutil.copy(__file__, machine.root / "tmp" / "restart_latency.py")
-        done = machine.run(
-            "/usr/lib/boxd/venv/bin/python",
-            "/tmp/restart_latency.py",
-            "--inside",
-            "--runs",
-            str(runs),
-            timeout=900,
-        )
-        print(done.stdout, end="")
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--inside", action="store_true", help="measure here, in a test machine")
-    parser.add_argument("--runs", type=int, default=RUNS)
-    arguments = parser.parse_args()
-    if arguments.inside:
-        measure(arguments.runs)
-    else:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        run_in_machine(arguments.runs)
+    runs_main(__file__, __doc__, RUNS, measure, timeout=900)
 
 
 if __name__ == "__main__":

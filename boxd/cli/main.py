@@ -19,7 +19,7 @@ from boxd.dbus.client import BoxClient, connect_system_bus, pages, whole
 from boxd.dbus.interface import MANAGER
 from boxd.errors import BoxError, Problem, die
 from boxd.wire.caller import Role
-from boxd.wire.doctor import Finding, report
+from boxd.wire.doctor import Finding, age_line, report
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -345,6 +345,8 @@ async def run(arguments: argparse.Namespace) -> int:
         answer = await client.call(api.CHECK_MACHINE)
         findings = [Finding.read(shown) for shown in answer["checks"]]
         print(show.as_json(answer) if as_json else show.visible(report(findings), lines=True))
+        if not as_json and (old := age_line(answer)) is not None:
+            print(old)
         return 0 if answer["tasksStart"] else 1
     elif command == "pair":
         pairing = await client.call(api.CREATE_PAIRING, arguments.name)

@@ -208,7 +208,8 @@ class Box:
 
     async def check_machine(self, caller: Caller) -> dict[str, Any]:
         """The machine checked anew (boxctl doctor, GET /api/doctor)."""
-        return doctor_answer(await self.doctor.check_again())
+        findings = await self.doctor.check_again()
+        return doctor_answer(findings, age=self.doctor.age())
 
     def routes(self) -> dict[api.Method, Handler]:
         return {

@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,12 @@ async def run(
     env: Mapping[str, str] | None = None,
 ) -> Ran:
     """Runs `argv` to its end; its stdout is kept only when asked for, and `env` is added to the
-    manager's environment for it. Raises NotInstalled when there is no such command."""
+    manager's environment for it. Raises NotInstalled when there is no such command.
+
+    Cancelled (a time limit, the manager stopping), it kills the command rather than leave it
+    running unwatched, and does not wait for it to go: one stuck in the kernel (a mount of a
+    file system that does not answer) goes only when the kernel lets it, and asyncio reaps it
+    then."""
     try:
         process = await asyncio.create_subprocess_exec(
             *argv,
@@ -53,16 +59,38 @@ async def run(
         )
     except FileNotFoundError:
         raise NotInstalled(f"the command {argv[0]} is not installed") from None
-    stdout, stderr = await process.communicate(input)
+    try:
+        stdout, stderr = await process.communicate(input)
+    except asyncio.CancelledError:
+        if process.returncode is None:
+            process.kill()
+        raise
     assert process.returncode is not None
     return Ran(argv[0], process.returncode, stdout or b"", stderr or b"")
 
 
+class Runner(Protocol):
+    """What runs commands as `run` does: `run` itself, or the unit tests' fakes of it."""
+
+    async def __call__(
+        self,
+        *argv: str,
+        cwd: Path | None = None,
+        input: bytes | None = None,
+        keep_output: bool = False,
+        env: Mapping[str, str] | None = None,
+    ) -> Ran: ...
+
+
 async def complaint(
-    *argv: str, cwd: Path | None = None, env: Mapping[str, str] | None = None
+    *argv: str,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    runner: Runner = run,
 ) -> str | None:
-    """Runs `argv`; None when it succeeded, else why not (a command not installed included)."""
+    """Runs `argv` (by `runner`); None when it succeeded, else why not (a command not
+    installed included)."""
     try:
-        return (await run(*argv, cwd=cwd, env=env)).complaint
+        return (await runner(*argv, cwd=cwd, env=env)).complaint
     except NotInstalled as missing:
         return str(missing)

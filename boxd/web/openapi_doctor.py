@@ -3,7 +3,7 @@ and the words a start is refused with while a check that blocks tasks fails."""
 
 from typing import Any
 
-from boxd.wire.doctor import failed, refusal
+from boxd.wire.doctor import MIN_INTERVAL_SECONDS, failed, refusal
 
 _CHECK: dict[str, Any] = {
     "type": "object",
@@ -30,6 +30,12 @@ DOCTOR: dict[str, Any] = {
         "refusal": {
             "type": "string",
             "description": "while tasks cannot start: the words a start is refused with",
+        },
+        "ageSeconds": {
+            "type": "number",
+            "description": "how many seconds ago the checks answered: 0 for a run made for this "
+            "request; boxd answers the last run's findings again within "
+            f"{MIN_INTERVAL_SECONDS:g} s of its end",
         },
         "checks": {"type": "array", "items": _CHECK},
     },

@@ -21,6 +21,10 @@ CHECK_AGAIN = (
     "tasks start."
 )
 
+# The least time from the end of one run of the checks to the start of the next, however often
+# the owner asks (boxd.manager.doctor.gate): about ten times a run's own.
+MIN_INTERVAL_SECONDS = 10.0
+
 # What a start is refused with when its caller is not the owner (an app's or a member's token,
 # and the failure recorded on a task they read): what the machine lacks is the owner's to know,
 # not theirs (that the box's network filter is not enforced, the machine's paths and versions).
@@ -83,14 +87,27 @@ def refusal(findings: list[Finding]) -> str | None:
     return " ".join([NO_TASK_STARTS, *(finding.words for finding in failing), CHECK_AGAIN])
 
 
-def public(findings: list[Finding]) -> dict[str, Any]:
-    """The answer of `CheckMachine` and `GET /api/doctor`."""
+def public(findings: list[Finding], age: float | None = None) -> dict[str, Any]:
+    """The answer of `CheckMachine` and `GET /api/doctor`; `age`, how many seconds ago the
+    checks answered (the manager answers again a run a few seconds old)."""
     words = refusal(findings)
     return {
         "tasksStart": words is None,
         **({"refusal": words} if words else {}),
+        **({} if age is None else {"ageSeconds": round(age, 1)}),
         "checks": [finding.public() for finding in findings],
     }
+
+
+def age_line(answer: dict[str, Any]) -> str | None:
+    """For a person: how old the findings answered are, when they are not fresh."""
+    age = answer.get("ageSeconds", 0)
+    if not age:
+        return None
+    return (
+        f"(checked {age:g} s ago: boxd checks this machine again once {MIN_INTERVAL_SECONDS:g} s "
+        "have passed since it last did)"
+    )
 
 
 def report(findings: list[Finding]) -> str:

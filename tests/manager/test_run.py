@@ -1,5 +1,8 @@
 """The manager's one way to run a command (boxd/manager/run.py)."""
 
+import asyncio
+from pathlib import Path
+
 import pytest
 
 from boxd.manager.run import NotInstalled, complaint, run
@@ -43,3 +46,33 @@ async def test_env_is_added_to_the_managers_environment() -> None:
         env={"BOXD_RUN_TEST": "given"},
     )
     assert ran.stdout == b"given path"
+
+
+async def test_a_command_cancelled_is_killed_not_left_running(tmp_path: Path) -> None:
+    said = tmp_path / "pid"
+    running = asyncio.create_task(run("sh", "-c", f"echo $$ > {said}; exec sleep 1000"))
+    # The shell says its pid in a file; nothing else tells when it has.
+    while not said.exists() or not said.read_text().endswith("\n"):  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    pid = int(said.read_text())
+    running.cancel()
+    ended: list[BaseException] = []
+    try:
+        await running
+    except asyncio.CancelledError as error:
+        # Kept, as whoever holds a task keeps its end: its frames keep the process's transport,
+        # which, dropped at once, would kill the process anyway as Python collects it.
+        ended.append(error)
+    assert ended
+    # Killed, it ends and asyncio reaps it; left running, this would wait for 1000 s.
+    while _alive(pid):  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process runs: neither gone nor a zombie, whose stat's third field is Z."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"

@@ -27,8 +27,10 @@ NO_TASK_STARTS = "boxd starts no task on this machine until it is fixed"
 HOST_LACKS = {"cgroup controllers", "Droid"}
 
 
-def _doctor(machine: Machine, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
-    done = machine.run(BOXD, "doctor", "--json", check=False, env=env, timeout=60)
+def _doctor(
+    machine: Machine, env: dict[str, str] | None = None, timeout: float = 60
+) -> tuple[int, dict[str, Any]]:
+    done = machine.run(BOXD, "doctor", "--json", check=False, env=env, timeout=timeout)
     return done.returncode, json.loads(done.stdout)
 
 
@@ -75,6 +77,28 @@ def test_the_owner_asks_by_boxctl_busctl_and_http(machine: Machine, token: str) 
     assert status == 200 and answer["tasksStart"] is True
     app = boxctl(machine, "token", "create", "--name", "doctor-app", "--app").stdout.strip()
     assert http(machine, "GET", "/api/doctor", app)[0] == 403
+
+
+def test_a_check_whose_command_hangs_fails_in_its_time_and_its_command_is_killed(
+    machine: Machine,
+) -> None:
+    """`ip` made to hang, as a command on a machine in trouble may: the network namespaces'
+    check does not answer, is stopped after its time, says so and blocks; the others answer;
+    the command it ran is not left running."""
+    ip = machine.run("sh", "-c", "command -v ip").stdout.strip()
+    hang = "/root/hanging-ip"
+    machine.run("sh", "-c", f"printf '#!/bin/sh\\nexec sleep 86400\\n' > {hang}; chmod 755 {hang}")
+    machine.run("mount", "--bind", hang, ip)
+    try:
+        status, answer = _doctor(machine, timeout=120)
+    finally:
+        machine.run("umount", ip)
+    assert status == 1
+    stuck = _check(answer, "network namespaces")
+    assert (stuck["ok"], stuck["blocks"]) == (False, True)
+    assert "did not answer in 30 s" in stuck["problem"] and "ip netns" in stuck["fix"]
+    assert _check(answer, "overlayfs")["ok"] is True and _check(answer, BPF)["ok"] is True
+    assert machine.run("pgrep", "-f", "sleep 86400", check=False).stdout == ""
 
 
 @pytest.fixture(scope="module")

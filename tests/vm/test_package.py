@@ -72,6 +72,24 @@ def listing(machine: Machine) -> set[str]:
     }
 
 
+# What a task's links point at (test_install_remove_and_purge).
+OUTSIDE = "/srv/outside"
+B = f"{OUTSIDE}/dir/b"
+PLANT = (
+    f"ln -s /etc to-etc && ln -s / to-root && ln -s {OUTSIDE}/dir to-dir && ln -s {B} to-b && "
+    f"mkdir -p deep/er && ln -s {OUTSIDE} deep/er/to-outside && ln -s /etc/passwd deep/passwd && "
+    "echo planted"
+)
+
+
+def sums(machine: Machine) -> str:
+    """The content of the files outside BOX_HOME a task's links point at (of /etc, which
+    installing and purging change, the listing has each file's name, type, mode and owner)."""
+    return machine.run(
+        "sh", "-c", f"find {OUTSIDE} -type f -print0 | sort -z | xargs -0 sha256sum"
+    ).stdout
+
+
 def accounts(machine: Machine) -> tuple[list[str], list[str]]:
     return (
         sorted(machine.run("getent", "passwd").stdout.splitlines()),
@@ -119,7 +137,10 @@ def test_lintian_finds_no_error_in_the_package() -> None:
 @pytest.mark.smoke
 def test_install_remove_and_purge(fresh: Machine) -> None:
     machine = fresh
+    # Files outside BOX_HOME a task's links will point at: purge must follow none of them.
+    machine.run("sh", "-c", f"mkdir -p {OUTSIDE}/dir && echo a > {OUTSIDE}/a && echo b > {B}")
     files_before, accounts_before = listing(machine), accounts(machine)
+    outside_before = sums(machine)
 
     deb = stage_deb(machine)
     installed = machine.run("apt-get", "install", "-y", deb, env=APT_ENV, timeout=300)
@@ -137,6 +158,12 @@ def test_install_remove_and_purge(fresh: Machine) -> None:
     done = finish(machine, start(machine, "packaged", "step hello\nsh id -un")["id"])
     assert done["state"] == "done", done
     assert [s["text"] for s in done["steps"]] == ["hello", done["user"]]
+    # The attacker: a task plants links in its part of BOX_HOME, to /etc, to /, to a folder and
+    # a file of another's; and deep in a tree of its own, which purge goes through.
+    planted = finish(machine, start(machine, "planter", f"sh {PLANT}")["id"])
+    assert [s["text"] for s in planted["steps"]] == ["planted"], planted
+    links = machine.run("find", BOX_HOME, "-type", "l", "-printf", "%l\n").stdout.split()
+    assert {"/etc", "/", f"{OUTSIDE}/dir", B, OUTSIDE, "/etc/passwd"} <= set(links)
 
     # Removed while a task runs.
     running = start(machine, "running", "step started\nsleep 600")
@@ -168,3 +195,5 @@ def test_install_remove_and_purge(fresh: Machine) -> None:
     files_after = listing(machine)
     assert sorted(files_after - files_before) == []
     assert sorted(files_before - files_after) == []
+    # Nothing the links pointed at was removed or changed (the listing above has /etc's names).
+    assert sums(machine) == outside_before

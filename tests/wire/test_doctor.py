@@ -4,6 +4,7 @@ from boxd.wire.doctor import (
     CHECK_AGAIN,
     NO_TASK_STARTS,
     Finding,
+    age_line,
     failed,
     passed,
     public,
@@ -44,6 +45,16 @@ def test_the_answer_says_whether_tasks_start_and_each_check() -> None:
     ]
     assert [Finding.read(shown) for shown in answer["checks"]] == [OVERLAY, NO_BPF]
     assert public([OVERLAY]) == {"tasksStart": True, "checks": [OVERLAY.public()]}
+
+
+def test_an_answer_given_again_says_how_old_it_is() -> None:
+    fresh, old = public([OVERLAY], age=0), public([OVERLAY], age=4.26)
+    assert (fresh["ageSeconds"], old["ageSeconds"]) == (0, 4.3)
+    assert age_line(fresh) is None
+    assert age_line(old) == (
+        "(checked 4.3 s ago: boxd checks this machine again once 10 s have passed since it "
+        "last did)"
+    )
 
 
 def test_the_report_marks_each_check_and_says_what_to_do() -> None:

@@ -12,7 +12,7 @@ import errno
 import logging
 import os
 import shutil
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -27,7 +27,8 @@ from boxd.droid.release import VERSION, droid_binary
 from boxd.errors import BoxError
 from boxd.manager.access.vault import ENCRYPT
 from boxd.manager.doctor import bpf_probe, leftovers
-from boxd.manager.run import NotInstalled, Ran, run
+from boxd.manager.doctor.time_limit import CHECK_SECONDS, did_not_answer, stop, within
+from boxd.manager.run import NotInstalled, Runner, complaint, run
 from boxd.manager.units.netns import NETNS_DIR
 from boxd.manager.units.sandbox import sandbox_properties
 from boxd.manager.units.systemd import UnitStatus
@@ -51,17 +52,6 @@ _CGROUP = Path("/sys/fs/cgroup")
 _CREDENTIAL = "boxd-doctor"
 _IP_MISSING = "the command ip is not installed"
 _INSTALL_IPROUTE = "apt install iproute2"
-
-
-class Runner(Protocol):
-    async def __call__(
-        self,
-        *argv: str,
-        cwd: Path | None = None,
-        input: bytes | None = None,
-        keep_output: bool = False,
-        env: Mapping[str, str] | None = None,
-    ) -> Ran: ...
 
 
 class ProbeSystemd(leftovers.Units, Protocol):
@@ -97,6 +87,8 @@ class Seams:
     # Names each trial (probe unit, namespace, stack of layers), unique to one run.
     token: Callable[[], str] = leftovers.token
     netns_dir: Path = NETNS_DIR
+    # How long each check may take (and the clearing of what earlier runs left).
+    check_seconds: float = CHECK_SECONDS
 
 
 def on_this_machine(home: Path, bus: MessageBus, systemd: ProbeSystemd) -> Seams:
@@ -169,20 +161,38 @@ async def cgroup_controllers(seams: Seams) -> Finding:
 async def overlayfs(seams: Seams) -> Finding:
     """Mounts an overlay of MAX_DONE + 1 lower layers, the deepest stack a task's view has,
     on BOX_HOME's own file system, where the views are made."""
-    name = "overlayfs"
     lowers = [layer_name(n) for n in range(MAX_DONE)] + ["base"]
+    place = seams.home / f"{leftovers.STACK_PREFIX}{seams.token()}"
 
-    def make() -> Path:
-        place = seams.home / f"{leftovers.STACK_PREFIX}{seams.token()}"
+    def make() -> None:
         place.mkdir(mode=0o700)
         for sub in ("layers", "upper", "work", "view"):
             (place / sub).mkdir()
         for lower in lowers:
             (place / "layers" / lower).mkdir()
-        return place
 
+    # Its own task, so that a check stopped for its time removes the stack only once the
+    # thread that makes it has done.
+    making = asyncio.ensure_future(asyncio.to_thread(make))
     try:
-        place = await asyncio.to_thread(make)
+        return await _try_overlay(seams, place, lowers, making)
+    finally:
+        await asyncio.wait({making})
+        # Read, or asyncio would log it as never read when _try_overlay was stopped first.
+        _ = making.exception()
+        # Stopped for its time, the mount it ran may have been done all the same: rmtree
+        # would empty the view, then leave it mounted.
+        if await asyncio.to_thread(os.path.ismount, place / "view"):
+            await complaint("umount", "--lazy", str(place / "view"), runner=seams.run)
+        await asyncio.to_thread(shutil.rmtree, place, True)
+
+
+async def _try_overlay(
+    seams: Seams, place: Path, lowers: list[str], making: "asyncio.Future[None]"
+) -> Finding:
+    name = "overlayfs"
+    try:
+        await asyncio.shield(making)
     except OSError as error:
         if error.errno in (errno.ENOSPC, errno.EDQUOT):
             # A full disk weakens no sandbox, and boxd refuses to start tasks on it in its own
@@ -201,48 +211,36 @@ async def overlayfs(seams: Seams) -> Finding:
             "make sure BOX_HOME exists and has room (boxd makes it as it starts).",
             blocks=True,
         )
-    try:
-        options = overlay_options(lowers, place / "upper", place / "work")
-        view = str(place / "view")
-        # As a task's view is mounted (layers.mount_overlay): by mount(2), which takes 500 names.
-        mounted = await _complaint(
-            seams,
-            *("mount", "-t", "overlay", "overlay", "-o", options, view),
-            cwd=place / "layers",
-            env=CLASSIC_MOUNT,
-        )
-        if mounted is None:
-            await _complaint(seams, "umount", view)
-            return passed(name, blocks=True)
-        return failed(
-            name,
-            f"overlayfs could not stack {len(lowers)} layers on BOX_HOME's file system "
-            f"({seams.home}): {mounted}. Each task's view of its workspace is such a stack.",
-            "use a kernel with overlayfs (modprobe overlay) and keep BOX_HOME on ext4, xfs or "
-            "btrfs, not on a network or FUSE file system.",
-            blocks=True,
-        )
-    finally:
-        await asyncio.to_thread(shutil.rmtree, place, True)
-
-
-async def _complaint(
-    seams: Seams, *argv: str, cwd: Path | None = None, env: Mapping[str, str] | None = None
-) -> str | None:
-    try:
-        return (await seams.run(*argv, cwd=cwd, env=env)).complaint
-    except NotInstalled as missing:
-        return str(missing)
+    options = overlay_options(lowers, place / "upper", place / "work")
+    view = str(place / "view")
+    # As a task's view is mounted (layers.mount_overlay): by mount(2), which takes 500 names.
+    mounted = await complaint(
+        *("mount", "-t", "overlay", "overlay", "-o", options, view),
+        cwd=place / "layers",
+        env=CLASSIC_MOUNT,
+        runner=seams.run,
+    )
+    if mounted is None:
+        await complaint("umount", view, runner=seams.run)
+        return passed(name, blocks=True)
+    return failed(
+        name,
+        f"overlayfs could not stack {len(lowers)} layers on BOX_HOME's file system "
+        f"({seams.home}): {mounted}. Each task's view of its workspace is such a stack.",
+        "use a kernel with overlayfs (modprobe overlay) and keep BOX_HOME on ext4, xfs or "
+        "btrfs, not on a network or FUSE file system.",
+        blocks=True,
+    )
 
 
 async def network_namespaces(seams: Seams) -> Finding:
     """Makes a network namespace with loopback up, as each task's is made, and removes it."""
     name = "network namespaces"
     netns = f"{leftovers.NETNS_PREFIX}{seams.token()}"
-    made = await _complaint(seams, "ip", "netns", "add", netns)
+    made = await complaint("ip", "netns", "add", netns, runner=seams.run)
     if made is None:
-        made = await _complaint(seams, "ip", "-n", netns, "link", "set", "lo", "up")
-        gone = await _complaint(seams, "ip", "netns", "delete", netns)
+        made = await complaint("ip", "-n", netns, "link", "set", "lo", "up", runner=seams.run)
+        gone = await complaint("ip", "netns", "delete", netns, runner=seams.run)
         made = made or gone
     if made is None:
         return passed(name, blocks=True)
@@ -381,43 +379,109 @@ async def droid(seams: Seams) -> Finding:
     )
 
 
+@dataclass(frozen=True)
+class Check:
+    """One check: its name and whether its failing blocks tasks, as its findings say (the unit
+    tests hold them to it), and where to look when it does not answer in time."""
+
+    test: Callable[[Seams], Awaitable[Finding]]
+    name: str
+    blocks: bool
+    look: str
+
+
+_BOX_HOME_STUCK = (
+    "BOX_HOME's file system, which may not answer (findmnt -T BOX_HOME; dmesg) and processes "
+    "stuck on it (ps -eo pid,stat,args: state D)"
+)
 CHECKS = (
-    systemd_version,
-    cgroup_v2,
-    cgroup_controllers,
-    overlayfs,
-    network_namespaces,
-    ip_address_deny,
-    credentials,
-    polkit,
-    dbus_policy,
-    disk_space,
-    droid,
+    Check(
+        systemd_version,
+        "systemd",
+        True,
+        "whether systemd answers on the system bus (systemctl status; journalctl -b -u dbus)",
+    ),
+    Check(cgroup_v2, "cgroup v2", True, "whether /sys/fs/cgroup can be read (dmesg)"),
+    Check(
+        cgroup_controllers,
+        "cgroup controllers",
+        False,
+        "whether /sys/fs/cgroup/cgroup.controllers can be read (dmesg)",
+    ),
+    Check(
+        overlayfs,
+        "overlayfs",
+        True,
+        "a mount or umount that hangs (ps -eo pid,stat,args | grep mount: state D) and "
+        "BOX_HOME's file system (findmnt -T BOX_HOME; dmesg)",
+    ),
+    Check(
+        network_namespaces,
+        "network namespaces",
+        True,
+        "ip netns commands that hang (ps -eo pid,stat,args | grep 'ip '; dmesg)",
+    ),
+    Check(
+        ip_address_deny,
+        bpf_probe.NAME,
+        True,
+        f"systemd's jobs and the probe unit (systemctl list-jobs; journalctl -u "
+        f"'{bpf_probe.unit_name('*')}')",
+    ),
+    Check(
+        credentials,
+        "systemd-creds",
+        True,
+        "systemd-creds, which may wait for the TPM (journalctl -b | grep -i tpm)",
+    ),
+    Check(polkit, "polkit", False, "whether polkit answers (systemctl status polkit)"),
+    Check(
+        dbus_policy,
+        "D-Bus policy",
+        False,
+        "whether /usr/share/dbus-1 and /etc/dbus-1 can be read (dmesg)",
+    ),
+    Check(disk_space, "disk space", False, _BOX_HOME_STUCK),
+    Check(droid, "Droid", False, "the file system Droid is installed on (dmesg)"),
 )
 
 
 async def run_checks(seams: Seams) -> list[Finding]:
-    """Every check at once, in CHECKS' order; a check that breaks is a failure in its words.
-    First what runs cut off left goes."""
+    """Every check at once, in CHECKS' order, each held to seams.check_seconds; a check that
+    breaks is a failure in its words, one that does not answer in time a failure that says so.
+    First what runs cut off left goes, held to the same time."""
+    clearing = leftovers.clear(
+        seams.home, seams.systemd, partial(complaint, runner=seams.run), netns_dir=seams.netns_dir
+    )
     try:
-        await leftovers.clear(
-            seams.home, seams.systemd, partial(_complaint, seams), netns_dir=seams.netns_dir
-        )
+        await within(seams.check_seconds, clearing)
     except Exception as error:
         log.warning("could not clear what earlier checks of this machine left: %s", error)
-    results = await asyncio.gather(*(check(seams) for check in CHECKS), return_exceptions=True)
+    tasks = [asyncio.ensure_future(check.test(seams)) for check in CHECKS]
+    try:
+        await asyncio.wait(tasks, timeout=seams.check_seconds)
+    finally:
+        late = [not task.done() for task in tasks]
+        for task in tasks:
+            stop(task)
     findings = []
-    for check, result in zip(CHECKS, results, strict=True):
-        if isinstance(result, BaseException):
-            if not isinstance(result, Exception):
-                raise result
-            result = failed(
-                check.__name__.replace("_", " "),
-                f"the check itself failed: {_words(result)}.",
+    for check, task, timed_out in zip(CHECKS, tasks, late, strict=True):
+        if timed_out:
+            finding = did_not_answer(
+                check.name, seams.check_seconds, check.look, blocks=check.blocks
+            )
+        elif (broke := task.exception()) is not None:
+            if not isinstance(broke, Exception):
+                raise broke
+            finding = failed(
+                check.name,
+                f"the check itself failed: {_words(broke)}.",
                 "run boxd doctor as root to see it again; the journal of boxd.service has more.",
                 blocks=True,
             )
-        findings.append(result)
+        else:
+            finding = task.result()
+        findings.append(finding)
     return findings
 
 

@@ -6,6 +6,12 @@ checks' words (a 503), a queued one stays queued, a spare is not made, a worker 
 start again after a reboot does not. Until the first checks have answered, those who ask wait
 for them (about 0.2 s, once); the manager's own start does not. Checks that pass again after
 a fix let the queued tasks start.
+
+The owner may ask for the checks (`CheckMachine`) as often as they like, each asking makes
+trial mounts, namespaces and units: at most one run is under way at a time, and runs are
+MIN_INTERVAL_SECONDS apart. An asking within that time of the last run's end is answered that
+run's findings, with their age; one made while a run is under way is answered the next run,
+which begins that time after it.
 """
 
 import asyncio
@@ -14,16 +20,30 @@ import time
 from collections.abc import Awaitable, Callable
 
 from boxd.errors import Problem, die
-from boxd.wire.doctor import OWNER_TOLD, Finding, failed, refusal
+from boxd.manager.doctor.time_limit import RUN_SECONDS, TimeUp, did_not_answer, within
+from boxd.wire.doctor import MIN_INTERVAL_SECONDS, OWNER_TOLD, Finding, failed, refusal
 
 log = logging.getLogger(__name__)
 
 
 class Doctor:
     def __init__(
-        self, check: Callable[[], Awaitable[list[Finding]]], cleared: Callable[[], None]
+        self,
+        check: Callable[[], Awaitable[list[Finding]]],
+        cleared: Callable[[], None],
+        limit: float = RUN_SECONDS,
+        min_interval: float = MIN_INTERVAL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._check = check
+        self._min_interval = min_interval
+        self._clock = clock
+        self._sleep = sleep
+        # When the last run ended (by `clock`); None before the first has.
+        self._ended: float | None = None
+        # How long a run may take, whatever `check` does: every start waits for the first.
+        self._limit = limit
         # Told when the checks pass after they had failed.
         self._cleared = cleared
         self._running: asyncio.Task[list[Finding]] | None = None
@@ -46,16 +66,27 @@ class Doctor:
     async def check_again(self) -> list[Finding]:
         """Runs the checks anew and answers their findings: a run not begun yet is joined, one
         whose checks began is waited for, then one more run, shared by all who asked meanwhile
-        (at most one runs at a time, however many ask)."""
+        and begun MIN_INTERVAL_SECONDS after it ended (at most one runs at a time, however many
+        ask); within that time of the last run's end, its findings (`age` says how old)."""
         running = self._running
-        if running is None or running.done() or self._begun is not running:
-            return await asyncio.shield(self._run_soon())
-        if self._next is None:
-            self._next = asyncio.create_task(self._run_after(running))
-        return await asyncio.shield(self._next)
+        if running is not None and not running.done() and self._begun is running:
+            if self._next is None:
+                self._next = asyncio.create_task(self._run_after(running))
+            return await asyncio.shield(self._next)
+        idle = running is None or running.done()
+        if idle and self.findings is not None and self.age() < self._min_interval:
+            return self.findings
+        return await asyncio.shield(self._run_soon())
+
+    def age(self) -> float:
+        """How long ago the last findings were found, in seconds; 0 before any were."""
+        return 0.0 if self._ended is None else max(0.0, self._clock() - self._ended)
 
     async def _run_after(self, running: "asyncio.Task[list[Finding]]") -> list[Finding]:
         await asyncio.wait({running})
+        wait = self._min_interval - self.age()
+        if wait > 0:
+            await self._sleep(wait)
         self._next = None
         return await self._run_soon()
 
@@ -66,7 +97,17 @@ class Doctor:
         before = refusal(self.findings) if self.findings is not None else None
         began = time.monotonic()
         try:
-            findings = await self._check()
+            findings = await within(self._limit, self._check())
+        except TimeUp:
+            findings = [
+                did_not_answer(
+                    "the checks",
+                    self._limit,
+                    "the journal of boxd.service (journalctl -u boxd), and the processes it "
+                    "started that hang (systemctl status boxd)",
+                    blocks=True,
+                )
+            ]
         except Exception as error:
             log.exception("boxd could not check this machine")
             findings = [
@@ -78,6 +119,7 @@ class Doctor:
                 )
             ]
         self.findings = findings
+        self._ended = self._clock()
         log.info("boxd doctor: checked this machine in %.2f s", time.monotonic() - began)
         for finding in findings:
             if not finding.ok:

@@ -66,7 +66,10 @@ def _newer_in_sight(database: Path, newest: int) -> bool:
         page_size, salts = header[0], header[1]
         for at in _frames(wal, page_size):
             page, _, salt_1, salt_2 = struct.unpack(">4I", os.pread(wal, 16, at))
-            if (salt_1, salt_2) != salts:
+            # SQLite's recovery stops at the first frame of page 0, as at other salts: past it
+            # (a file extended and never written is zeros, whose salts may be the header's), the
+            # rest of a WAL as large as the disk would be read for nothing.
+            if page == 0 or (salt_1, salt_2) != salts:
                 return False
             if page == 1 and _version_of(os.pread(wal, 100, at + _FRAME_HEADER)) > newest:
                 return True

@@ -1,10 +1,11 @@
 """Each check of boxd doctor against fakes of what it touches: systemd, the commands it runs,
 polkit, /sys/fs/cgroup, the disk. Whether they hold on a real machine: tests/vm/test_doctor.py."""
 
+import asyncio
 import errno
 import os
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from dbus_fast import Variant
 from boxd.dbus.interface import MANAGE_ACTION
 from boxd.errors import BoxError, Problem
 from boxd.manager.doctor import bpf_probe, checks
-from boxd.manager.doctor.checks import Seams, needed_controllers, run_checks
+from boxd.manager.doctor.checks import Check, Seams, needed_controllers, run_checks
 from boxd.manager.run import NotInstalled, Ran
 from boxd.manager.units.systemd import CLD_EXITED, CLD_KILLED, UnitStatus
 from boxd.manager.workspaces.layers import MAX_DONE
@@ -35,13 +36,9 @@ class FakeRun:
         self.asked: list[tuple[tuple[str, ...], Path | None, bytes | None]] = []
 
     async def __call__(
-        self,
-        *argv: str,
-        cwd: Path | None = None,
-        input: bytes | None = None,
-        keep_output: bool = False,
-        env: Mapping[str, str] | None = None,
+        self, *argv: str, cwd: Path | None = None, input: bytes | None = None, **_: Any
     ) -> Ran:
+        # As boxd.manager.run.run is called; what it is given beyond these, it keeps not.
         self.asked.append((argv, cwd, input))
         return self.answer(argv, input)
 
@@ -390,8 +387,83 @@ async def test_a_check_that_breaks_blocks_in_its_own_words(
     async def broken(seams: Seams) -> Finding:
         raise RuntimeError("the bus went away")
 
-    monkeypatch.setattr(checks, "CHECKS", (broken, checks.droid))
+    monkeypatch.setattr(checks, "CHECKS", (Check(broken, "broken", False, ""), checks.CHECKS[-1]))
     first, droid = await run_checks(seams)
     assert (first.ok, first.blocks) == (False, True)
     assert "the bus went away" in first.problem
-    assert droid.ok
+    assert first.name == "broken" and droid.ok
+
+
+async def test_each_check_answers_in_its_name_and_blocks_as_its_entry_says(seams: Seams) -> None:
+    # What a check that did not answer is called, and whether it blocks, is its entry's.
+    findings = await run_checks(seams)
+    assert [(f.name, f.blocks) for f in findings] == [(c.name, c.blocks) for c in checks.CHECKS]
+
+
+class Hanging(FakeRun):
+    """Runs `command` without end (a mount on a file system that does not answer) until
+    stopped, and keeps what it stopped."""
+
+    def __init__(self, command: str) -> None:
+        super().__init__(_works)
+        self.command = command
+        self.stopped: list[tuple[str, ...]] = []
+        self.was_stopped = asyncio.Event()
+
+    async def __call__(self, *argv: str, **given: Any) -> Ran:
+        if argv[0] != self.command:
+            return await super().__call__(*argv, **given)
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            # Where run() kills the command (tests/manager/test_run.py).
+            self.stopped.append(argv)
+            self.was_stopped.set()
+            raise
+        raise AssertionError(f"{argv} never ends")
+
+
+async def test_a_check_that_never_answers_blocks_in_time_saying_which_and_where_to_look(
+    seams: Seams, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hanging = Hanging("mount")
+    seams.run = hanging
+    # A stack of three layers is made long before its time is up, and the mount begun.
+    monkeypatch.setattr(checks, "MAX_DONE", 2)
+    seams.check_seconds = 1
+    findings = {f.name: f for f in await run_checks(seams)}
+    overlay = findings["overlayfs"]
+    _failed(overlay, "did not answer in 1 s", "killed what it ran", "ps -eo pid,stat,args")
+    assert overlay.blocks
+    await hanging.was_stopped.wait()
+    assert hanging.stopped[0][:3] == ("mount", "-t", "overlay")
+    # Its trial stack of layers is removed all the same, by the check stopped, which nothing
+    # waits for.
+    while list(seams.home.iterdir()):  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+
+
+async def test_an_advising_check_that_never_answers_only_advises(seams: Seams) -> None:
+    async def polkit_hangs() -> list[str]:
+        await asyncio.Event().wait()
+        return []
+
+    seams.polkit_actions = polkit_hangs
+    seams.check_seconds = 0.05
+    findings = {f.name: f for f in await run_checks(seams)}
+    _failed(findings["polkit"], "did not answer in 0.05 s", "systemctl status polkit")
+    assert not findings["polkit"].blocks
+
+
+async def test_clearing_what_earlier_runs_left_that_hangs_does_not_hold_the_checks(
+    seams: Seams,
+) -> None:
+    left = seams.netns_dir
+    left.mkdir()
+    (left / "boxd-doctor-999999999-dead").touch()
+    hanging = Hanging("ip")
+    seams.run = hanging
+    seams.check_seconds = 0.05
+    findings = {f.name: f for f in await run_checks(seams)}
+    assert hanging.stopped[0] == ("ip", "netns", "delete", "boxd-doctor-999999999-dead")
+    _failed(findings["network namespaces"], "did not answer in 0.05 s")

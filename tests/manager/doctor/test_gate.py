@@ -34,7 +34,27 @@ class Machine:
 
 
 def _doctor(machine: Machine, cleared: list[str]) -> Doctor:
-    return Doctor(machine, lambda: cleared.append("cleared"))
+    """A doctor that runs the checks anew each time it is asked (no least interval)."""
+    return Doctor(machine, lambda: cleared.append("cleared"), min_interval=0)
+
+
+class Clock:
+    """A clock the test moves, and a sleep that moves it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def _spaced(machine: Machine, clock: Clock) -> Doctor:
+    return Doctor(machine, lambda: None, min_interval=10, clock=clock, sleep=clock.sleep)
 
 
 async def test_a_start_asked_before_the_first_checks_answered_waits_for_them() -> None:
@@ -128,3 +148,53 @@ async def test_checks_that_cannot_run_at_all_refuse_tasks() -> None:
     doctor = Doctor(broken, lambda: None)
     words = await doctor.refusal()
     assert words is not None and "could not check this machine: no system bus" in words
+
+
+async def test_checks_that_never_answer_refuse_tasks_in_time_saying_so() -> None:
+    """A hanging check must not keep every start waiting: past the run's time it is stopped,
+    and tasks are refused in words that say the checks did not answer (fail closed)."""
+    stopped = asyncio.Event()
+
+    async def hanging() -> list[Finding]:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            stopped.set()
+        raise AssertionError("a check that never answers answered")
+
+    doctor = Doctor(hanging, lambda: None, limit=0.05)
+    words = await doctor.refusal()
+    assert words is not None and "the checks: the check did not answer in 0.05 s" in words
+    assert "journalctl -u boxd" in words
+    await stopped.wait()
+
+
+async def test_checks_asked_for_again_within_the_interval_answer_the_last_run_and_its_age() -> None:
+    """An owner (or a paired device) asking in a loop makes no run back to back with another."""
+    machine, clock = Machine(NO_DROID), Clock()
+    doctor = _spaced(machine, clock)
+    assert await doctor.check_again() == [NO_DROID] and doctor.age() == 0
+    machine.findings = [NO_BPF]
+    clock.now += 4
+    for _ in range(50):
+        assert await doctor.check_again() == [NO_DROID]
+    assert machine.runs == 1 and doctor.age() == 4
+    clock.now += 6
+    assert await doctor.check_again() == [NO_BPF]
+    assert machine.runs == 2 and doctor.age() == 0
+
+
+async def test_checks_asked_for_during_a_run_get_the_next_begun_the_interval_after_it() -> None:
+    machine, clock = Machine(NO_DROID), Clock()
+    machine.hold.clear()
+    doctor = _spaced(machine, clock)
+    first = asyncio.create_task(doctor.check_again())
+    await machine.began.wait()
+    machine.findings = [NO_BPF]
+    during = asyncio.gather(*(doctor.check_again() for _ in range(20)))
+    await asyncio.sleep(0)
+    clock.now += 3
+    machine.hold.set()
+    assert await first == [NO_DROID]
+    assert list(await during) == [[NO_BPF]] * 20
+    assert machine.runs == 2 and clock.slept == [10]

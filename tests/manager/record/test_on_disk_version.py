@@ -1,6 +1,7 @@
 """The record's version read from its files, as SQLite would find it, without writing a byte."""
 
 import hashlib
+import os
 import shutil
 import sqlite3
 import struct
@@ -161,10 +162,11 @@ async def test_the_store_refuses_a_newer_record_before_it_opens_it(tmp_path: Pat
     assert path.stat().st_mode & 0o777 == 0o644
 
 
-def _wal_of_one_commit(page_size: int, page_1: bytes) -> bytes:
+def _wal_of_one_commit(
+    page_size: int, page_1: bytes, salts: tuple[int, int] = (0x11111111, 0x22222222)
+) -> bytes:
     """A WAL whose header and one frame, a commit of page 1, have SQLite's salts and
     checksums (big-endian), with the page size the header says."""
-    salts = (0x11111111, 0x22222222)
     head = struct.pack(">6I", 0x377F0683, 3007000, page_size, 0, *salts)
     sums = _checksum(">", head, 0, 0)
     head += struct.pack(">2I", *sums)
@@ -187,3 +189,39 @@ def test_a_wal_of_a_page_size_sqlite_never_writes_is_not_read(tmp_path: Path) ->
     (tmp_path / "box.db-wal").write_bytes(_wal_of_one_commit(2**17, bytes(page_1)))
     assert version_on_disk(path) == 2 == _sqlite_reads(tmp_path, tmp_path)
     refuse_newer(path)
+
+
+@pytest.mark.parametrize("salts", [(0x11111111, 0x22222222), (0, 0)])
+@pytest.mark.parametrize("newer", [True, False])
+def test_a_huge_wal_is_read_up_to_its_first_frame_sqlite_would_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, salts: tuple[int, int], newer: bool
+) -> None:
+    """A WAL of 8 GiB (sparse: its frames past the first are zeros, as a file extended but not
+    written is) is read up to the first frame that is not one: a frame of page 0 never is, and
+    salts of zeros, which SQLite may draw, match the header's. Counted, not timed."""
+    path = tmp_path / "box.db"
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version = 2")
+    db.close()
+    version = NEWEST + 5 if newer else 3
+    page_1 = bytearray(path.read_bytes()[:4096])
+    page_1[60:64] = version.to_bytes(4, "big")
+    wal = tmp_path / "box.db-wal"
+    wal.write_bytes(_wal_of_one_commit(4096, bytes(page_1), salts))
+    os.truncate(wal, 8 * 2**30)
+    reads: list[int] = []
+    pread = os.pread
+
+    def counted(fd: int, length: int, offset: int) -> bytes:
+        reads.append(length)
+        return pread(fd, length, offset)
+
+    monkeypatch.setattr(os, "pread", counted)
+    assert version_on_disk(path) == version
+    if newer:
+        with pytest.raises(RecordTooNew):
+            refuse_newer(path)
+    else:
+        refuse_newer(path)
+    # The database's first bytes, the WAL's header, and its first two frames, each a few times.
+    assert len(reads) <= 12 and sum(reads) <= 6 * (24 + 4096) + 400
