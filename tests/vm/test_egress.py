@@ -23,9 +23,7 @@ from testbed.outside_world import (
     start_outside,
 )
 
-UNSET_PROXIES = (
-    "env -u HTTP_PROXY -u http_proxy -u HTTPS_PROXY -u https_proxy -u ALL_PROXY -u all_proxy"
-)
+UNSET_PROXIES = "env -u HTTP_PROXY -u http_proxy -u HTTPS_PROXY -u https_proxy -u BOX_SOCKS_PROXY"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -92,7 +90,7 @@ def test_a_listed_host_by_name_over_http_https_and_socks(machine: Machine, token
         "fetch http://allowed.test/plain\n"
         "fetch https://allowed.test/tls\n"
         "sh curl -sS https://allowed.test/curl\n"
-        "sh curl -sS -x socks5h://127.0.0.1:1080 http://allowed.test/socks\n"
+        'sh curl -sS -x "$BOX_SOCKS_PROXY" http://allowed.test/socks\n'
         "sh curl -sS -x socks5h://127.0.0.1:1080 https://allowed.test/socks-tls",
     )
     assert task["state"] == "done", task
