@@ -8,9 +8,9 @@ from the Files API all make Anthropic's servers fetch or send data for the task:
 `hosts`, or a Droid task at low autonomy ("its model, and nothing else"), would reach the
 Internet through them. They are also billed by the search, the container hour or the file, which
 `boxd.wire.pricing` does not price. Other service tiers and data residency are billed at other
-rates, and so is fast mode (`speed`); the 1M-token context at long-context rates. So each request is held to allowlists of
-top-level fields, tool kinds (tools the client runs), content blocks and sources, and
-`anthropic-beta` values; what is refused is named in the refusal.
+rates, and so is fast mode (`speed`); the 1M-token context at long-context rates. So each
+request is held to allowlists of top-level fields, tool kinds (tools the client runs), content
+blocks and sources, and `anthropic-beta` values; what is refused is named in the refusal.
 
 Values are checked as boxd.broker.model.request decoded them: its strings are the body's bytes
 read as Latin-1 (every JSON name checked here is ASCII, so they compare as they should), and
