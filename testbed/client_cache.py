@@ -114,3 +114,14 @@ def npm_tarballs() -> dict[str, Path]:
 def integrity_of(path: Path) -> str:
     """npm's integrity string (SRI, sha512) of a tarball."""
     return _integrity(path.read_bytes())
+
+
+def main() -> None:
+    """Downloads what test_clients.py installs, for every release (testbed/prepare.py)."""
+    for suite in PYTHON_OF:
+        python_wheels(suite)
+    npm_tarballs()
+
+
+if __name__ == "__main__":
+    main()

@@ -182,8 +182,11 @@ def test_python_clients_from_a_package_index(
             # One retry: pip tells why a connection broke only when it retries.
             f"sh {pip.replace('--retries 0', '--retries 1')} --index-url {OTHER_SITE}/simple/ six "
             "> $HOME/pip.log 2>&1; echo exit $?; "
-            "grep -o -m 1 'Tunnel connection failed: 403 [A-Za-z]*' $HOME/pip.log",
+            "grep -o -m 1 'Tunnel connection failed: 403 [^\")]*' $HOME/pip.log",
             f"sh $HOME/venv/bin/python {SCRIPTS}/anthropic_sdk.py 2>&1",
+            # The trap boxd's environment no longer sets (docs/agents.md, "The proxy variables").
+            f"sh ALL_PROXY=$BOX_SOCKS_PROXY $HOME/venv/bin/python {SCRIPTS}/anthropic_sdk.py "
+            "2>&1 | grep -m 1 '^ImportError'",
             f"sh {CA_ENVIRONMENT} $HOME/venv/bin/python {SCRIPTS}/python_http.py 2>&1",
         ]
     )
@@ -191,13 +194,21 @@ def test_python_clients_from_a_package_index(
         machine, start_fake(machine, token, prompt, hosts=[LISTED], model="sonnet")["id"], 300
     )
     assert task["state"] == "done", task
-    installed, pip_refused, sdk, http_clients = steps(task)
+    installed, pip_refused, sdk, trap, http_clients = steps(task)
     assert installed == "installed"
-    assert pip_refused == "exit 1\nTunnel connection failed: 403 Forbidden", pip_refused
+    assert pip_refused == (
+        "exit 1\nTunnel connection failed: 403 Forbidden: boxd refused other.test:8443: it is not "
+        "in this task's hosts"
+    ), pip_refused
+    # The CONNECT's status line carries boxd's words, which Python's clients show.
+    https_refusal = "403 Forbidden: boxd refused other.test:443: it is not in this task's hosts"
     assert sdk.splitlines() == [
         "create tool_use lookup {'word': 'box'}",
         "stream Hello from the stream. end_turn",
     ]
+    assert trap.startswith(
+        "ImportError: Using SOCKS proxy, but the 'socksio' package is not installed."
+    ), trap
     created, streamed = (sent["body"] for sent in model.requests())
     assert created["model"] == MODEL
     assert created["system"] == [
@@ -219,7 +230,7 @@ def test_python_clients_from_a_package_index(
             f"{client} http://other.test/py-plain 403 boxd refused other.test:80: it is not in "
             "this task's hosts"
         ), lines
-        assert "403" in mine[2] and "failed:" in mine[2], lines
+        assert "failed:" in mine[2] and https_refusal in mine[2], lines
     # pip's two tries, requests' and httpx's two each.
     refusals(machine, task["id"], 6)
     assert f"{UNLISTED}:{PORT} /simple" not in arrived(machine)
