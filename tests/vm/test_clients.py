@@ -280,9 +280,10 @@ def test_curl_git_npm_and_node_fetch(machine: Machine, token: str) -> None:
     # undici's proxy agent tunnels plain http too: a refused CONNECT, its words in the log.
     listed, plain, tls = fetch_undici.splitlines()
     assert listed == "fetch https://allowed.test/node 200 hello from 443 /node"
-    refused = "failed: Request was cancelled. (Proxy response (403) !== 200 when HTTP Tunneling)"
-    assert plain == f"fetch http://other.test/node-plain {refused}"
-    assert tls == f"fetch https://other.test/node-tls {refused}"
+    # Node 20 tells why the request was cancelled; Node 18 does not.
+    refused = "failed: Request was cancelled."
+    assert plain.startswith(f"fetch http://other.test/node-plain {refused}"), plain
+    assert tls.startswith(f"fetch https://other.test/node-tls {refused}"), tls
     # Node 20 (Debian 13's) and 18 read no proxy variable: fetch goes direct, where the task's
     # network has no route.
     assert fetch_plain.splitlines()[0] == "fetch https://allowed.test/node failed: ENETUNREACH"
