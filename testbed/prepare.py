@@ -1,11 +1,11 @@
 """What the VM suites need that takes minutes to make the first time (each release's image and
-its fresh one, the .deb of this tree), made side by side while `make test` runs lint and the
-unit tests.
+its fresh one, the .deb of this tree, the packages test_clients.py installs), made side by side
+while `make test` runs lint and the unit tests.
 
 Each is cached and locked where it is made (testbed/image.py, testbed/fresh_image.py,
-testbed/deb_package.py): a suite that starts before one is ready waits for it, and one that
-failed here is tried again there and fails with its own words. So this prints what it made and
-how long it took, and never fails `make test` itself.
+testbed/deb_package.py, testbed/client_cache.py): a suite that starts before one is ready waits
+for it, and one that failed here is tried again there and fails with its own words. So this
+prints what it made and how long it took, and never fails `make test` itself.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ def main() -> None:
         for suite in SUITES
     ]
     jobs.append(("the .deb", [python, "-m", "testbed.deb_package"], {}))
+    jobs.append(("the clients' packages", [python, "-m", "testbed.client_cache"], {}))
     with ThreadPoolExecutor(len(jobs)) as pool:
         futures = [
             pool.submit(_made, what, argv, dict(os.environ, **extra)) for what, argv, extra in jobs

@@ -122,7 +122,7 @@ async def _fetch(argument: str) -> str:
             shown = body.decode(errors="replace").strip()
             status = f"{response.status} {response.reason or ''}".strip()
     except aiohttp.ClientHttpProxyError as refused:
-        # A refused CONNECT: its reason is in the proxy's body, which the client does not read.
+        # A refused CONNECT: aiohttp reads no body there, and boxd's words are in its reason.
         raise ScriptFailed(
             f"fetch {argument}: the proxy answered {refused.status} {refused.message}"
         ) from None

@@ -138,7 +138,7 @@ async def test_fetch_shows_the_status_and_first_bytes_and_fails_on_a_refusal(
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
-    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+    for name in ("HTTP_PROXY", "http_proxy"):
         monkeypatch.delenv(name, raising=False)
     path, log = broker
     log.prompt = f"fetch http://127.0.0.1:{port}/\nfetch http://127.0.0.1:{port}/refused"

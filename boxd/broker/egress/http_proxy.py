@@ -34,10 +34,10 @@ _REASONS = {
 }
 
 
-def answer(status: int, text: str) -> bytes:
+def answer(status: int, text: str, reason: str | None = None) -> bytes:
     body = (text + "\n").encode()
     head = (
-        f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
+        f"HTTP/1.1 {status} {reason or _REASONS[status]}\r\n"
         "Content-Type: text/plain; charset=utf-8\r\n"
         f"Content-Length: {len(body)}\r\n"
         "Connection: close\r\n\r\n"
@@ -46,6 +46,14 @@ def answer(status: int, text: str) -> bytes:
 
 
 ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
+
+
+def tunnel_reason(status: int, text: str) -> str:
+    """The status line's reason for a refused CONNECT: clients (Python's http.client, httpx,
+    pip) show a tunnel's failure by its status line alone, never its body, so the words go there
+    as well, in the printable ASCII a reason phrase may hold."""
+    printable = "".join(c if " " <= c <= "~" else "?" for c in text)
+    return f"{_REASONS[status]}: {printable}"
 
 
 class HttpProxy:
@@ -75,25 +83,27 @@ class HttpProxy:
         finally:
             sock.close()
 
-    async def _serve(self, sock: socket.socket) -> tuple[int, str] | None:
-        """Serves one request; returns the error to answer, if it ends in one."""
+    async def _serve(self, sock: socket.socket) -> tuple[int, str, str | None] | None:
+        """Serves one request; returns the error to answer (status, words, and the reason
+        phrase when not the status's own), if it ends in one."""
         reader = SocketReader(sock)
         try:
             request = parse_request(await read_head(reader))
         except BadRequest as error:
-            return error.status, f"boxd's proxy cannot serve this: {error}"
+            return error.status, f"boxd's proxy cannot serve this: {error}", None
         except TimeoutError:
-            return 408, "boxd's proxy waited too long for the request head"
+            return 408, "boxd's proxy waited too long for the request head", None
         target = request.target
         told = FirstWords(sock, ESTABLISHED if request.connect else b"")
         try:
             upstream = await self.dialer.open(target, told.send)
         except Refused as refusal:
             await self.on_refusal(str(target), str(refusal))
-            return 403, f"boxd refused {target}: {refusal}"
+            words = f"boxd refused {target}: {refusal}"
+            return 403, words, tunnel_reason(403, words) if request.connect else None
         except Unreachable as failure:
             status = 504 if failure.code == errno.ETIMEDOUT else 502
-            return status, f"boxd could not connect to {target}: {failure}"
+            return status, f"boxd could not connect to {target}: {failure}", None
         try:
             # Bytes the task sent after the head (a TLS hello, a request body) go first.
             if request.connect:
@@ -105,14 +115,14 @@ class HttpProxy:
         return None
 
 
-async def say(sock: socket.socket, status: int, text: str) -> None:
+async def say(sock: socket.socket, status: int, text: str, reason: str | None = None) -> None:
     """Answers, then reads what the task still sends for a moment before the caller closes:
     closing with unread bytes makes the kernel send a reset, which can destroy the answer
     before the task reads it. A task that reads nothing gets LINGER_SECONDS, no more."""
     loop = asyncio.get_running_loop()
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(LINGER_SECONDS):
-            await loop.sock_sendall(sock, answer(status, text))
+            await loop.sock_sendall(sock, answer(status, text, reason))
             sock.shutdown(socket.SHUT_WR)
             while await loop.sock_recv(sock, LINGER_READ):
                 pass

@@ -1,5 +1,5 @@
-"""The SOCKS5 proxy a task's ALL_PROXY points at (RFC 1928): no authentication, CONNECT only,
-to targets the task's hosts allow.
+"""The SOCKS5 proxy a task's BOX_SOCKS_PROXY points at (RFC 1928): no authentication, CONNECT
+only, to targets the task's hosts allow.
 
 SOCKS replies carry a code, not words, so a refusal's reason reaches the task's log through
 on_refusal; the task itself reads 0x02, "connection not allowed by ruleset".

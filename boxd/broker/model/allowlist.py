@@ -8,9 +8,9 @@ from the Files API all make Anthropic's servers fetch or send data for the task:
 `hosts`, or a Droid task at low autonomy ("its model, and nothing else"), would reach the
 Internet through them. They are also billed by the search, the container hour or the file, which
 `boxd.wire.pricing` does not price. Other service tiers and data residency are billed at other
-rates; the 1M-token context at long-context rates. So each request is held to allowlists of
-top-level fields, tool kinds (tools the client runs), content blocks and sources, and
-`anthropic-beta` values; what is refused is named in the refusal.
+rates, and so is fast mode (`speed`); the 1M-token context at long-context rates. So each
+request is held to allowlists of top-level fields, tool kinds (tools the client runs), content
+blocks and sources, and `anthropic-beta` values; what is refused is named in the refusal.
 
 Values are checked as boxd.broker.model.request decoded them: its strings are the body's bytes
 read as Latin-1 (every JSON name checked here is ASCII, so they compare as they should), and
@@ -43,8 +43,15 @@ FIELDS = frozenset(
         "output_format",
         "output_config",
         "service_tier",
+        # Automatic caching: the marker on the last cacheable block, priced as any other.
+        "cache_control",
+        # Asks the reply to say why the prompt cache missed; reaches nothing, costs nothing.
+        "diagnostics",
+        "speed",
     }
 )
+# Fast mode is billed at premium rates the box does not price: only the standard speed passes.
+STANDARD_SPEED = "standard"
 # The service tier is passed only when it asks for the standard one: "auto" (the default, when
 # the field is left out) may use Priority Tier capacity, which the owner's contract prices.
 STANDARD_TIER = "standard_only"
@@ -140,6 +147,13 @@ def check_fields(fields: dict[str, Any], shape: Shape) -> None:
             f"the model gateway passes service_tier only as {STANDARD_TIER!r}, not "
             f"{shown(tier)}: other tiers are billed at rates the box does not price"
         )
+    speed = fields.get("speed")
+    if speed is not None and speed != STANDARD_SPEED:
+        raise Refused(
+            f"the model gateway passes speed only as {STANDARD_SPEED!r}, not {shown(speed)}: "
+            "fast mode is billed at rates the box does not price"
+        )
+    _cache(fields, shape)
     tools = fields.get("tools")
     if tools is not None:
         if not isinstance(tools, list):
@@ -167,6 +181,8 @@ def _field_refusal(name: str) -> str:
         )
     elif name == "container":
         why = "code execution runs in Anthropic's containers, billed by the hour"
+    elif name == "inference_geo":
+        why = "inference in a chosen region is billed at rates the box does not price"
     else:
         why = "it is not on the box's list of fields a client model request needs"
     return (

@@ -1,5 +1,6 @@
 import asyncio
 
+from boxd.broker.egress.http_proxy import tunnel_reason
 from boxd.broker.egress.proxies import Egress
 from boxd.broker.egress.proxy_request import parse_request
 from boxd.doors.connection_limits import TURNED_AWAY
@@ -98,11 +99,17 @@ async def refused(
     """The body of the proxy's 403 answer, and the refusal it reported."""
     async with egress(hosts, production_check=production_check, own=own) as proxy:
         head, body = await ask(proxy.port, request)
-    assert head.startswith(b"HTTP/1.1 403 Forbidden\r\n"), head
     assert b"Content-Type: text/plain; charset=utf-8\r\n" in head
     assert len(proxy.refusals) == 1
     target, reason = proxy.refusals[0]
     assert body.decode() == f"boxd refused {target}: {reason}\n"
+    status_line = head.split(b"\r\n", 1)[0].decode()
+    if request.startswith(b"CONNECT "):
+        # A client shows a refused tunnel by its status line alone: the words are there too.
+        assert status_line == f"HTTP/1.1 403 {tunnel_reason(403, body.decode().strip())}"
+        assert status_line.startswith(f"HTTP/1.1 403 Forbidden: boxd refused {target}: ")
+    else:
+        assert status_line == "HTTP/1.1 403 Forbidden", head
     return body, [target, reason]
 
 
@@ -303,8 +310,17 @@ async def test_a_refusal_that_cannot_be_logged_is_still_answered() -> None:
         head, body = await ask(sock.getsockname()[1], connect("other.example.org:443"))
     finally:
         await proxy.close()
-    assert head.startswith(b"HTTP/1.1 403 Forbidden\r\n")
+    assert head.startswith(
+        b"HTTP/1.1 403 Forbidden: boxd refused other.example.org:443: it is not in this task's "
+        b"hosts\r\n"
+    )
     assert body == b"boxd refused other.example.org:443: it is not in this task's hosts\n"
+
+
+def test_a_tunnel_s_reason_phrase_holds_printable_ascii_only() -> None:
+    assert tunnel_reason(403, "boxd refused b\u00fccher.example:443: no\r\nX: y") == (
+        "Forbidden: boxd refused b?cher.example:443: no??X: y"
+    )
 
 
 async def test_a_connection_closed_before_asking_gets_no_answer() -> None:

@@ -54,10 +54,19 @@ def test_the_worker_environment_points_at_both_proxies() -> None:
     assert proxy_environment(3128, 1080) == {
         "HTTP_PROXY": "http://127.0.0.1:3128",
         "HTTPS_PROXY": "http://127.0.0.1:3128",
-        "ALL_PROXY": "socks5h://127.0.0.1:1080",
         "NO_PROXY": "localhost,127.0.0.1,::1",
         "http_proxy": "http://127.0.0.1:3128",
         "https_proxy": "http://127.0.0.1:3128",
-        "all_proxy": "socks5h://127.0.0.1:1080",
         "no_proxy": "localhost,127.0.0.1,::1",
+        "BOX_SOCKS_PROXY": "socks5h://127.0.0.1:1080",
+        "NODE_USE_ENV_PROXY": "1",
     }
+
+
+def test_no_variable_a_client_reads_by_itself_names_the_socks_proxy() -> None:
+    """httpx makes a transport for every proxy variable when a client is made, and one for
+    socks5h:// needs a package most installs lack (issue 36): only BOX_SOCKS_PROXY names it."""
+    environment = proxy_environment(3128, 1080)
+    socks = [name for name, value in environment.items() if value.startswith("socks")]
+    assert socks == ["BOX_SOCKS_PROXY"]
+    assert not {"ALL_PROXY", "all_proxy", "SOCKS_PROXY", "socks_proxy"} & set(environment)

@@ -117,7 +117,12 @@ def request_with(**fields: Any) -> bytes:
     [
         ({"mcp_servers": []}, "the model gateway does not pass the field 'mcp_servers'"),
         ({"container": "c"}, "the model gateway does not pass the field 'container'"),
-        ({"inference_geo": "us"}, "the model gateway does not pass the field 'inference_geo'"),
+        (
+            {"inference_geo": "us"},
+            "the model gateway does not pass the field 'inference_geo': inference in a chosen "
+            "region is billed at rates the box does not price",
+        ),
+        ({"speed": "fast"}, "the model gateway passes speed only as 'standard', not 'fast'"),
         ({"service_tier": "priority"}, "the model gateway passes service_tier only as"),
         ({"tools": {"a": 1}}, "tools must be a list of tools"),
         ({"tools": ["x"]}, "each tool must be an object"),
@@ -234,6 +239,32 @@ def test_what_a_client_sends_passes() -> None:
     assert request.hour_cache
     # The image is billed by its pixels, not its bytes: 1,600 tokens at most.
     assert request.input_tokens == -(-(len(body) - 3000) // 3) + 1600
+
+
+def test_every_ordinary_field_of_the_current_sdk_passes() -> None:
+    """What Anthropic's Python SDK 2.17 sends beyond Droid's fields (issue 36): automatic
+    caching's top-level cache_control (its 1-hour form reserved as such), diagnostics, a
+    standard speed, metadata, stop_sequences and a tool_choice."""
+    body = request_with(
+        model="claude-sonnet-4-6",
+        system="Be brief.",
+        metadata={"user_id": "owner-1"},
+        stop_sequences=["END"],
+        tools=[{"name": "lookup", "input_schema": {"type": "object"}}],
+        tool_choice={"type": "auto", "disable_parallel_tool_use": True},
+        thinking={"type": "enabled", "budget_tokens": 1024},
+        cache_control={"type": "ephemeral"},
+        diagnostics={"previous_message_id": None},
+        speed="standard",
+        stream=True,
+    )
+    request = read_request(body, MODEL)
+    assert json.loads(sent(request)) == {**json.loads(body), "model": MODEL}
+    assert not request.hour_cache
+    assert read_request(request_with(cache_control={"type": "ephemeral", "ttl": "1h"}), MODEL)
+    assert read_request(
+        request_with(cache_control={"type": "ephemeral", "ttl": "1h"}), MODEL
+    ).hour_cache
 
 
 def test_the_input_estimate_is_capped_at_the_context() -> None:

@@ -77,12 +77,12 @@ def test_the_worker_is_pointed_at_its_proxies_in_both_cases() -> None:
     assert properties["Environment"].value[-8:] == [
         "HTTP_PROXY=http://127.0.0.1:3128",
         "HTTPS_PROXY=http://127.0.0.1:3128",
-        "ALL_PROXY=socks5h://127.0.0.1:1080",
         "NO_PROXY=localhost,127.0.0.1,::1",
         "http_proxy=http://127.0.0.1:3128",
         "https_proxy=http://127.0.0.1:3128",
-        "all_proxy=socks5h://127.0.0.1:1080",
         "no_proxy=localhost,127.0.0.1,::1",
+        "BOX_SOCKS_PROXY=socks5h://127.0.0.1:1080",
+        "NODE_USE_ENV_PROXY=1",
     ]
 
 
