@@ -47,7 +47,8 @@ class Target:
 
 
 def _port(text: str, where: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
+    # isascii: str.isdigit takes digits int() does not (Latin-1's superscripts: "\xb2").
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
         raise BadTarget(f"{where} has a port that is not a number from 1 to 65535")
     return int(text)
 

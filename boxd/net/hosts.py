@@ -38,7 +38,8 @@ def _split_port(rule: str, text: str) -> tuple[str, int | None]:
 
 
 def _port(rule: str, text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
+    # isascii: str.isdigit takes digits int() does not ("\u00b2", "\u0663").
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
         _refuse(rule, "has a port that is not a number from 1 to 65535")
     return int(text)
 

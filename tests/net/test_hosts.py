@@ -49,6 +49,9 @@ def test_allowed(rule: str, canonical: str) -> None:
         ("example.com:0", "has a port that is not a number"),
         ("example.com:99999", "has a port that is not a number"),
         ("example.com:http", "has a port that is not a number"),
+        # A digit to str.isdigit, not to int(): a 400 in words, not a failure of boxd's own.
+        ("example.com:\u00b2", "has a port that is not a number"),
+        ("example.com:\u0663", "has a port that is not a number"),
         ("exa mple.com", "is not a host"),
         ("-bad.com", "is not a host"),
         ("http://example.com", "is a URL or a path, not a host"),

@@ -323,6 +323,31 @@ def test_a_tunnel_s_reason_phrase_holds_printable_ascii_only() -> None:
     )
 
 
+async def test_a_refused_tunnel_s_status_line_is_one_short_line_whatever_the_host() -> None:
+    """The task writes the host a refused CONNECT's status line repeats: bytes of any kind, and
+    as many as the head holds, make one line of printable ASCII, of a bounded length."""
+    for host in ("b\xfccher\x7f.example", "a" * 60_000, "x\x00y", "[::1"):
+        request = b"CONNECT " + host.encode("latin-1") + b":443 HTTP/1.1\r\n\r\n"
+        async with egress(["example.com"]) as proxy:
+            head, _ = await ask(proxy.port, request)
+        status_line, rest = head.split(b"\r\n", 1)
+        assert all(0x20 <= byte <= 0x7E for byte in status_line), status_line
+        assert len(status_line) < 1024, len(status_line)
+        assert rest.startswith(b"Content-Type: text/plain; charset=utf-8\r\n"), head
+
+
+async def test_a_port_of_digits_that_are_not_ascii_gets_400() -> None:
+    """Latin-1's superscript digits are digits to str.isdigit but not to int(): the head, read
+    as Latin-1, must not make the proxy fail without an answer (and log a traceback a task
+    could repeat at will)."""
+    for port in (b"\xb2", b"4\xb3", b"\xb9"):
+        head, body = await answer_to(b"CONNECT example.com:" + port + b" HTTP/1.1\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n"), head
+        assert b"a port that is not a number from 1 to 65535" in body, body
+        head, body = await answer_to(b"GET http://example.com:" + port + b"/ HTTP/1.1\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400 Bad Request\r\n"), head
+
+
 async def test_a_connection_closed_before_asking_gets_no_answer() -> None:
     async with egress(["example.com"]) as proxy:
         for sent in (b"", b"GET http://example.com/ HTTP/1.1\r\nHost: x"):
