@@ -220,6 +220,7 @@ class Machine:
         binds: Iterable[Bind] = (),
         name: str | None = None,
         bpf: bool = True,
+        host_network_admin: bool = False,
     ) -> None:
         self.name = name or f"boxd-test-{secrets.token_hex(4)}"
         # Whether its processes may call bpf(): without it, systemd silently ignores
@@ -227,6 +228,12 @@ class Machine:
         # Read at each start, so a test may boot the same machine again with it changed.
         self.bpf = bpf
         self.private_network = private_network
+        # On the host's network (private_network=False), CAP_NET_ADMIN would be over the host's
+        # own interfaces, routes, firewall and 127.0.0.1: what a test installs there (apt's
+        # postinsts, boxd, its tasks) could change or break the CI host's network. Such a
+        # machine gets it only when asked, for `make run` on a person's own computer. Read at
+        # each start, as private_network is.
+        self.host_network_admin = host_network_admin
         self.binds: list[Bind] = list(binds)
         self._image_root = image_root
         self._state: Path | None = None
@@ -325,8 +332,6 @@ class Machine:
             "--keep-unit",
             "--console=passive",
             "--link-journal=no",
-            # For IPAddressDeny= and for loopback in the namespaces tests make inside.
-            "--capability=CAP_NET_ADMIN",
             # quotactl_fd: boxd asks the kernel whether BOX_HOME keeps project quotas.
             f"--system-call-filter={'bpf ' if self.bpf else ''}quotactl_fd",
             f"--bind={_escape_bind(str(self.home))}:{BOX_HOME}",
@@ -335,6 +340,9 @@ class Machine:
         ]
         if self.private_network:
             argv.append("--private-network")
+        if self.private_network or self.host_network_admin:
+            # For IPAddressDeny= and for loopback in the namespaces tests make inside.
+            argv.append("--capability=CAP_NET_ADMIN")
         for host_path, machine_path, read_only in self.binds:
             option = "--bind-ro" if read_only else "--bind"
             argv.append(f"{option}={_escape_bind(str(host_path))}:{_escape_bind(machine_path)}")

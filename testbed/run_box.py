@@ -216,7 +216,9 @@ def main() -> int:
     # machine cleanly.
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
-    m = Machine(private_network=False)
+    # On this computer's own network, where its browser reaches the box; the box's tasks need
+    # CAP_NET_ADMIN (their namespaces, IPAddressDeny=), over this computer's network then.
+    m = Machine(private_network=False, host_network_admin=True)
     try:
         say("Booting the box (the first run builds its image, about 2 minutes)...")
         m.start()

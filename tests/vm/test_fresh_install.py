@@ -39,8 +39,10 @@ def depends(machine: Machine) -> set[str]:
 def fresh() -> Iterator[Machine]:
     """A machine of a fresh image on the host's network, for apt to reach Debian's mirror with
     the image's own sources (the same mirror the suite's images are built from). It leaves the
-    host's network as it is: its ifupdown (priority important) configures no interface, its
-    /etc/network/interfaces naming none, and nothing else of it manages the network."""
+    host's network as it is: it has no CAP_NET_ADMIN there (testbed/machine.py), and its
+    ifupdown (priority important) configures no interface, its /etc/network/interfaces naming
+    none. Once installed, the test boots it again on a network of its own, where boxd's tasks
+    get what they need (their namespaces, IPAddressDeny=)."""
     if port_in_use():
         pytest.fail(
             f"something on this host listens on 127.0.0.1:{PORT} (perhaps `make run`), where this "
@@ -48,6 +50,14 @@ def fresh() -> Iterator[Machine]:
         )
     with Machine(image_root=fresh_image(), private_network=False) as machine:
         yield machine
+
+
+def on_a_network_of_its_own(machine: Machine) -> None:
+    """Boots the machine again, as it is, on a private network."""
+    machine.stop(30, keep_state=True)
+    machine.private_network = True
+    machine.start()
+    wait_active(machine, "boxd.service", 30, "booting again on a private network")
 
 
 @pytest.mark.smoke
@@ -73,6 +83,12 @@ def test_apt_installs_the_package_and_its_depends_on_a_fresh_machine(fresh: Mach
     assert "usermod -aG boxd-owner NAME" in installed.stdout
     assert "boxctl open" in installed.stdout
     wait_active(machine, "boxd.service", 30, f"apt-get install {deb}")
+    assert machine.run("systemctl", "is-active", "boxd-web.socket").stdout.strip() == "active"
+    # What the machine did on the host's network, it did without CAP_NET_ADMIN there.
+    held = machine.run("sh", "-c", "grep ^CapBnd: /proc/1/status").stdout.split()[1]
+    assert not int(held, 16) & (1 << 12), f"PID 1 holds CAP_NET_ADMIN on the host's network: {held}"
+
+    on_a_network_of_its_own(machine)
     assert machine.run("systemctl", "is-active", "boxd-web.socket").stdout.strip() == "active"
     machine.run("useradd", "-m", OWNER)
     machine.run("usermod", "-aG", "boxd-owner", OWNER)
