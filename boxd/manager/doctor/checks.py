@@ -239,8 +239,12 @@ async def network_namespaces(seams: Seams) -> Finding:
     netns = f"{leftovers.NETNS_PREFIX}{seams.token()}"
     made = await complaint("ip", "netns", "add", netns, runner=seams.run)
     if made is None:
-        made = await complaint("ip", "-n", netns, "link", "set", "lo", "up", runner=seams.run)
-        gone = await complaint("ip", "netns", "delete", netns, runner=seams.run)
+        try:
+            made = await complaint("ip", "-n", netns, "link", "set", "lo", "up", runner=seams.run)
+        finally:
+            # Stopped for its time too: the clearing of what runs left takes only those of a
+            # manager gone, so this one's namespace would stay until boxd restarts.
+            gone = await complaint("ip", "netns", "delete", netns, runner=seams.run)
         made = made or gone
     if made is None:
         return passed(name, blocks=True)

@@ -467,3 +467,35 @@ async def test_clearing_what_earlier_runs_left_that_hangs_does_not_hold_the_chec
     findings = {f.name: f for f in await run_checks(seams)}
     assert hanging.stopped[0] == ("ip", "netns", "delete", "boxd-doctor-999999999-dead")
     _failed(findings["network namespaces"], "did not answer in 0.05 s")
+
+
+class HangingLoopback(Hanging):
+    """Hangs on `ip -n NAME link set lo up` alone, once the namespace is made."""
+
+    def __init__(self) -> None:
+        super().__init__("ip")
+        self.hung = asyncio.Event()
+
+    async def __call__(self, *argv: str, **given: Any) -> Ran:
+        if argv[:2] != ("ip", "-n"):
+            return await FakeRun.__call__(self, *argv, **given)
+        self.hung.set()
+        return await super().__call__(*argv, **given)
+
+
+async def test_a_namespace_check_stopped_for_its_time_removes_its_namespace(
+    seams: Seams,
+) -> None:
+    """The clearing of what runs cut off left takes only trials of a manager gone (their pid):
+    a check stopped for its time in this one must remove its own namespace, or one stays for
+    each run while `ip` hangs, until boxd restarts."""
+    hanging = HangingLoopback()
+    seams.run = hanging
+    check = asyncio.ensure_future(checks.network_namespaces(seams))
+    await hanging.hung.wait()
+    check.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await check
+    asked = [argv for argv, _, _ in hanging.asked]
+    made = next(argv for argv in asked if argv[:3] == ("ip", "netns", "add"))
+    assert asked[-1] == ("ip", "netns", "delete", made[3]), asked
