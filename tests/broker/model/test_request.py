@@ -267,6 +267,26 @@ def test_every_ordinary_field_of_the_current_sdk_passes() -> None:
     ).hour_cache
 
 
+def test_speed_and_the_hour_cache_are_read_as_the_upstream_reads_them() -> None:
+    """The attacker's spellings: fast mode in another case or type, or behind a JSON escape, is
+    refused; a 1-hour TTL behind an escape is reserved as one (written at twice the input
+    price), at the top level as in a block."""
+    for speed in ('"Fast"', '"STANDARD"', '" standard"', "1", '["standard"]', '{"a":1}'):
+        with pytest.raises(Refused, match="passes speed only as 'standard'"):
+            read_request(b'{"max_tokens":1,"speed":%s}' % speed.encode(), MODEL)
+    with pytest.raises(Refused, match="not 'fast'"):
+        read_request(b'{"max_tokens":1,"sp\\u0065ed":"f\\u0061st"}', MODEL)
+    assert read_request(b'{"max_tokens":1,"speed":"st\\u0061ndard"}', MODEL)
+    escaped = b'{"type":"ephemeral","ttl":"\\u0031h"}'
+    top = b'{"max_tokens":1,"messages":[],"cache_control":%s}' % escaped
+    assert read_request(top, MODEL).hour_cache
+    block = (
+        b'{"max_tokens":1,"messages":[{"role":"user","content":[{"type":"text","text":"x",'
+        b'"cache_control":%s}]}]}' % escaped
+    )
+    assert read_request(block, MODEL).hour_cache
+
+
 def test_the_input_estimate_is_capped_at_the_context() -> None:
     body = request_with(messages=[{"role": "user", "content": "x" * (2 * MIB)}])
     assert read_request(body, MODEL).input_tokens == CONTEXT_TOKENS
