@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr
 
+from boxd.reading.decimal_text import decimal
 from boxd.sdk import App, Context, Tool, ToolError
 
 DEFAULT_PORT = 587
@@ -78,7 +79,8 @@ def _host_port(text: str) -> tuple[str, int]:
             port = rest.removeprefix(":")
     elif host.count(":") == 1:
         host, _, port = host.partition(":")
-    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+    number = decimal(port, most_digits=5)
+    if not host or number is None or not 1 <= number <= 65535:
         raise ToolError(
             f"the vault's mail.server {text!r} is not host or host:port, like smtp.example.com:587;"
             " set it with boxctl vault set mail.server"

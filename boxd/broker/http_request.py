@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote
 
+from boxd.reading.decimal_text import decimal
 from boxd.reading.strict_json import MAX_BODY, TOO_LARGE
 
 # aiohttp's own, which the broker's clients were written against.
@@ -145,9 +146,9 @@ def _head(method: str, target: bytes, headers: dict[str, str], http11: bool) -> 
         length = None
     elif "content-length" in headers:
         given = headers["content-length"]
-        if not given.isdigit() or not given.isascii() or len(given) > 12:
+        length = decimal(given, most_digits=12)
+        if length is None:
             raise Refusal(400, "the request's Content-Length is not a number of bytes")
-        length = int(given)
         if length > MAX_BODY:
             raise Refusal(413, TOO_LARGE)
     connection = {word.strip() for word in headers.get("connection", "").lower().split(",")}

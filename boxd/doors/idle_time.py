@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from boxd.reading.decimal_text import decimal
+
 # A minute without anything in hand: the memory comes back, and the next request starts the
 # process again through its socket.
 DEFAULT_IDLE_MS = 60_000
@@ -20,16 +22,17 @@ def idle_seconds(variable: str, who: str, environ: Mapping[str, str] | None = No
     given = (os.environ if environ is None else environ).get(variable)
     if given is None:
         return DEFAULT_IDLE_MS / 1000
-    if not given.isdigit():
+    milliseconds = decimal(given)
+    if milliseconds is None:
         raise ValueError(
             f"{variable} must be a whole number of milliseconds (0: {who} never exits when "
             f"idle), not {given[:40]!r}"
         )
-    if int(given) == 0:
+    if milliseconds == 0:
         return None
-    if int(given) < SHORTEST_IDLE_MS:
+    if milliseconds < SHORTEST_IDLE_MS:
         raise ValueError(
             f"{variable} must be 0 or at least {SHORTEST_IDLE_MS} ms, not {given}: callers "
             f"could otherwise start {who} again faster than its socket allows"
         )
-    return int(given) / 1000
+    return milliseconds / 1000

@@ -10,6 +10,7 @@ from boxd.errors import Problem, die
 from boxd.manager.pages import one_page, with_next
 from boxd.manager.record.ledger import TaskSave
 from boxd.manager.record.records import Records
+from boxd.reading.decimal_text import decimal
 from boxd.wire.approval import ApprovalState
 from boxd.wire.caller import Caller
 from boxd.wire.event import EventKind
@@ -22,9 +23,10 @@ MAX_WAIT_MS = 600_000
 
 
 def waiting_ms(text: str) -> int:
-    if not text.isdigit() or int(text) > MAX_WAIT_MS:
+    wait = decimal(text)
+    if wait is None or wait > MAX_WAIT_MS:
         die(Problem.INVALID, f"waitMs is a whole number of milliseconds up to {MAX_WAIT_MS}")
-    return int(text)
+    return wait
 
 
 class ApprovalAnswers:

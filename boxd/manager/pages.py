@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from boxd.errors import Problem, die
+from boxd.reading.decimal_text import decimal
 from boxd.reading.strict_json import size
 
 PAGE_CHARS = 4 * 1024 * 1024
@@ -26,9 +27,12 @@ def cursor(page: str) -> int | None:
     """The position a page starts after: none for the first page ("")."""
     if page == "":
         return None
-    if not page.isdigit() or len(page) > 19:
-        die(Problem.INVALID, f"page {page!r} is not one this box handed out: send '' or a next")
-    return int(page)
+    start = decimal(page, most_digits=19)
+    if start is None:
+        die(
+            Problem.INVALID, f"page {page[:40]!r} is not one this box handed out: send '' or a next"
+        )
+    return start
 
 
 async def one_page(fetch: Fetch, page: str) -> tuple[list[dict[str, Any]], str | None]:

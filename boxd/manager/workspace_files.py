@@ -25,6 +25,7 @@ from boxd.manager.workspaces.diffs import shown_name
 from boxd.manager.workspaces.layers import Layers, layer_name
 from boxd.manager.workspaces.stack_view import Entry, Stack
 from boxd.manager.workspaces.workspaces import PERSONAL, SHARED, Workspaces
+from boxd.reading.decimal_text import decimal
 from boxd.wire.caller import Caller
 from boxd.wire.models.token_limits import DEFAULT
 
@@ -189,11 +190,12 @@ class WorkspaceFiles:
 def _start(page: str) -> int:
     if page == "":
         return 0
-    if not page.isdigit() or len(page) > 9:
+    start = decimal(page, most_digits=9)
+    if start is None:
         die(
             Problem.INVALID, f"page {page[:40]!r} is not one this box handed out: send '' or a next"
         )
-    return int(page)
+    return start
 
 
 def _entry(stack: Stack, tasks: dict[str, str], folder: str, entry: Entry) -> dict[str, Any]:

@@ -8,6 +8,8 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
+from boxd.reading.decimal_text import decimal
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 # Underscores are not legal in host names but real ones have them; they cannot reach a rule,
@@ -47,10 +49,10 @@ class Target:
 
 
 def _port(text: str, where: str) -> int:
-    # isascii: str.isdigit takes digits int() does not (Latin-1's superscripts: "\xb2").
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
+    port = decimal(text, most_digits=5)
+    if port is None or not 1 <= port <= 65535:
         raise BadTarget(f"{where} has a port that is not a number from 1 to 65535")
-    return int(text)
+    return port
 
 
 def check_name(raw: str) -> str | None:

@@ -11,6 +11,7 @@ import re
 
 from boxd.errors import Problem, die
 from boxd.net.address_screen import never_reached
+from boxd.reading.decimal_text import decimal
 
 MAX_HOSTS = 50
 _LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
@@ -38,10 +39,10 @@ def _split_port(rule: str, text: str) -> tuple[str, int | None]:
 
 
 def _port(rule: str, text: str) -> int:
-    # isascii: str.isdigit takes digits int() does not ("\u00b2", "\u0663").
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
+    port = decimal(text, most_digits=5)
+    if port is None or not 1 <= port <= 65535:
         _refuse(rule, "has a port that is not a number from 1 to 65535")
-    return int(text)
+    return port
 
 
 def _check_address(rule: str, host: str) -> bool:

@@ -11,6 +11,8 @@ import asyncio
 import os
 import time
 
+from boxd.reading.decimal_text import decimal
+
 PATIENCE_SECONDS = 120.0
 # Tests of a broker that never comes back set this lower; boxd leaves it unset.
 PATIENCE_VARIABLE = "BOX_BROKER_PATIENCE_MS"
@@ -28,9 +30,10 @@ def patience_seconds() -> float:
     given = os.environ.get(PATIENCE_VARIABLE)
     if given is None:
         return PATIENCE_SECONDS
-    if not given.isdigit() or int(given) == 0:
+    milliseconds = decimal(given)
+    if not milliseconds:
         raise ValueError(f"{PATIENCE_VARIABLE} must be a whole number of milliseconds above 0")
-    return int(given) / 1000
+    return milliseconds / 1000
 
 
 class Patience:

@@ -15,6 +15,7 @@ import logging
 from typing import Any
 
 from boxd.errors import Problem
+from boxd.reading.decimal_text import decimal
 from boxd.reading.strict_json import MAX_BODY
 from boxd.workers.broker_patience import FULL_PAUSE_SECONDS, Patience
 
@@ -64,7 +65,7 @@ LOST = (ConnectionError, FileNotFoundError, asyncio.IncompleteReadError)
 async def _head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
     status_line = await reader.readuntil(b"\n")
     parts = status_line.decode("latin-1").split(None, 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or decimal(parts[1], 3) is None:
         raise BrokerGarbled(f"the broker's answer does not start as HTTP: {status_line[:80]!r}")
     headers: dict[str, str] = {}
     for _ in range(MAX_HEADERS):
@@ -79,11 +80,12 @@ async def _head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
 async def _body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
     length = headers.get("content-length")
     if length is not None:
-        if not length.isdigit():
+        size = decimal(length)
+        if size is None:
             raise BrokerGarbled(f"the broker's answer has a bad Content-Length: {length[:40]!r}")
-        if int(length) > MAX_ANSWER:
+        if size > MAX_ANSWER:
             raise BrokerGarbled(f"the broker's answer is over {MAX_ANSWER:,} bytes")
-        return await reader.readexactly(int(length))
+        return await reader.readexactly(size)
     if headers.get("transfer-encoding", "").lower() == "chunked":
         return await _chunks(reader)
     # No length: HTTP/1.0 says the body ends where the connection does.

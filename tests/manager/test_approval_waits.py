@@ -56,6 +56,10 @@ async def test_no_answer_in_time_is_pending(box: tuple[BrokerMethods, ApprovalAn
         ([TASK, f"{TASK}.nothing", "10"], Problem.NOT_FOUND, f"no approval {TASK}.nothing"),
         ([TASK, f"{TASK}.q", "-1"], Problem.INVALID, "waitMs is a whole number"),
         ([TASK, f"{TASK}.q", "600001"], Problem.INVALID, "waitMs is a whole number"),
+        # Digits int() refuses, or reads though no other program would: a 500 before.
+        ([TASK, f"{TASK}.q", "\u00b2"], Problem.INVALID, "waitMs is a whole number"),
+        ([TASK, f"{TASK}.q", "\u0663"], Problem.INVALID, "waitMs is a whole number"),
+        ([TASK, f"{TASK}.q", "1" * 5000], Problem.INVALID, "waitMs is a whole number"),
     ],
 )
 async def test_only_the_tasks_own_approval_is_waited_for(

@@ -56,9 +56,10 @@ async def test_small_answers_are_one_page_and_unreadable_rows_are_skipped() -> N
     )
 
 
-async def test_a_cursor_not_handed_out_is_refused() -> None:
+@pytest.mark.parametrize("page", ["-1", "\u00b2", "\u0663", "9" * 20, "1" * 5000])
+async def test_a_cursor_not_handed_out_is_refused(page: str) -> None:
     with pytest.raises(BoxError, match="is not one this box handed out"):
-        await one_page(fetcher([]), "-1")
+        await one_page(fetcher([]), page)
 
 
 async def test_clients_put_the_pages_together() -> None:

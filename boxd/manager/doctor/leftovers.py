@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from boxd.manager.units.netns import NETNS_DIR
+from boxd.reading.decimal_text import decimal
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +30,11 @@ def token() -> str:
 def _gone(tail: str) -> bool:
     """Whether the process a trial's name starts with has ended."""
     pid = tail.split("-", 1)[0]
-    if not pid.isdigit():
+    number = decimal(pid, most_digits=10)
+    if number is None:
         return False
     try:
-        os.kill(int(pid), 0)
+        os.kill(number, 0)
     except ProcessLookupError:
         return True
     except PermissionError:
