@@ -8,6 +8,7 @@ listed: it is the owner's choice (boxd.net.address_screen).
 
 import ipaddress
 import re
+from typing import NoReturn
 
 from boxd.errors import Problem, die
 from boxd.net.address_screen import never_reached
@@ -18,7 +19,7 @@ _LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 _EXAMPLES = "a host is a name like example.com, *.example.com or example.com:8080"
 
 
-def _refuse(rule: str, why: str) -> None:
+def _refuse(rule: str, why: str) -> NoReturn:
     die(Problem.INVALID, f"hosts: {rule!r} {why}")
 
 
