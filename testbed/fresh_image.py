@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,10 +25,10 @@ from .image import (
     MIRROR,
     SUITES,
     ImageError,
-    _remove_tree,
-    _run_logged,
-    ensure_host_tools,
+    built_once,
     log,
+    remove_tree,
+    run_logged,
     suite,
 )
 
@@ -64,29 +63,15 @@ def fresh_image(suite_name: str | None = None) -> Path:
     default), built first if needed."""
     suite_name = suite_name or suite()
     digest = recipe_hash(suite_name)
-    final = FRESH_DIR / digest
-    root = final / "root"
+    root = FRESH_DIR / digest / "root"
     if root.is_dir():
         return root
-    ensure_host_tools()
-    FRESH_DIR.mkdir(parents=True, exist_ok=True)
-    with held(FRESH_DIR / f"{digest}.lock", WAITING):
-        if root.is_dir():
-            return root
-        # Only under the lock, so a build dir that exists now belongs to a dead build.
-        for stale in FRESH_DIR.glob(f".build-{digest}-*"):
-            log(f"removing an unfinished build: {stale}")
-            _remove_tree(stale)
-        build = Path(tempfile.mkdtemp(prefix=f".build-{digest}-", dir=FRESH_DIR))
-        try:
-            _build(build / "root", suite_name)
-            (build / "suite").write_text(suite_name + "\n")
-            build.chmod(0o755)
-            # The rename is what makes an image visible, so a half-built one never is.
-            build.rename(final)
-        except BaseException:
-            _remove_tree(build)
-            raise
+
+    def make(build: Path) -> None:
+        _build(build / "root", suite_name)
+        (build / "suite").write_text(suite_name + "\n")
+
+    final = built_once(FRESH_DIR, digest, WAITING, make)
     _prune(keep=final, suite_name=suite_name)
     return root
 
@@ -108,7 +93,7 @@ def _prune(keep: Path, suite_name: str) -> None:
             continue
         with held(FRESH_DIR / f"{old.name}.lock", WAITING):
             log(f"removing an old fresh image: {old}")
-            _remove_tree(old)
+            remove_tree(old)
         (FRESH_DIR / f"{old.name}.lock").unlink(missing_ok=True)
 
 
@@ -117,7 +102,7 @@ def _build(root: Path, suite_name: str) -> None:
     logfile = root.parent / "build.log"
     release = f"fresh {SUITES[suite_name]} ({suite_name})"
     log(f"building a {release} image in {root.parent}; build log: {logfile}")
-    _run_logged(
+    run_logged(
         ["debootstrap", suite_name, str(root), MIRROR], logfile, "running debootstrap (fresh)"
     )
     if not (root / "sbin/init").exists():

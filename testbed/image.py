@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -141,28 +141,39 @@ def image() -> Path:
     """Return the root directory of a ready image, building it first if needed."""
     suite_name = suite()
     digest = recipe_hash(suite_name)
-    final = CACHE_DIR / digest
-    root = final / "root"
+    root = CACHE_DIR / digest / "root"
     if root.is_dir():
         return root
-    ensure_host_tools()
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    with held(CACHE_DIR / f"{digest}.lock", WAITING):
-        # Someone else may have finished the same build while this process waited.
-        if root.is_dir():
-            return root
-        _remove_stale_builds(digest)
-        build = Path(tempfile.mkdtemp(prefix=f".build-{digest}-", dir=CACHE_DIR))
-        try:
-            _build(build / "root", suite_name)
-            build.chmod(0o755)
-            # The rename is what makes an image visible, so a half-built one never is.
-            build.rename(final)
-        except BaseException:
-            _remove_tree(build)
-            raise
+    final = built_once(CACHE_DIR, digest, WAITING, lambda build: _build(build / "root", suite_name))
     _prune_old_images(keep=final)
     return root
+
+
+def built_once(cache_dir: Path, digest: str, waiting: str, make: Callable[[Path], None]) -> Path:
+    """cache_dir/digest, with `make` run on a folder that becomes it, unless it is already there.
+
+    One build of a digest at a time (its lock); the rename is what makes an image visible, so a
+    half-built one never is, and a build folder found under the lock is a dead build's.
+    """
+    final = cache_dir / digest
+    ensure_host_tools()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with held(cache_dir / f"{digest}.lock", waiting):
+        # Someone else may have finished the same build while this process waited.
+        if final.is_dir():
+            return final
+        for stale in cache_dir.glob(f".build-{digest}-*"):
+            log(f"removing an unfinished build: {stale}")
+            remove_tree(stale)
+        build = Path(tempfile.mkdtemp(prefix=f".build-{digest}-", dir=cache_dir))
+        try:
+            make(build)
+            build.chmod(0o755)
+            build.rename(final)
+        except BaseException:
+            remove_tree(build)
+            raise
+    return final
 
 
 def _prune_old_images(keep: Path, how_many: int = 3) -> None:
@@ -183,15 +194,8 @@ def _prune_old_images(keep: Path, how_many: int = 3) -> None:
             continue
         with held(CACHE_DIR / f"{old.name}.lock", WAITING):
             log(f"removing an old image: {old}")
-            _remove_tree(old)
+            remove_tree(old)
         (CACHE_DIR / f"{old.name}.lock").unlink(missing_ok=True)
-
-
-def _remove_stale_builds(digest: str) -> None:
-    # Only called under the lock, so a build dir that exists now belongs to a dead build.
-    for stale in CACHE_DIR.glob(f".build-{digest}-*"):
-        log(f"removing an unfinished build: {stale}")
-        _remove_tree(stale)
 
 
 def _mounts_under(path: Path) -> list[str]:
@@ -205,7 +209,7 @@ def _mounts_under(path: Path) -> list[str]:
     return found
 
 
-def _remove_tree(path: Path) -> None:
+def remove_tree(path: Path) -> None:
     """Delete a directory, first unmounting whatever a failed build left mounted in it.
 
     Deleting through a leftover bind mount of /dev or /proc would reach into the host's.
@@ -217,7 +221,7 @@ def _remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _run_logged(argv: list[str], logfile: Path, what: str) -> None:
+def run_logged(argv: list[str], logfile: Path, what: str) -> None:
     with logfile.open("a") as out:
         out.write(f"\n$ {' '.join(argv)}\n")
         out.flush()
@@ -266,7 +270,7 @@ def _build(root: Path, suite_name: str) -> None:
 
     packages = debian_packages(suite_name)
     log("debootstrap: installing " + ", ".join(packages))
-    _run_logged(
+    run_logged(
         [
             "debootstrap",
             "--variant=minbase",
@@ -301,16 +305,16 @@ def _build(root: Path, suite_name: str) -> None:
         dbus_id.symlink_to("/etc/machine-id")
 
     with _proc_mounted(root):
-        _run_logged(
+        run_logged(
             _in_image(root, "update-ca-certificates"), logfile, "adding the host's CA certificates"
         )
         log(f"creating {TEST_VENV} for the tests' servers: " + ", ".join(TEST_PACKAGES))
-        _run_logged(
+        run_logged(
             _in_image(root, "python3", "-m", "venv", TEST_VENV),
             logfile,
             "creating the tests' Python venv",
         )
-        _run_logged(
+        run_logged(
             _in_image(
                 root,
                 f"{TEST_VENV}/bin/pip",
@@ -323,8 +327,8 @@ def _build(root: Path, suite_name: str) -> None:
             "installing the tests' Python packages from PyPI",
         )
         log("apt-get: installing " + ", ".join(BROWSER_PACKAGES))
-        _run_logged(_in_image(root, "apt-get", "update", "-q"), logfile, "updating apt's lists")
-        _run_logged(
+        run_logged(_in_image(root, "apt-get", "update", "-q"), logfile, "updating apt's lists")
+        run_logged(
             _in_image(
                 root,
                 "DEBIAN_FRONTEND=noninteractive",
@@ -338,7 +342,7 @@ def _build(root: Path, suite_name: str) -> None:
             logfile,
             "installing Chromium and its WebDriver",
         )
-        _run_logged(_in_image(root, "apt-get", "clean"), logfile, "cleaning the apt cache")
+        run_logged(_in_image(root, "apt-get", "clean"), logfile, "cleaning the apt cache")
 
     log(f"{release} image ready in {time.monotonic() - started:.0f} s")
 
