@@ -26,6 +26,7 @@ from .image import (
     SUITES,
     ImageError,
     built_once,
+    each_machine_its_own,
     log,
     remove_tree,
     run_logged,
@@ -108,15 +109,7 @@ def _build(root: Path, suite_name: str) -> None:
     if not (root / "sbin/init").exists():
         raise ImageError(f"the {release} image has no /sbin/init: debootstrap left out systemd")
     shutil.copyfile("/etc/resolv.conf", root / "etc/resolv.conf")
-    for unit in MASKED_UNITS:
-        link = root / "etc/systemd/system" / unit
-        link.unlink(missing_ok=True)
-        link.symlink_to("/dev/null")
-    (root / "etc/hostname").write_text(HOSTNAME + "\n")
-    (root / "etc/machine-id").write_text("")
-    dbus_id = root / "var/lib/dbus/machine-id"
-    if dbus_id.is_file() and not dbus_id.is_symlink():
-        dbus_id.unlink()
+    each_machine_its_own(root, MASKED_UNITS)
     # What debootstrap downloaded: the test's apt-get must fetch what boxd needs itself.
     for cached in (root / "var/cache/apt/archives").glob("*.deb"):
         cached.unlink()

@@ -221,6 +221,21 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def each_machine_its_own(root: Path, masked_units: tuple[str, ...]) -> None:
+    """The units masked, the hostname, and an empty machine id, so every machine gets its own
+    at boot instead of sharing the build's (D-Bus's copy a link to it, as Debian makes it)."""
+    for unit in masked_units:
+        link = root / "etc/systemd/system" / unit
+        link.unlink(missing_ok=True)
+        link.symlink_to("/dev/null")
+    (root / "etc/hostname").write_text(HOSTNAME + "\n")
+    (root / "etc/machine-id").write_text("")
+    dbus_id = root / "var/lib/dbus/machine-id"
+    if dbus_id.is_file() and not dbus_id.is_symlink():
+        dbus_id.unlink()
+        dbus_id.symlink_to("/etc/machine-id")
+
+
 def run_logged(argv: list[str], logfile: Path, what: str) -> None:
     with logfile.open("a") as out:
         out.write(f"\n$ {' '.join(argv)}\n")
@@ -292,17 +307,7 @@ def _build(root: Path, suite_name: str) -> None:
             shutil.copyfile(cert, image_ca_dir / cert.name)
     # Nothing needs masking for boot: this image boots to "running" in nspawn in about 0.3 s
     # with no failed unit (systemd 252 and 257; `systemctl --failed`, `systemd-analyze blame`).
-    for unit in MASKED_UNITS:
-        link = root / "etc/systemd/system" / unit
-        link.unlink(missing_ok=True)
-        link.symlink_to("/dev/null")
-    (root / "etc/hostname").write_text(HOSTNAME + "\n")
-    # Empty, so every machine gets its own id at boot instead of sharing the build's.
-    (root / "etc/machine-id").write_text("")
-    dbus_id = root / "var/lib/dbus/machine-id"
-    if dbus_id.is_file() and not dbus_id.is_symlink():
-        dbus_id.unlink()
-        dbus_id.symlink_to("/etc/machine-id")
+    each_machine_its_own(root, MASKED_UNITS)
 
     with _proc_mounted(root):
         run_logged(
