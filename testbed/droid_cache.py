@@ -1,8 +1,10 @@
 """The Droid package for test machines, downloaded once into the host's test cache beside the
 image and bound read-only into every machine at the same path, where testbed/npm_registry.py
-serves it: no test machine reaches npm, and none pays for the download twice.
+serves it: no test machine reaches npm, and none pays for the download twice. Claude Code's
+package goes into the same folder, downloaded the first time a test asks for it.
 
-    droid_tarball()  # /var/cache/boxd-test/droid/cli-linux-x64-0.225.2.tgz, checked
+    droid_tarball()   # /var/cache/boxd-test/droid/cli-linux-x64-0.225.2.tgz, checked
+    claude_tarball()  # /var/cache/boxd-test/droid/claude-code-linux-x64-2.1.337.tgz, checked
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-from boxd.droid.installer import integrity_of
-from boxd.droid.release import DEFAULT_REGISTRY, INTEGRITY, VERSION, tarball_url
+from boxd.claude.installer import CLAUDE
+from boxd.droid.installer import DROID, Pin, integrity_of
+from boxd.droid.release import DEFAULT_REGISTRY
 
 from .file_lock import held
 from .image import log
@@ -28,30 +31,36 @@ class DroidCacheError(RuntimeError):
     pass
 
 
-def tarball_name(version: str = VERSION) -> str:
-    return tarball_url(DEFAULT_REGISTRY, version).rsplit("/", 1)[1]
+@functools.cache
+def droid_tarball() -> Path:
+    return _cached(DROID)
 
 
 @functools.cache
-def droid_tarball() -> Path:
+def claude_tarball() -> Path:
+    return _cached(CLAUDE)
+
+
+def _cached(pin: Pin) -> Path:
     """The pinned package in the cache, downloaded from npm the first time; its integrity is
     checked once per test run, so a damaged cache is replaced rather than served."""
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    final = CACHE_DIR / tarball_name()
+    url = pin.tarball_url(DEFAULT_REGISTRY)
+    final = CACHE_DIR / url.rsplit("/", 1)[1]
     with held(
-        CACHE_DIR / ".lock", "[boxd-test image] another process is fetching Droid; waiting for it"
+        CACHE_DIR / ".lock",
+        f"[boxd-test image] another process is fetching {pin.name}; waiting for it",
     ):
-        if final.is_file() and integrity_of(final) == INTEGRITY:
+        if final.is_file() and integrity_of(final) == pin.integrity:
             return final
-        url = tarball_url(DEFAULT_REGISTRY)
-        log(f"downloading Droid {VERSION} for test machines (114 MB, once): {url}")
+        log(f"downloading {pin.name} for test machines (once): {url}")
         fd, partial = tempfile.mkstemp(prefix=".download-", dir=CACHE_DIR)
         try:
             with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
                 while chunk := response.read(1024 * 1024):
                     out.write(chunk)
-            if integrity_of(Path(partial)) != INTEGRITY:
-                raise DroidCacheError(f"{url} did not serve Droid {VERSION} as published")
+            if integrity_of(Path(partial)) != pin.integrity:
+                raise DroidCacheError(f"{url} did not serve {pin.name} as published")
             os.chmod(partial, 0o644)
             # The rename is what makes it visible, so a half download never is.
             os.rename(partial, final)

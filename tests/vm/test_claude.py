@@ -1,0 +1,118 @@
+"""The real Claude Code (2.1.337, installed by boxd's own unit when the first Claude task is
+queued) in a real box, against the scripted stand-in for Anthropic's Messages API in the
+machine's outside world (testbed/model_server.py): a stand-in for the model only, never for
+Claude Code, systemd or the broker."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from boxd.claude.release import claude_binary
+from boxd.wire.pricing import Tokens, price_cents
+from testbed.box_api import BROKER_UNIT, boxctl, finish, http, set_unit_environment
+from testbed.droid_cache import claude_tarball
+from testbed.machine import Machine, booted_box
+from testbed.model_server import BASE_URL, DEFAULT_USAGE, ModelServer
+from testbed.npm_registry import NpmRegistry
+from testbed.outside_world import start_outside
+from testbed.wallet_calls import bookings, pending
+
+KEY = f"sk-ant-api03-{secrets.token_hex(24)}"
+MODEL = "claude-sonnet-4-6"
+INSTALL_UNIT = "boxd-claude-install.service"
+PAY = {"to": "ada", "cents": 30, "memo": "claude test"}
+
+
+@pytest.fixture(scope="module")
+def machine() -> Iterator[Machine]:
+    """A machine of this module's own, its npm registry stand-in serving Claude Code's package
+    for boxd-claude-install.service, a key in the vault, the model upstream scripted."""
+    claude_tarball()
+    for m in booted_box():
+        registry = NpmRegistry(m).start(unit=INSTALL_UNIT)
+        yield m
+        registry.stop()
+
+
+@pytest.fixture(scope="module")
+def model(machine: Machine) -> Iterator[ModelServer]:
+    outside = start_outside(machine)
+    server = ModelServer(machine).start()
+    boxctl(machine, "settings", "set", "modelBaseUrl", BASE_URL)
+    machine.run("boxctl", "vault", "set", "ANTHROPIC_API_KEY", input=KEY + "\n")
+    yield server
+    server.stop()
+    outside.kill()
+
+
+def start_claude(machine: Machine, token: str, prompt: str, **fields: Any) -> dict[str, Any]:
+    body = {"title": "claude test", "prompt": prompt, "model": "sonnet", "worker": "claude"}
+    status, task = http(machine, "POST", "/api/tasks", token, json.dumps({**body, **fields}))
+    assert status == 201, task
+    assert isinstance(task, dict)
+    assert task["worker"] == "claude"
+    return task
+
+
+def turn(*blocks: dict[str, Any]) -> dict[str, Any]:
+    return {"blocks": list(blocks)}
+
+
+def usage_cents(turns: int) -> float:
+    tokens = Tokens(
+        input=DEFAULT_USAGE["input_tokens"],
+        output=DEFAULT_USAGE["output_tokens"],
+        cacheWrite=DEFAULT_USAGE["cache_creation_input_tokens"],
+        cacheRead=DEFAULT_USAGE["cache_read_input_tokens"],
+    )
+    return turns * price_cents(MODEL, tokens)
+
+
+def test_a_one_turn_task_installs_claude_code_and_is_done_with_its_steps(
+    machine: Machine, token: str, model: ModelServer
+) -> None:
+    model.set_script([turn({"type": "text", "text": "Hello from the box."})])
+    task = start_claude(machine, token, "Say hello.")
+    ended = finish(machine, task["id"], timeout=300)
+    assert ended["state"] == "done", ended
+    machine.run("test", "-x", str(claude_binary()))
+    kinds = [step["data"]["kind"] for step in ended["steps"]]
+    assert kinds == ["started", "summary"], ended["steps"]
+    assert ended["steps"][-1]["text"] == "Hello from the box."
+    sessions = {step["data"]["session"] for step in ended["steps"]}
+    assert len(sessions) == 1 and all(sessions)
+    assert ended["model"] == MODEL
+    # One request, on the task's model with the vault's key (Claude Code sent a placeholder).
+    requests = model.requests()
+    assert len(requests) == 1, [r["body"].get("tools") is None for r in requests]
+    assert requests[0]["body"]["model"] == MODEL
+    assert requests[0]["headers"]["x-api-key"] == KEY
+    offered = [t["name"] for t in requests[0]["body"]["tools"]]
+    assert "mcp__box__box_ask" in offered and "Task" not in offered
+    assert ended["costCents"] == pytest.approx(usage_cents(1), rel=0, abs=1e-9)
+
+
+def test_claude_code_pays_through_the_relay_with_the_owners_ok(
+    machine: Machine, token: str, model: ModelServer
+) -> None:
+    set_unit_environment(machine, BROKER_UNIT, "BOX_APPROVAL_WAIT_MS", "60000")
+    model.set_script(
+        [
+            turn({"type": "tool_use", "name": "mcp__box__wallet__pay", "input": PAY}),
+            turn({"type": "text", "text": "Paid."}),
+        ]
+    )
+    task = start_claude(machine, token, "Pay Ada 30 cents.", tools=["wallet.pay"])
+    asked = pending(machine, task["id"], timeout=120)
+    assert asked["key"].startswith("mcp.wallet__pay.")
+    boxctl(machine, "approve", asked["id"])
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    assert bookings(machine, task["id"]) == [(asked["key"], 30)]
+    assert ended["costCents"] == pytest.approx(30 + usage_cents(2), rel=0, abs=1e-9)
+    assert any(s["data"].get("tool") == "wallet.pay" for s in ended["steps"])
