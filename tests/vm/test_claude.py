@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +15,15 @@ import pytest
 
 from boxd.claude.release import claude_binary
 from boxd.wire.pricing import Tokens, price_cents
-from testbed.box_api import BROKER_UNIT, boxctl, finish, http, set_unit_environment
+from testbed.box_api import (
+    BROKER_UNIT,
+    boxctl,
+    finish,
+    http,
+    lose_worker_with_boxd,
+    set_unit_environment,
+    wait_for_step,
+)
 from testbed.droid_cache import claude_tarball
 from testbed.machine import Machine, booted_box
 from testbed.model_server import BASE_URL, DEFAULT_USAGE, ModelServer
@@ -78,6 +87,8 @@ def test_a_one_turn_task_installs_claude_code_and_is_done_with_its_steps(
 ) -> None:
     model.set_script([turn({"type": "text", "text": "Hello from the box."})])
     task = start_claude(machine, token, "Say hello.")
+    # The first Claude task starts the install, and waits for it without a place.
+    assert task["state"] == "queued", task
     ended = finish(machine, task["id"], timeout=300)
     assert ended["state"] == "done", ended
     machine.run("test", "-x", str(claude_binary()))
@@ -116,3 +127,41 @@ def test_claude_code_pays_through_the_relay_with_the_owners_ok(
     assert bookings(machine, task["id"]) == [(asked["key"], 30)]
     assert ended["costCents"] == pytest.approx(30 + usage_cents(2), rel=0, abs=1e-9)
     assert any(s["data"].get("tool") == "wallet.pay" for s in ended["steps"])
+
+
+def test_a_worker_lost_mid_task_resumes_its_session_and_pays_once(
+    machine: Machine, token: str, model: ModelServer
+) -> None:
+    """As after a power cut: boxd down, the worker killed; boxd starts it again, it resumes the
+    session, and the model asking for the same payment again gets the logged result."""
+    set_unit_environment(machine, BROKER_UNIT, "BOX_APPROVAL_WAIT_MS", "60000")
+    pay = {"type": "tool_use", "name": "mcp__box__wallet__pay", "input": PAY}
+    wait = {"command": "python3 -c 'import time; time.sleep(60)'", "description": "wait"}
+    model.set_script(
+        [
+            turn(pay),
+            turn({"type": "tool_use", "name": "Bash", "input": wait}),
+            # After the restart: the model, unsure, pays again, then finishes.
+            turn(pay),
+            turn({"type": "text", "text": "Paid Ada."}),
+        ]
+    )
+    task = start_claude(
+        machine, token, "Pay Ada 30 cents.", tools=["wallet.pay"], droid={"autonomy": "high"}
+    )
+    deadline = time.monotonic() + 60
+    while len(model.requests()) < 3:
+        assert time.monotonic() < deadline, model.requests()
+        time.sleep(0.2)
+    wait_for_step(machine, task["id"], count=3)
+    lose_worker_with_boxd(machine, task["id"])
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    paid = bookings(machine, task["id"])
+    assert len(paid) == 1 and paid[0][1] == 30, paid
+    texts = [step["text"] for step in ended["steps"]]
+    assert any("carried on where it stopped" in t for t in texts), texts
+    assert len({s["data"]["session"] for s in ended["steps"]}) == 1
+    # The resumed session carried the conversation: the request after the restart holds the
+    # first payment.
+    assert "wallet__pay" in json.dumps(model.requests()[3]["body"]["messages"])
