@@ -51,6 +51,10 @@ def environment(own_home: Path, gateway_url: str) -> dict[str, str]:
         "DISABLE_AUTOUPDATER": "1",
         "DISABLE_ERROR_REPORTING": "1",
         "CLAUDE_CONFIG_DIR": str(own_home / ".claude"),
+        # Only the betas Claude Code needs (claude-code, interleaved thinking, effort), which the
+        # gateway passes; its experimental ones (thinking-token-count, thinking-display-updates,
+        # advanced-tool-use) are not on the gateway's allowlist and would be refused.
+        "CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS": "1",
         # The box's few tools offered to the model as tools, not deferred behind ToolSearch
         # (Claude Code 2's default), where a direct call of box_ask fails until it is searched.
         "ENABLE_TOOL_SEARCH": "false",

@@ -11,7 +11,11 @@ def test_the_model_is_the_gateway_with_a_placeholder_key_and_nothing_calls_home(
     assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:7/x"
     assert env["ANTHROPIC_API_KEY"] == PLACEHOLDER_KEY
     assert env["CLAUDE_CONFIG_DIR"] == "/h/.claude"
-    for flag in ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_TELEMETRY"):
+    for flag in (
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+        "DISABLE_TELEMETRY",
+        "CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS",
+    ):
         assert env[flag] == "1"
 
 
