@@ -59,6 +59,15 @@ DISABLED_TOOLS = (
     "ExitWorktree",
 )
 PLAN_TOOL = "ExitPlanMode"
+# Claude Code's own question to its user, whose answers are free text or a choice: the box owner
+# answers only yes or no, which the model asks with box_ask. And plan mode, which the task's
+# `droid.plan` chooses, not the model.
+UNANSWERED_TOOLS = ("AskUserQuestion", "EnterPlanMode")
+
+
+def disabled_tools(plan: bool) -> list[str]:
+    """Never offered to the model (--disallowedTools); ExitPlanMode only to a task that plans."""
+    return [*DISABLED_TOOLS, *UNANSWERED_TOOLS, *(() if plan else (PLAN_TOOL,))]
 
 
 def level(autonomy: str) -> str:
@@ -85,7 +94,7 @@ def permission_mode(autonomy: str, plan: bool) -> str:
 def within(tool: str, autonomy: str) -> bool:
     """Whether a prompt for `tool` is the owner's to answer (True) or more than the autonomy
     allows (False, refused without asking)."""
-    if tool in DISABLED_TOOLS:
+    if tool in DISABLED_TOOLS or tool in UNANSWERED_TOOLS:
         return False
     if tool.startswith(MCP_PREFIX) or tool in READ_TOOLS or tool in EDIT_TOOLS:
         return True

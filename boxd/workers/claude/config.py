@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from boxd.workers.claude.autonomy import (
-    DISABLED_TOOLS,
     MCP_PREFIX,
     MCP_SERVER,
     PERMISSION_TOOL,
     allowed_tools,
+    disabled_tools,
     level,
     permission_mode,
 )
@@ -111,7 +111,7 @@ def command(
         "--allowedTools",
         ",".join(allowed_tools(autonomy)),
         "--disallowedTools",
-        ",".join(DISABLED_TOOLS),
+        ",".join(disabled_tools(plan)),
     ]
     if resume is not None:
         arguments += ["--resume", resume]

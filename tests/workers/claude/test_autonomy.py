@@ -3,6 +3,7 @@ what is refused."""
 
 from boxd.workers.claude.autonomy import (
     allowed_tools,
+    disabled_tools,
     permission_mode,
     within,
 )
@@ -25,8 +26,10 @@ def test_medium_runs_commands_and_high_asks_nobody() -> None:
 
 
 def test_work_that_outlives_the_turn_is_never_within() -> None:
-    for tool in ("Task", "CronCreate", "ScheduleWakeup"):
+    for tool in ("Task", "CronCreate", "ScheduleWakeup", "AskUserQuestion", "EnterPlanMode"):
         assert not within(tool, "high")
+        assert tool in disabled_tools(False) and tool in disabled_tools(True)
+    assert "ExitPlanMode" in disabled_tools(False) and "ExitPlanMode" not in disabled_tools(True)
 
 
 def test_a_plan_comes_first_and_an_unknown_level_is_low() -> None:

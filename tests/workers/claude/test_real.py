@@ -137,6 +137,8 @@ async def test_one_turn_edits_the_workspace_and_its_words_are_the_steps(
     # of the work that would outlive the turn.
     assert "mcp__box__box_ask" in offered and "mcp__box__box_permission" not in offered
     assert not offered & {"Task", "Agent", "CronCreate", "ScheduleWakeup", "Workflow"}
+    # Nor a question the owner could not answer, nor plan mode the task did not ask for.
+    assert not offered & {"AskUserQuestion", "EnterPlanMode", "ExitPlanMode"}
     # Its state is in the task's own HOME, none in the workspace.
     assert sorted(p.name for p in work_dir.iterdir()) == ["button.txt"]
     assert (tmp_path / "home" / ".claude").is_dir()
