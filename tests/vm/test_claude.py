@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from boxd.claude.installer import CLAUDE
 from boxd.claude.release import claude_binary
 from boxd.wire.pricing import Tokens, price_cents
 from testbed.box_api import (
@@ -27,7 +28,7 @@ from testbed.box_api import (
 from testbed.droid_cache import claude_tarball
 from testbed.machine import Machine, booted_box
 from testbed.model_server import BASE_URL, DEFAULT_USAGE, ModelServer
-from testbed.npm_registry import NpmRegistry
+from testbed.npm_registry import ADDRESS, NpmRegistry
 from testbed.outside_world import start_outside
 from testbed.wallet_calls import bookings, pending
 
@@ -38,14 +39,19 @@ PAY = {"to": "ada", "cents": 30, "memo": "claude test"}
 
 
 @pytest.fixture(scope="module")
-def machine() -> Iterator[Machine]:
+def registry() -> Iterator[NpmRegistry]:
     """A machine of this module's own, its npm registry stand-in serving Claude Code's package
-    for boxd-claude-install.service, a key in the vault, the model upstream scripted."""
+    for boxd-claude-install.service."""
     claude_tarball()
     for m in booted_box():
-        registry = NpmRegistry(m).start(unit=INSTALL_UNIT)
-        yield m
-        registry.stop()
+        stand_in = NpmRegistry(m).start(unit=INSTALL_UNIT)
+        yield stand_in
+        stand_in.stop()
+
+
+@pytest.fixture(scope="module")
+def machine(registry: NpmRegistry) -> Machine:
+    return registry.machine
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +86,26 @@ def usage_cents(turns: int) -> float:
         cacheRead=DEFAULT_USAGE["cache_read_input_tokens"],
     )
     return turns * price_cents(MODEL, tokens)
+
+
+def test_a_claude_task_fails_in_words_when_claude_code_cannot_be_installed(
+    machine: Machine, token: str, registry: NpmRegistry
+) -> None:
+    registry.mode("missing")
+    try:
+        task = start_claude(machine, token, "Say hello.")
+        ended = finish(machine, task["id"], timeout=120)
+    finally:
+        registry.mode("good")
+    assert ended["state"] == "failed", ended
+    url = CLAUDE.tarball_url(ADDRESS)
+    assert ended["error"] == (
+        f"Claude Code could not be installed: {url} answered 404 Not Found. boxd tries again the "
+        "next time it starts (systemctl restart boxd)."
+    )
+    machine.run("test", "!", "-e", str(claude_binary()))
+    # The next start of boxd tries again, once a Claude task asks for it.
+    machine.run("systemctl", "restart", "boxd.service")
 
 
 def test_a_one_turn_task_installs_claude_code_and_is_done_with_its_steps(
