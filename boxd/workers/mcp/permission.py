@@ -2,8 +2,11 @@
 mcp__box__box_permission`), answered as the task's autonomy says (boxd.workers.claude.autonomy).
 
 A prompt for what the autonomy covers becomes the owner's approval, `POST /ask` with key
-`claude.permission.<hash of the question>`: the same request is the same approval, also after a
-restart, and a pending one is asked again with the same key until the owner answers. A prompt
+`claude.permission.<hash of the tool and its whole input>`: the same request is the same
+approval, also after a restart, and a pending one is asked again with the same key until the
+owner answers. The question shows the whole input (a Write's content, an Edit's old and new
+text, the whole command), so what the owner approves is exactly what runs; an input too long to
+show in one question is refused, never cut. A prompt
 for more than the autonomy is refused without asking anyone; the worker reads the refusal in
 Claude Code's result and fails the task with it, as Droid's worker does.
 
@@ -12,6 +15,7 @@ The answer is the JSON Claude Code reads from the tool's text: `{"behavior": "al
 """
 
 import json
+import logging
 from typing import Any
 
 from boxd.reading.canonical_json import input_hash
@@ -30,8 +34,7 @@ from boxd.workers.unix_http import BROKER_FAILURES
 # line, which the agent cannot change): the task's autonomy, and whether it plans first.
 AUTONOMY_VARIABLE = "BOX_CLAUDE_AUTONOMY"
 PLAN_VARIABLE = "BOX_CLAUDE_PLAN"
-# What a question shows of the tool's input.
-MAX_SHOWN = 300
+log = logging.getLogger("boxd.workers.mcp.permission")
 
 PERMISSION_TOOL_SPEC = {
     "name": PERMISSION_TOOL,
@@ -51,26 +54,24 @@ PERMISSION_TOOL_SPEC = {
 }
 
 
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def question(tool: str, tool_input: Any) -> str | None:
+    """The whole request as the owner reads it, or None when it does not fit in one question."""
+    shown = json.dumps(tool_input, ensure_ascii=False, sort_keys=True, indent=1)
+    text = f"Claude Code asks to use {tool} with this input:\n{shown}"
+    return text if len(text) <= MAX_QUESTION else None
 
 
-def shown(tool: str, tool_input: Any) -> str:
-    """What Claude Code wants, as a person reads it: the command, the file, or the input."""
-    detail: Any = None
-    if isinstance(tool_input, dict):
-        detail = tool_input.get("command") or tool_input.get("file_path") or tool_input.get("url")
-    if not isinstance(detail, str):
-        detail = json.dumps(tool_input, ensure_ascii=False, sort_keys=True)
-    return _cut(f"{tool} {detail}", MAX_SHOWN)
+def permission_key(tool: str, tool_input: Any) -> str:
+    """One approval per tool and complete input: the same request finds the same answer."""
+    return f"claude.permission.{input_hash({'tool': tool, 'input': tool_input})}"
 
 
-def question(tool: str, tool_input: Any) -> str:
-    return _cut(f"Claude Code asks to use {shown(tool, tool_input)}", MAX_QUESTION)
-
-
-def permission_key(text: str) -> str:
-    return f"claude.permission.{input_hash(text)}"
+def too_long(tool: str) -> str:
+    return (
+        f"The box refused {tool} without asking: its input is too long to show the box owner "
+        f"in one question (over {MAX_QUESTION} characters), and the owner approves only what "
+        "they can read whole. Split the work into smaller steps."
+    )
 
 
 def beyond(tool: str, autonomy: str) -> str:
@@ -122,7 +123,12 @@ class Permissions:
 
     async def _ask_owner(self, tool: str, tool_input: dict[str, Any]) -> dict[str, Any]:
         text = question(tool, tool_input)
-        body = {"question": text, "key": permission_key(text)}
+        if text is None:
+            log.warning(
+                "refused %s without asking: its input is over %d characters", tool, MAX_QUESTION
+            )
+            return _decision(False, tool_input, too_long(tool))
+        body = {"question": text, "key": permission_key(tool, tool_input)}
         while True:
             try:
                 answer = await self._broker("POST", "/ask", body)

