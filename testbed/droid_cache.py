@@ -5,24 +5,40 @@ package goes into the same folder, downloaded the first time a test asks for it.
 
     droid_tarball()   # /var/cache/boxd-test/droid/cli-linux-x64-0.225.2.tgz, checked
     claude_tarball()  # /var/cache/boxd-test/droid/claude-code-linux-x64-2.1.337.tgz, checked
+    claude_unpacked() # .../droid/claude-2.1.337/claude: its binary, for the unit tests
+
+Root's cache is /var/cache/boxd-test; anyone else's (the unit tests run without root) is
+$XDG_CACHE_HOME/boxd-test, so the unit tests get the binary themselves on any machine.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import shutil
+import tarfile
 import tempfile
 import urllib.request
 from pathlib import Path
 
 from boxd.claude.installer import CLAUDE
+from boxd.claude.release import BINARY_IN_PACKAGE, VERSION
 from boxd.droid.installer import DROID, Pin, integrity_of
 from boxd.droid.release import DEFAULT_REGISTRY
 
 from .file_lock import held
 from .image import log
 
-CACHE_DIR = Path(os.environ.get("BOXD_TEST_CACHE", "/var/cache/boxd-test")) / "droid"
+
+def _cache_root() -> Path:
+    if chosen := os.environ.get("BOXD_TEST_CACHE"):
+        return Path(chosen)
+    if os.geteuid() == 0:
+        return Path("/var/cache/boxd-test")
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "boxd-test"
+
+
+CACHE_DIR = _cache_root() / "droid"
 # Where machines see CACHE_DIR (read-only).
 MACHINE_DIR = "/var/cache/boxd-test/droid"
 
@@ -39,6 +55,33 @@ def droid_tarball() -> Path:
 @functools.cache
 def claude_tarball() -> Path:
     return _cached(CLAUDE)
+
+
+@functools.cache
+def claude_unpacked() -> Path:
+    """Claude Code's binary from the checked tarball, unpacked once beside it (never into
+    /var/lib/boxd, which is the host's own install)."""
+    tarball = claude_tarball()
+    final = CACHE_DIR / f"claude-{VERSION}" / "claude"
+    with held(
+        CACHE_DIR / ".lock",
+        f"[boxd-test image] another process is unpacking {CLAUDE.name}; waiting for it",
+    ):
+        if final.is_file():
+            return final
+        final.parent.mkdir(exist_ok=True)
+        fd, partial = tempfile.mkstemp(prefix=".unpack-", dir=final.parent)
+        try:
+            with tarfile.open(tarball) as package, os.fdopen(fd, "wb") as out:
+                member = package.extractfile(BINARY_IN_PACKAGE)
+                if member is None:
+                    raise DroidCacheError(f"{tarball} holds no {BINARY_IN_PACKAGE}")
+                shutil.copyfileobj(member, out)
+            os.chmod(partial, 0o755)
+            os.rename(partial, final)
+        finally:
+            Path(partial).unlink(missing_ok=True)
+    return final
 
 
 def _cached(pin: Pin) -> Path:

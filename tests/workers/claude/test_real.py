@@ -1,6 +1,7 @@
 """The Claude Code worker with the real Claude Code (2.1.337, where boxd installed it) against a
-scripted model and a fake broker on a Unix socket, the box's relay its MCP server. Skipped where
-Claude Code is not installed (`boxd claude-install`); each test starts it (~1 s)."""
+scripted model and a fake broker on a Unix socket, the box's relay its MCP server. The binary
+comes from the test cache (testbed.droid_cache: the pinned tarball from npm, checked, unpacked
+once), so these run on every machine; each test starts it (~1 s)."""
 
 import json
 import shutil
@@ -13,14 +14,18 @@ import pytest
 from aiohttp import web
 
 from boxd.broker.model.request import read_request
-from boxd.claude.release import claude_binary
+from boxd.workers.claude import worker
 from boxd.workers.claude.config import RESUME_PROMPT
 from boxd.workers.claude.worker import ClaudeFailed, run
+from testbed.droid_cache import claude_unpacked
 from tests.support.scripted_model import ScriptedModel
 
-pytestmark = pytest.mark.skipif(
-    not claude_binary().exists(), reason=f"Claude Code is not installed at {claude_binary()}"
-)
+
+@pytest.fixture(autouse=True)
+def binary(monkeypatch: pytest.MonkeyPatch) -> None:
+    unpacked = claude_unpacked()
+    monkeypatch.setattr(worker, "claude_binary", lambda: unpacked)
+
 
 MODEL = "claude-sonnet-4-5"
 
