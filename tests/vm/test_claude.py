@@ -186,6 +186,9 @@ def test_a_worker_lost_mid_task_resumes_its_session_and_pays_once(
     assert ended["state"] == "done", ended
     paid = bookings(machine, task["id"])
     assert len(paid) == 1 and paid[0][1] == 30, paid
+    # Charged once: the one payment and every model turn, none twice for the restart.
+    charged = 30 + usage_cents(len(model.requests()))
+    assert ended["costCents"] == pytest.approx(charged, rel=0, abs=1e-9), ended["costCents"]
     texts = [step["text"] for step in ended["steps"]]
     assert any("carried on where it stopped" in t for t in texts), texts
     assert len({s["data"]["session"] for s in ended["steps"]}) == 1
