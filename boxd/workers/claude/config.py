@@ -11,8 +11,9 @@ task's input, not the box's configuration; and not the task's HOME either, which
 itself can write, so it could not raise its own permissions by writing its settings. What the
 box sets is on the command line, which it cannot change: the tools its autonomy allows
 (boxd.workers.claude.autonomy), the box's relay as its one MCP server (`--strict-mcp-config`),
-and that relay's `box_permission` for its permission prompts. A CLAUDE.md in the workspace is
-read as Claude Code reads one: as part of the task's input.
+and that relay's `box_permission` for its permission prompts. With no setting sources a
+CLAUDE.md in the workspace is not read either, and auto memory is off
+(CLAUDE_CODE_DISABLE_AUTO_MEMORY): only the task's prompt tells Claude Code what to do.
 """
 
 import json
@@ -58,6 +59,10 @@ def environment(own_home: Path, gateway_url: str) -> dict[str, str]:
         # The box's few tools offered to the model as tools, not deferred behind ToolSearch
         # (Claude Code 2's default), where a direct call of box_ask fails until it is searched.
         "ENABLE_TOOL_SEARCH": "false",
+        # No auto memory: $CLAUDE_CONFIG_DIR/projects/<cwd>/memory/MEMORY.md reaches the system
+        # prompt whatever --setting-sources says, and Claude Code writes it itself, so one turn
+        # could leave instructions for every later task in the same workspace.
+        "CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1",
     }
 
 
