@@ -94,7 +94,11 @@ class Events:
         began = "carried on where it stopped" if self._resumed else "started working"
         model = _text(line.get("model")) or self._model
         steps = [self._step(f"Claude Code {began}, on {model}", Kind.STARTED)]
-        for server in line.get("mcp_servers") or []:
+        servers = line.get("mcp_servers") or []
+        if not isinstance(servers, list):
+            why = f"its MCP servers came as {type(servers).__name__}, not a list"
+            return Seen(tuple(steps), error=f"Claude Code started without its tools: {why}")
+        for server in servers:
             if isinstance(server, dict) and server.get("name") == MCP_SERVER:
                 status = _text(server.get("status"))
                 if status != "connected":

@@ -47,7 +47,18 @@ async def follow(stdout: asyncio.StreamReader, events: Events, steps: Steps) -> 
     the error it ended with if not ("" if it said nothing)."""
     error = ""
     finished = False
-    while line := await stdout.readline():
+    while True:
+        try:
+            line = await stdout.readline()
+        except ValueError as over:
+            # asyncio's reader refuses a line longer than its limit; the stream cannot be
+            # followed past it, so the run cannot be read to its end.
+            raise ClaudeFailed(
+                f"Claude Code wrote an event line over {MAX_EVENT_LINE // (1024 * 1024)} MiB, "
+                "longer than the box reads, so the task was stopped there"
+            ) from over
+        if not line:
+            break
         try:
             event = json.loads(line)
         except json.JSONDecodeError:
@@ -93,7 +104,12 @@ async def run(socket_path: str, own_home: Path, work_dir: Path, gateway_url: str
         process.stdin.close()
         events = Events(task["model"], autonomy, resumed=resume is not None)
         steps = Steps(broker)
-        finished, error = await follow(process.stdout, events, steps)
+        try:
+            finished, error = await follow(process.stdout, events, steps)
+        except ClaudeFailed:
+            process.kill()
+            await process.wait()
+            raise
         await steps.flush()
         status = await process.wait()
         await asyncio.to_thread(share_with_later_tasks, work_dir)

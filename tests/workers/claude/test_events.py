@@ -85,6 +85,12 @@ def test_a_relay_that_did_not_connect_is_an_error() -> None:
     assert seen.error is not None and "relay did not connect (failed)" in seen.error
 
 
+def test_mcp_servers_that_are_not_a_list_are_an_error_in_words() -> None:
+    for servers in (5, "box", {"name": "box"}):
+        seen = Events("m", "low", resumed=False).read({**init(), "mcp_servers": servers})
+        assert seen.error is not None and "not a list" in seen.error
+
+
 def test_the_gateway_s_refusal_is_the_error_in_its_own_words() -> None:
     events = Events("m", "low", resumed=False)
     events.read(init())
