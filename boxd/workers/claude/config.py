@@ -63,6 +63,14 @@ def environment(own_home: Path, gateway_url: str) -> dict[str, str]:
         # prompt whatever --setting-sources says, and Claude Code writes it itself, so one turn
         # could leave instructions for every later task in the same workspace.
         "CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1",
+        # The workspace's .git/config is input another task may have written, and at low
+        # autonomy Claude Code runs `git status` and the like without asking: no fsmonitor
+        # command and no hooks from it (these override every config file).
+        "GIT_CONFIG_COUNT": "2",
+        "GIT_CONFIG_KEY_0": "core.fsmonitor",
+        "GIT_CONFIG_VALUE_0": "false",
+        "GIT_CONFIG_KEY_1": "core.hooksPath",
+        "GIT_CONFIG_VALUE_1": "/dev/null",
     }
 
 

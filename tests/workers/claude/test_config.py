@@ -1,6 +1,8 @@
 """Claude Code's command line and environment: the gateway, no settings files, the relay."""
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 from boxd.workers.claude.config import PLACEHOLDER_KEY, command, environment, mcp_config
@@ -40,3 +42,18 @@ def test_a_restart_resumes_the_session() -> None:
     mcp = mcp_config("/py", "/s", "low", False)
     args = command(Path("/c"), model="m", autonomy="low", plan=False, mcp=mcp, resume="abc")
     assert args[-2:] == ["--resume", "abc"]
+
+
+def test_git_runs_no_fsmonitor_command_or_hook_from_the_workspace(tmp_path: Path) -> None:
+    repo = tmp_path / "ws"
+    ran = tmp_path / "ran"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    hook = f"touch {ran}; false"
+    subprocess.run(["git", "-C", str(repo), "config", "core.fsmonitor", hook], check=True)
+    plain = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    subprocess.run(["git", "-C", str(repo), "status"], env=plain, capture_output=True)
+    assert ran.exists()  # the trap works on this git
+    ran.unlink()
+    env = {**plain, **environment(tmp_path, "http://127.0.0.1:7/x")}
+    subprocess.run(["git", "-C", str(repo), "status"], env=env, capture_output=True, check=True)
+    assert not ran.exists()
