@@ -18,6 +18,10 @@ def main() -> None:
     commands.add_parser(
         "droid-install", help="install the pinned Droid binary (boxd-droid-install.service)"
     )
+    commands.add_parser(
+        "claude-install",
+        help="install the pinned Claude Code binary (boxd-claude-install.service)",
+    )
     # Parsed here, its module imported only when it runs: every broker's start reads this file.
     checks = commands.add_parser(
         "doctor",
@@ -42,6 +46,10 @@ def main() -> None:
             from boxd.droid.installer import main as droid_install
 
             droid_install()
+        elif arguments.command == "claude-install":
+            from boxd.claude.installer import main as claude_install
+
+            claude_install()
         elif arguments.command == "app":
             from boxd.apps.app_server import main as app_main
 

@@ -34,8 +34,12 @@ class NpmRegistry:
 
     def __init__(self, machine: Machine) -> None:
         self.machine = machine
+        self.drop_in = DROP_IN
 
-    def start(self, serve: str = "good", hold: bool = False) -> NpmRegistry:
+    def start(
+        self, serve: str = "good", hold: bool = False, unit: str = INSTALL_UNIT
+    ) -> NpmRegistry:
+        self.drop_in = f"/etc/systemd/system/{unit}.d/test-registry.conf"
         folder = self.machine.root / SERVER_DIR.lstrip("/")
         folder.mkdir(mode=0o700, exist_ok=True)
         shutil.copyfile(Path(__file__).with_name("npm_registry_server.py"), folder / "server.py")
@@ -52,14 +56,14 @@ class NpmRegistry:
                 MACHINE_DIR,
             )
         self.mode(serve, hold)
-        drop_in = self.machine.root / DROP_IN.lstrip("/")
+        drop_in = self.machine.root / self.drop_in.lstrip("/")
         drop_in.parent.mkdir(exist_ok=True)
         drop_in.write_text(f"[Service]\nEnvironment=BOX_NPM_REGISTRY={ADDRESS}\n")
         self.machine.run("systemctl", "daemon-reload")
         return self
 
     def stop(self) -> None:
-        (self.machine.root / DROP_IN.lstrip("/")).unlink(missing_ok=True)
+        (self.machine.root / self.drop_in.lstrip("/")).unlink(missing_ok=True)
         self.machine.run("systemctl", "daemon-reload")
         self.release()
         self.machine.run("systemctl", "stop", UNIT, check=False)

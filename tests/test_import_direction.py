@@ -21,7 +21,10 @@ from pathlib import Path
 BOXD = Path(__file__).resolve().parents[1] / "boxd"
 
 PROCESSES = {"manager", "broker", "web", "cli", "workers", "apps"}
-SHARED = {"wire", "reading", "doors", "net", "droid", "patches", "dbus", "errors", "paths", "sdk"}
+SHARED = {
+    *("wire", "reading", "doors", "net", "droid", "claude", "patches", "dbus", "errors", "paths"),
+    "sdk",
+}
 # The entry points, which start every process: `boxd` and the package's own start.
 ENTRY = {"boxd", "boxd.main"}
 # The arrows from one process's package into another's that are right as they are (the same

@@ -68,16 +68,17 @@ def test_every_unit_that_runs_boxd_s_python_reads_the_environment_file() -> None
         for unit in UNITS.glob("*.service")
         if "ExecStart=/usr/lib/boxd/venv/bin/boxd " in unit.read_text()
     }
-    # Droid's installer only downloads, and runs once; the rest run for good or once a task.
+    # The agents' installers only download, and run once; the rest run for good or once a task.
     assert set(running) == {
         "boxd.service",
         "boxd-web.service",
         "box-broker@.service",
         "box-app@.service",
         "boxd-droid-install.service",
+        "boxd-claude-install.service",
     }
     for name, text in running.items():
-        if name != "boxd-droid-install.service":
+        if name not in ("boxd-droid-install.service", "boxd-claude-install.service"):
             assert f"\nEnvironmentFile={ENVIRONMENT_FILE}\n" in text, name
     # The package puts the file where the units read it.
     rules = (ROOT / "debian/rules").read_text()

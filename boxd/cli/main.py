@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     start = commands.add_parser("start", help="start a task")
     start.add_argument("prompt", help="what the worker should do; - reads it from stdin")
     start.add_argument("--title", help="a short name for people (default: the prompt's start)")
-    start.add_argument("--worker", help="droid (default) or fake")
+    start.add_argument("--worker", help="droid (default), claude (Claude Code) or fake")
     start.add_argument("--workspace", help="a folder in BOX_HOME/workspaces (default: home)")
     start.add_argument(
         "--folder",

@@ -58,7 +58,7 @@ from boxd.wire.ids import new_task_id, task_user
 from boxd.wire.model_key import KEY_REFUSED
 from boxd.wire.models.settings import NetworkDefault, Settings
 from boxd.wire.models.task import Task, TaskState
-from boxd.wire.models.task_request import TaskRequest, Worker, parse_task_request
+from boxd.wire.models.task_request import AGENTS, TaskRequest, parse_task_request
 from boxd.wire.models.token_limits import DEFAULT, check_task, holder
 
 PHONE = "phone:"
@@ -294,7 +294,7 @@ class Box:
             die(Problem.INVALID, f"no workspace {asked.workspace}")
         for tool in asked.tools:
             self.owner.installed(tool)
-        droid = asked.worker == Worker.DROID
+        agent = asked.worker in AGENTS
         workspace = asked.workspace
         folders: list[str] | None = None
         asker: int | None = None
@@ -338,10 +338,10 @@ class Box:
                 tools=list(asked.tools),
                 hosts=hosts,
                 source=_source(caller, asked.source),
-                model=asked.model or (resolve_model(DEFAULT_MODEL) if droid else None),
+                model=asked.model or (resolve_model(DEFAULT_MODEL) if agent else None),
                 budgetCents=budget,
                 seat=asked.seat,
-                droid=asked.droid if droid else None,
+                droid=asked.droid if agent else None,
                 folder=folders[0] if folders else None,
                 folders=folders,
                 app=caller.name if caller.role == Role.APP else None,

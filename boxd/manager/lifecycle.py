@@ -13,7 +13,7 @@ from boxd.manager.access.vault import Vault
 from boxd.manager.admission import next_to_start
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.at_once import at_once
-from boxd.manager.droid_install import DroidInstall, sort_queue
+from boxd.manager.droid_install import CLAUDE, DroidInstall, DroidState, sort_queue
 from boxd.manager.ending import Ending
 from boxd.manager.folders.folders import real_folders
 from boxd.manager.folders.keep import save_manifest, take_manifest
@@ -81,6 +81,7 @@ class Lifecycle(OnMachinery):
         # Held while places are given; the owner's pause and resume take it too.
         self.admission = asyncio.Lock()
         self.droid = DroidInstall(self.systemd, self.start_queued_soon)
+        self.claude = DroidInstall(self.systemd, self.start_queued_soon, agent=CLAUDE)
         self.ending = Ending(
             machinery,
             records,
@@ -163,7 +164,9 @@ class Lifecycle(OnMachinery):
             if queued and await self.doctor.refusal() is not None:
                 return []
             paused = await self.store.agents_paused()
-            may_start, refused = sort_queue(queued, self.droid.state, paused)
+            may_start, refused = sort_queue(queued, self.installs(), paused)
+            if any(task.worker == Worker.CLAUDE for task in queued):
+                self.background(self.claude.begin_once())
             chosen = next_to_start(may_start, self._places, limit)
             refused = [task for task in refused if task.id not in self._places]
             self._places.update(task.id for task in (*refused, *chosen))
@@ -199,8 +202,9 @@ class Lifecycle(OnMachinery):
                 self._places.discard(task.id)
                 return current or task
             task = current
-            if task.worker == Worker.DROID:
-                refusal = self.droid.state.task_error or await self._droid_key_missing()
+            install = self.installs().get(task.worker)
+            if install is not None:
+                refusal = install.task_error or await self._droid_key_missing()
                 if refusal is not None:
                     return await self.ending.end(task, TaskState.FAILED, refusal)
             failure: str | None = None
@@ -234,6 +238,10 @@ class Lifecycle(OnMachinery):
             finally:
                 self._starting.pop(task.id, None)
             return task
+
+    def installs(self) -> dict[str, DroidState]:
+        """The agents boxd installs, by worker, as their installs stand."""
+        return {Worker.DROID: self.droid.state, Worker.CLAUDE: self.claude.state}
 
     async def _droid_key_missing(self) -> str | None:
         """Why a Droid task cannot start for want of a model key in the vault, or None."""

@@ -17,5 +17,6 @@ class Kind:
 WORKERS = {
     "fake": Kind("boxd.workers.fake", signal.SIGUSR1),
     "droid": Kind("boxd.workers.droid.worker", signal.SIGUSR2),
+    "claude": Kind("boxd.workers.claude.worker", signal.SIGWINCH),
 }
 WAKES = frozenset(kind.wake for kind in WORKERS.values())

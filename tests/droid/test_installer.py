@@ -148,7 +148,7 @@ def test_an_absurd_binary_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 def test_an_endless_download_is_cut_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(droid_installer, "MAX_TARBALL_BYTES", len(GOOD) - 1)
-    with pytest.raises(InstallError, match="far more than the Droid package"):
+    with pytest.raises(InstallError, match="far more than the package"):
         install(tmp_path, REGISTRY, Registry(GOOD), integrity(GOOD))
     assert leftovers(tmp_path) == []
 

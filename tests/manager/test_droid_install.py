@@ -11,6 +11,7 @@ from boxd.droid.installer import failure_reason
 from boxd.manager import droid_install
 from boxd.manager.admission import next_to_start
 from boxd.manager.droid_install import (
+    CLAUDE,
     INSTALL_UNIT,
     DroidInstall,
     DroidState,
@@ -40,12 +41,16 @@ QUEUE = [
 ]
 
 
+def droid(state: DroidState) -> dict[str, DroidState]:
+    return {"droid": state}
+
+
 def ids(tasks: list[Task]) -> list[str]:
     return [t.id for t in tasks]
 
 
 def test_while_installing_droid_tasks_wait_without_a_place() -> None:
-    may_start, refused = sort_queue(QUEUE, DroidState(Phase.INSTALLING))
+    may_start, refused = sort_queue(QUEUE, droid(DroidState(Phase.INSTALLING)))
     assert refused == []
     # Two places, both for the fake tasks behind the older Droid ones.
     chosen = next_to_start(may_start, holding=set(), limit=2)
@@ -53,7 +58,7 @@ def test_while_installing_droid_tasks_wait_without_a_place() -> None:
 
 
 def test_once_installed_the_queue_goes_oldest_first() -> None:
-    may_start, refused = sort_queue(QUEUE, DroidState(Phase.INSTALLED))
+    may_start, refused = sort_queue(QUEUE, droid(DroidState(Phase.INSTALLED)))
     assert refused == []
     assert ids(next_to_start(may_start, holding={"t000000002"}, limit=3)) == [
         "t000000001",
@@ -64,16 +69,16 @@ def test_once_installed_the_queue_goes_oldest_first() -> None:
 def test_while_paused_every_task_stays_queued_whatever_droid_is_doing() -> None:
     failed = DroidState(Phase.FAILED, "no network")
     for state in (DroidState(Phase.INSTALLED), DroidState(Phase.INSTALLING), failed):
-        assert sort_queue(QUEUE, state, paused=True) == ([], [])
+        assert sort_queue(QUEUE, droid(state), paused=True) == ([], [])
     # Resumed, they go in the order they came; a failed install's tasks are refused then.
-    may_start, refused = sort_queue(QUEUE, failed, paused=False)
+    may_start, refused = sort_queue(QUEUE, droid(failed), paused=False)
     assert ids(refused) == ["t000000001", "t000000003"]
     assert ids(next_to_start(may_start, holding=set(), limit=4)) == ["t000000002", "t000000004"]
 
 
 def test_a_failed_install_fails_queued_droid_tasks_in_plain_words() -> None:
     state = DroidState(Phase.FAILED, "https://registry.example could not be reached: timed out")
-    may_start, refused = sort_queue(QUEUE, state)
+    may_start, refused = sort_queue(QUEUE, droid(state))
     assert ids(refused) == ["t000000001", "t000000003"]
     assert ids(may_start) == ["t000000002", "t000000004"]
     assert state.task_error == (
@@ -88,6 +93,23 @@ def test_a_failed_install_fails_queued_droid_tasks_in_plain_words() -> None:
     }
     assert DroidState(Phase.INSTALLED).task_error is None
     assert DroidState(Phase.INSTALLING).task_error is None
+
+
+def test_each_agent_s_tasks_wait_for_their_own_install() -> None:
+    claude_queue = [*QUEUE, queued("t000000005", 5.0, "claude")]
+    installing = DroidState(Phase.INSTALLING, agent=CLAUDE)
+    states = {"droid": DroidState(Phase.INSTALLED), "claude": installing}
+    may_start, refused = sort_queue(claude_queue, states)
+    assert refused == []
+    assert ids(may_start) == ["t000000001", "t000000002", "t000000003", "t000000004"]
+    failed = DroidState(Phase.FAILED, "no network", CLAUDE)
+    may_start, refused = sort_queue(claude_queue, {**states, "claude": failed})
+    assert ids(refused) == ["t000000005"]
+    assert failed.task_error == (
+        "Claude Code could not be installed: no network. boxd tries again the next time it "
+        "starts (systemctl restart boxd)."
+    )
+    assert failed.public()["version"] == "2.1.337"
 
 
 class FakeSystemd:

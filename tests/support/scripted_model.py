@@ -19,6 +19,8 @@ class ScriptedModel:
     def __init__(self, *turns: list[Block]) -> None:
         self.turns = list(turns)
         self.requests: list[dict[str, Any]] = []
+        # Each request's anthropic-beta header, beside it.
+        self.betas: list[str | None] = []
         self._next = 0
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -44,6 +46,7 @@ class ScriptedModel:
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        self.betas.append(request.headers.get("anthropic-beta"))
         if not body.get("tools"):
             blocks: list[Block] = [{"type": "text", "text": "A title"}]
         elif self._next < len(self.turns):

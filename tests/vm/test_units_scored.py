@@ -16,6 +16,7 @@ CEILINGS = {
     "box-app@": 1.1,
     "boxd-web.service": 0.2,
     "boxd-droid-install.service": 1.4,
+    "boxd-claude-install.service": 1.4,
 }
 
 
@@ -31,7 +32,15 @@ def shown(machine: Machine, unit: str, *names: str) -> dict[str, str]:
     return {name: value for name, _, value in (ln.partition("=") for ln in text.splitlines())}
 
 
-@pytest.mark.parametrize("unit", ["boxd.service", "boxd-web.service", "boxd-droid-install.service"])
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "boxd.service",
+        "boxd-web.service",
+        "boxd-droid-install.service",
+        "boxd-claude-install.service",
+    ],
+)
 def test_the_manager_and_the_gateway_stay_at_their_figures(machine: Machine, unit: str) -> None:
     assert exposure(machine, unit) <= CEILINGS[unit]
 

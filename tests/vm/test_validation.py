@@ -42,7 +42,7 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     (
         "unknown worker",
         {**BASE, "worker": "robot"},
-        "unknown worker 'robot'; this box has droid and fake",
+        "unknown worker 'robot'; this box has droid, claude and fake",
     ),
     (
         "unknown model",

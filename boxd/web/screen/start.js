@@ -18,7 +18,7 @@ function readBase64(file) {
 export function startView(main) {
   const title = h("input", { name: "title", required: true, maxlength: "200", autocomplete: "off" });
   const prompt = h("textarea", { name: "prompt", required: true, rows: "6" });
-  const worker = h("select", { name: "worker" }, h("option", { value: "droid" }, "Droid"), h("option", { value: "fake" }, "Fake (for trying the box)"));
+  const worker = h("select", { name: "worker" }, h("option", { value: "droid" }, "Droid"), h("option", { value: "claude" }, "Claude Code"), h("option", { value: "fake" }, "Fake (for trying the box)"));
   const model = h("input", { name: "model", list: "models", placeholder: "sonnet", autocomplete: "off" });
   const models = h("datalist", { id: "models" }, ["sonnet", "opus", "haiku"].map((name) => h("option", { value: name })));
   const autonomy = h("select", { name: "autonomy" }, ["low", "medium", "high"].map((value) => h("option", { value }, value)));

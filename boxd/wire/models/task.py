@@ -9,7 +9,7 @@ from pydantic.json_schema import SkipJsonSchema
 from boxd.wire.models.task_request import DroidOptions
 
 # The worker of an owner's change (boxd/manager/owner_changes.py): no worker runs it, and
-# CreateTask, which knows only droid and fake, never makes one.
+# CreateTask, which knows only droid, claude and fake, never makes one.
 OWNER_WORKER = "owner"
 
 

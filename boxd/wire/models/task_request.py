@@ -11,6 +11,7 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Field,
     StrictBool,
     StrictStr,
     ValidationError,
@@ -33,7 +34,12 @@ MAX_WORKSPACE = 100
 
 class Worker(StrEnum):
     DROID = "droid"
+    CLAUDE = "claude"
     FAKE = "fake"
+
+
+# The workers that run a model agent: their tasks get a model, and `droid`'s autonomy and plan.
+AGENTS = frozenset({Worker.DROID, Worker.CLAUDE})
 
 
 class Autonomy(StrEnum):
@@ -121,7 +127,14 @@ class TaskRequest(BaseModel):
     title: StrictStr
     prompt: StrictStr
     workspace: StrictStr = "home"
-    worker: StrictStr = Worker.DROID.value
+    # Checked by _known_worker, which names an unknown one; the schema lists the known ones.
+    worker: Annotated[
+        StrictStr,
+        Field(
+            description="The agent that works on the task: droid, claude (Claude Code) or fake",
+            json_schema_extra={"enum": [worker.value for worker in Worker]},
+        ),
+    ] = Worker.DROID.value
     tools: list[StrictStr] = []
     hosts: Annotated[list[str], BeforeValidator(checked_hosts)] | None = None
     model: Annotated[str, BeforeValidator(_model)] | None = None
@@ -157,7 +170,9 @@ class TaskRequest(BaseModel):
     @classmethod
     def _known_worker(cls, value: str) -> str:
         if value not in set(Worker):
-            raise plain(f"unknown worker {value[:MAX_LABEL]!r}; this box has droid and fake")
+            *others, last = (worker.value for worker in Worker)
+            known = f"{', '.join(others)} and {last}"
+            raise plain(f"unknown worker {value[:MAX_LABEL]!r}; this box has {known}")
         return value
 
     @field_validator("workspace")

@@ -1,4 +1,4 @@
-"""The MCP relay: Droid's `box` MCP server, run inside the task as
+"""The MCP relay: Droid's and Claude Code's `box` MCP server, run inside the task as
 `python -I -m boxd.workers.mcp.relay` with BOX_SOCKET in its environment.
 
 It holds no secrets: every tool call goes to the task's broker (boxd.workers.mcp.tools says
@@ -29,7 +29,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from boxd.workers import unix_http
-from boxd.workers.mcp.tools import Relay, UnknownTool
+from boxd.workers.mcp.tools import Broker, PermissionAnswers, Relay, UnknownTool
 from boxd.workers.unix_http import BROKER_FAILURES
 
 log = logging.getLogger("boxd.workers.mcp.relay")
@@ -276,15 +276,27 @@ async def _stdio() -> tuple[asyncio.StreamReader, Writer]:
 
 async def run(socket_path: str) -> None:
     reader, writer = await _stdio()
-    relay = Relay(partial(unix_http.request, socket_path))
+    broker = partial(unix_http.request, socket_path)
+    relay = Relay(broker, _permissions(broker))
     await Server(relay, writer).serve(reader)
+
+
+def _permissions(broker: Broker) -> PermissionAnswers | None:
+    """Claude Code's worker sets the task's autonomy for its prompts; Droid's does not."""
+    from boxd.workers.mcp import permission
+
+    autonomy = os.environ.get(permission.AUTONOMY_VARIABLE)
+    if not autonomy:
+        return None
+    plan = os.environ.get(permission.PLAN_VARIABLE) == "1"
+    return permission.Permissions(broker, autonomy=autonomy, plan=plan)
 
 
 def main() -> None:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="box mcp: %(message)s")
     socket_path = os.environ.get("BOX_SOCKET")
     if not socket_path:
-        sys.exit("box mcp: BOX_SOCKET is not set; the Droid worker starts this relay for a task")
+        sys.exit("box mcp: BOX_SOCKET is not set; a task's worker starts this relay for it")
     asyncio.run(run(socket_path))
 
 

@@ -16,12 +16,15 @@ import json
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from boxd.reading.canonical_json import input_hash
+from boxd.workers.claude.autonomy import PERMISSION_TOOL
 from boxd.workers.unix_http import BROKER_FAILURES
 
 ASK = "box_ask"
+# The permission-prompt tool, listed only for Claude Code (boxd.workers.mcp.permission).
+PERMISSION = PERMISSION_TOOL
 # A tool name in a key: tool names may be 200 characters and so may a key (boxd.wire.approval's
 # MAX_KEY); a longer name is cut and told apart by a hash of it, so a key is at most
 # 4 + 64 + 1 + 64 + 1 + 20 = 154 characters.
@@ -100,9 +103,18 @@ def _box_tool(entry: Any) -> BoxTool | None:
     )
 
 
+class PermissionAnswers(Protocol):
+    # The tool as tools/list shows it.
+    spec: dict[str, Any]
+
+    async def answer(self, arguments: dict[str, Any]) -> dict[str, Any]: ...
+
+
 class Relay:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, permissions: PermissionAnswers | None = None) -> None:
         self._broker = broker
+        # Claude Code's permission prompts (boxd.workers.mcp.permission); None for Droid.
+        self._permissions = permissions
         self._tools: dict[str, BoxTool] | None = None
         # (MCP tool name, input hash) -> final answers this relay got for it. It starts again
         # from 0 when the relay does (Droid resumed after a restart): a resumed Droid that makes
@@ -118,13 +130,15 @@ class Relay:
             found = [_box_tool(entry) for entry in listed] if isinstance(listed, list) else []
             tools: dict[str, BoxTool] = {}
             for tool in found:
-                if tool is not None and tool.mcp_name != ASK:
+                if tool is not None and tool.mcp_name not in (ASK, PERMISSION):
                     tools.setdefault(tool.mcp_name, tool)
             self._tools = tools
         return self._tools
 
     async def list(self) -> list[dict[str, Any]]:
         listed = [ASK_TOOL]
+        if self._permissions is not None:
+            listed.append(self._permissions.spec)
         for tool in (await self.tools()).values():
             listed.append(
                 {"name": tool.mcp_name, "description": tool.description, "inputSchema": tool.schema}
@@ -135,6 +149,8 @@ class Relay:
         """The MCP result of one `tools/call`; UnknownTool for a name that is not a tool."""
         if name == ASK:
             return await self._ask(arguments)
+        if name == PERMISSION and self._permissions is not None:
+            return await self._permissions.answer(arguments)
         tools = await self.tools()
         tool = tools.get(name)
         if tool is None:

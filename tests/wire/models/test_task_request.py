@@ -77,7 +77,10 @@ def test_unknown_field_is_named() -> None:
 
 def test_worker() -> None:
     assert parse_task_request(body(worker="fake")).worker == "fake"
-    assert refused(body(worker="robot")) == "unknown worker 'robot'; this box has droid and fake"
+    assert refused(body(worker="robot")) == (
+        "unknown worker 'robot'; this box has droid, claude and fake"
+    )
+    assert parse_task_request(body(worker="claude")).worker == "claude"
 
 
 def test_model_is_recorded_as_full_id() -> None:

@@ -1,0 +1,1 @@
+"""The pinned Claude Code release and its installer (`boxd claude-install`)."""

@@ -1,0 +1,131 @@
+"""The command that runs Claude Code for a task, and its environment.
+
+Claude Code runs headless (`-p`, stream-json out, the prompt on stdin) in the workspace view,
+with its model at the task's model gateway (ANTHROPIC_BASE_URL = BOX_MODEL_URL) and a
+placeholder key the gateway throws away, so the real key never enters the sandbox. Its state
+(sessions, ~/.claude.json) lives in the task's own HOME, never in the workspace that tasks share.
+
+It loads no settings file at all (`--setting-sources ""`): not the workspace's
+`.claude/settings.json` and hooks, which another task may have written and which are this
+task's input, not the box's configuration; and not the task's HOME either, which Claude Code
+itself can write, so it could not raise its own permissions by writing its settings. What the
+box sets is on the command line, which it cannot change: the tools its autonomy allows
+(boxd.workers.claude.autonomy), the box's relay as its one MCP server (`--strict-mcp-config`),
+and that relay's `box_permission` for its permission prompts. With no setting sources a
+CLAUDE.md in the workspace is not read either, and auto memory is off
+(CLAUDE_CODE_DISABLE_AUTO_MEMORY): only the task's prompt tells Claude Code what to do.
+"""
+
+import json
+from pathlib import Path
+from typing import Any
+
+from boxd.workers.claude.autonomy import (
+    MCP_PREFIX,
+    MCP_SERVER,
+    PERMISSION_TOOL,
+    allowed_tools,
+    disabled_tools,
+    level,
+    permission_mode,
+)
+from boxd.workers.mcp.permission import AUTONOMY_VARIABLE, PLAN_VARIABLE
+
+# Not a secret: the gateway replaces it with the vault's key.
+PLACEHOLDER_KEY = "the-box-gateway-adds-the-key"
+RESUME_PROMPT = (
+    "The box restarted your work on this task (a restart or a power cut cut it off). Carry on "
+    "from where you stopped. Tool calls you already made are remembered: calling one again "
+    "with the same input returns its result without running it twice."
+)
+
+
+def environment(own_home: Path, gateway_url: str) -> dict[str, str]:
+    """Added to the worker's own environment (BOX_*, the proxies, HOME) for Claude Code."""
+    return {
+        "ANTHROPIC_BASE_URL": gateway_url,
+        "ANTHROPIC_API_KEY": PLACEHOLDER_KEY,
+        # No auto-updates, telemetry, error reports or other calls home: the allowlist would
+        # refuse them anyway, and each refusal is logged for the owner.
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "CLAUDE_CONFIG_DIR": str(own_home / ".claude"),
+        # Only the betas Claude Code needs (claude-code, interleaved thinking, effort), which the
+        # gateway passes; its experimental ones (thinking-token-count, thinking-display-updates,
+        # advanced-tool-use) are not on the gateway's allowlist and would be refused.
+        "CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS": "1",
+        # The box's few tools offered to the model as tools, not deferred behind ToolSearch
+        # (Claude Code 2's default), where a direct call of box_ask fails until it is searched.
+        "ENABLE_TOOL_SEARCH": "false",
+        # No auto memory: $CLAUDE_CONFIG_DIR/projects/<cwd>/memory/MEMORY.md reaches the system
+        # prompt whatever --setting-sources says, and Claude Code writes it itself, so one turn
+        # could leave instructions for every later task in the same workspace.
+        "CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1",
+        # The workspace's .git/config is input another task may have written, and at low
+        # autonomy Claude Code runs `git status` and the like without asking: no fsmonitor
+        # command and no hooks from it (these override every config file).
+        "GIT_CONFIG_COUNT": "2",
+        "GIT_CONFIG_KEY_0": "core.fsmonitor",
+        "GIT_CONFIG_VALUE_0": "false",
+        "GIT_CONFIG_KEY_1": "core.hooksPath",
+        "GIT_CONFIG_VALUE_1": "/dev/null",
+    }
+
+
+def mcp_config(python: str, socket: str, autonomy: str, plan: bool) -> dict[str, Any]:
+    """The box's relay, started by Claude Code over stdio. It holds no secrets; it reaches only
+    the task's broker, and answers permission prompts as the task's autonomy says."""
+    return {
+        "mcpServers": {
+            MCP_SERVER: {
+                "type": "stdio",
+                "command": python,
+                "args": ["-I", "-m", "boxd.workers.mcp.relay"],
+                "env": {
+                    "BOX_SOCKET": socket,
+                    AUTONOMY_VARIABLE: level(autonomy),
+                    PLAN_VARIABLE: "1" if plan else "0",
+                },
+            }
+        }
+    }
+
+
+def command(
+    claude: Path,
+    *,
+    model: str,
+    autonomy: str,
+    plan: bool,
+    mcp: dict[str, Any],
+    resume: str | None,
+) -> list[str]:
+    """`claude -p`, its prompt read from stdin (a prompt may be longer than one argument)."""
+    arguments = [
+        str(claude),
+        "-p",
+        "--output-format",
+        "stream-json",
+        # stream-json with -p needs --verbose; it adds no text of its own to the stream.
+        "--verbose",
+        "--model",
+        model,
+        "--setting-sources",
+        "",
+        "--strict-mcp-config",
+        "--mcp-config",
+        json.dumps(mcp),
+        "--permission-mode",
+        permission_mode(autonomy, plan),
+        "--permission-prompt-tool",
+        f"{MCP_PREFIX}{PERMISSION_TOOL}",
+        "--allowedTools",
+        ",".join(allowed_tools(autonomy)),
+        "--disallowedTools",
+        ",".join(disabled_tools(plan)),
+    ]
+    if resume is not None:
+        arguments += ["--resume", resume]
+    return arguments
