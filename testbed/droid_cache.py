@@ -21,10 +21,10 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
+from boxd.agents.installer import DEFAULT_REGISTRY, Pin, integrity_of
 from boxd.claude.installer import CLAUDE
 from boxd.claude.release import BINARY_IN_PACKAGE, VERSION
-from boxd.droid.installer import DROID, Pin, integrity_of
-from boxd.droid.release import DEFAULT_REGISTRY
+from boxd.droid.installer import DROID
 
 from .file_lock import held
 from .image import log

@@ -23,7 +23,7 @@ BOXD = Path(__file__).resolve().parents[1] / "boxd"
 PROCESSES = {"manager", "broker", "web", "cli", "workers", "apps"}
 SHARED = {
     *("wire", "reading", "doors", "net", "droid", "claude", "patches", "dbus", "errors", "paths"),
-    "sdk",
+    *("sdk", "agents"),
 }
 # The entry points, which start every process: `boxd` and the package's own start.
 ENTRY = {"boxd", "boxd.main"}

@@ -1,12 +1,12 @@
 """`boxd claude-install`: puts the pinned Claude Code binary at `claude_binary()`, as
-boxd-claude-install.service runs it, by Droid's installer's steps (boxd/droid/installer.py):
+boxd-claude-install.service runs it, by the agents' installer (boxd/agents/installer.py):
 the whole tarball checked against the pinned integrity before anything in it is read, and only
 the binary taken from it."""
 
+from boxd.agents.installer import Pin
+from boxd.agents.installer import failure_reason as _failure_reason
+from boxd.agents.installer import main as _main
 from boxd.claude import release
-from boxd.droid.installer import Pin
-from boxd.droid.installer import failure_reason as _failure_reason
-from boxd.droid.installer import main as _main
 
 CLAUDE = Pin(
     name=release.NAME,

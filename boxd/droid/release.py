@@ -17,14 +17,8 @@ INTEGRITY = (
 )
 # The binary inside the package's tarball.
 BINARY_IN_PACKAGE = "package/bin/droid"
-DEFAULT_REGISTRY = "https://registry.npmjs.org"
 # Root's, read-only to everyone else; a worker's sandbox (ProtectSystem=strict) sees it as is.
 DROID_DIR = Path("/var/lib/boxd/droid")
-
-
-def tarball_url(registry: str = DEFAULT_REGISTRY, version: str = VERSION) -> str:
-    name = PACKAGE.rsplit("/", 1)[1]
-    return f"{registry.rstrip('/')}/{PACKAGE}/-/{name}-{version}.tgz"
 
 
 def droid_binary(version: str = VERSION) -> Path:

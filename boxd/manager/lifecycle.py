@@ -11,9 +11,9 @@ from functools import partial
 from boxd.errors import BoxError, Problem, die
 from boxd.manager.access.vault import Vault
 from boxd.manager.admission import next_to_start
+from boxd.manager.agent_install import CLAUDE, AgentInstall, InstallState, sort_queue
 from boxd.manager.approval_answers import ApprovalAnswers
 from boxd.manager.at_once import at_once
-from boxd.manager.droid_install import CLAUDE, DroidInstall, DroidState, sort_queue
 from boxd.manager.ending import Ending
 from boxd.manager.folders.folders import real_folders
 from boxd.manager.folders.keep import save_manifest, take_manifest
@@ -80,8 +80,8 @@ class Lifecycle(OnMachinery):
         self._starts: dict[str, asyncio.Event] = {}
         # Held while places are given; the owner's pause and resume take it too.
         self.admission = asyncio.Lock()
-        self.droid = DroidInstall(self.systemd, self.start_queued_soon)
-        self.claude = DroidInstall(self.systemd, self.start_queued_soon, agent=CLAUDE)
+        self.droid = AgentInstall(self.systemd, self.start_queued_soon)
+        self.claude = AgentInstall(self.systemd, self.start_queued_soon, agent=CLAUDE)
         self.ending = Ending(
             machinery,
             records,
@@ -239,7 +239,7 @@ class Lifecycle(OnMachinery):
                 self._starting.pop(task.id, None)
             return task
 
-    def installs(self) -> dict[str, DroidState]:
+    def installs(self) -> dict[str, InstallState]:
         """The agents boxd installs, by worker, as their installs stand."""
         return {Worker.DROID: self.droid.state, Worker.CLAUDE: self.claude.state}
 

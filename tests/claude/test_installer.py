@@ -1,4 +1,4 @@
-"""`boxd claude-install`: Droid's install steps with Claude Code's pin: its package's address,
+"""`boxd claude-install`: the agents' installer with Claude Code's pin: its package's address,
 its binary's member, its integrity, its words."""
 
 import base64
@@ -11,9 +11,9 @@ from typing import IO
 
 import pytest
 
+from boxd.agents.installer import InstallError, install
 from boxd.claude.installer import CLAUDE, failure_reason
 from boxd.claude.release import CLAUDE_DIR, VERSION, claude_binary
-from boxd.droid.installer import InstallError, install
 
 BINARY = b"\x7fELF claude, as if " * 1000
 
@@ -61,7 +61,7 @@ def test_the_pin_is_the_published_platform_package() -> None:
 
 def test_installs_the_binary_alone(tmp_path: Path) -> None:
     registry = Registry(GOOD)
-    assert install(tmp_path, "https://registry.example", registry, integrity(GOOD), CLAUDE)
+    assert install(CLAUDE, tmp_path, "https://registry.example", registry, integrity(GOOD))
     assert registry.asked == [CLAUDE.tarball_url("https://registry.example")]
     assert (tmp_path / VERSION / "claude").read_bytes() == BINARY
     assert os.listdir(tmp_path / VERSION) == ["claude"]
@@ -71,9 +71,9 @@ def test_installs_the_binary_alone(tmp_path: Path) -> None:
 def test_droid_s_package_is_not_claude_code(tmp_path: Path) -> None:
     droid = package({"package/bin/droid": BINARY})
     with pytest.raises(InstallError, match="holds no package/claude"):
-        install(tmp_path, "https://registry.example", Registry(droid), integrity(droid), CLAUDE)
+        install(CLAUDE, tmp_path, "https://registry.example", Registry(droid), integrity(droid))
     with pytest.raises(InstallError, match=r"did not serve Claude Code 2\.1\.337 as published"):
-        install(tmp_path, "https://registry.example", Registry(GOOD), pin=CLAUDE)
+        install(CLAUDE, tmp_path, "https://registry.example", Registry(GOOD))
     assert not (tmp_path / VERSION / "claude").exists()
 
 

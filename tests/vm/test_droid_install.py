@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from boxd.droid.release import VERSION, droid_binary, tarball_url
+from boxd.droid.installer import DROID
+from boxd.droid.release import VERSION, droid_binary
 from testbed.box_api import boxctl, finish, http, start_fake
 from testbed.machine import Machine, booted_box
 from testbed.npm_registry import (
@@ -93,7 +94,7 @@ def test_a_registry_serving_other_bytes_installs_nothing_and_droid_tasks_fail(
     assert task["state"] == "queued"
     registry.release()
     ended = finish(machine, task["id"])
-    url = tarball_url(ADDRESS)
+    url = DROID.tarball_url(ADDRESS)
     words = (
         f"Droid could not be installed: {url} did not serve Droid {VERSION} as published "
         f"(its sha512 differs). {TRY_AGAIN}"
@@ -115,7 +116,8 @@ def test_a_missing_package_says_so(machine: Machine, registry: NpmRegistry) -> N
     restart_boxd(machine)
     state = wait_for_droid(machine)
     assert state["error"] == (
-        f"Droid could not be installed: {tarball_url(ADDRESS)} answered 404 Not Found. {TRY_AGAIN}"
+        f"Droid could not be installed: {DROID.tarball_url(ADDRESS)} answered 404 Not Found. "
+        + TRY_AGAIN
     )
     nothing_installed(machine)
 

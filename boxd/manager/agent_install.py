@@ -1,8 +1,8 @@
-"""Whether Droid is installed, being installed or could not be, and what that means for queued
-Droid tasks. When boxd starts and the pinned binary is missing, it starts
-boxd-droid-install.service and follows the unit to its end; a failed install is tried again the
-next time boxd starts, never in a loop. Claude Code's install (boxd-claude-install.service) is
-followed the same way, described by its own `Agent`."""
+"""Whether an agent boxd installs itself (Droid, Claude Code) is installed, being installed or
+could not be, and what that means for its queued tasks. When boxd starts and Droid's pinned
+binary is missing, it starts boxd-droid-install.service and follows the unit to its end; a
+failed install is tried again the next time boxd starts, never in a loop. Claude Code's install
+(boxd-claude-install.service) is followed the same way, described by its own `Agent`."""
 
 import asyncio
 import logging
@@ -15,7 +15,7 @@ from typing import Any
 
 from boxd.claude import installer as claude_installer
 from boxd.claude.release import claude_binary
-from boxd.droid.installer import failure_reason
+from boxd.droid import installer as droid_installer
 from boxd.droid.release import VERSION, droid_binary
 from boxd.manager.units.last_words import last_words
 from boxd.manager.units.systemd import CLD_EXITED, CLD_KILLED, Systemd, SystemdError, UnitStatus
@@ -24,7 +24,8 @@ from boxd.wire.models.task_request import Worker
 
 log = logging.getLogger(__name__)
 
-INSTALL_UNIT = "boxd-droid-install.service"
+DROID_INSTALL_UNIT = "boxd-droid-install.service"
+CLAUDE_INSTALL_UNIT = "boxd-claude-install.service"
 TRY_AGAIN = "boxd tries again the next time it starts (systemctl restart boxd)."
 
 
@@ -41,12 +42,19 @@ class Agent:
     failure_reason: Callable[[str], str | None]
 
 
-DROID = Agent(Worker.DROID, "Droid", VERSION, INSTALL_UNIT, droid_binary, failure_reason)
+DROID = Agent(
+    Worker.DROID,
+    "Droid",
+    VERSION,
+    DROID_INSTALL_UNIT,
+    droid_binary,
+    droid_installer.failure_reason,
+)
 CLAUDE = Agent(
     Worker.CLAUDE,
     "Claude Code",
     claude_installer.CLAUDE.version,
-    "boxd-claude-install.service",
+    CLAUDE_INSTALL_UNIT,
     claude_binary,
     claude_installer.failure_reason,
 )
@@ -59,7 +67,7 @@ class Phase(StrEnum):
 
 
 @dataclass(frozen=True)
-class DroidState:
+class InstallState:
     phase: Phase
     # Why the install failed, in plain words; None unless it did.
     why: str | None = None
@@ -83,7 +91,7 @@ class DroidState:
 
 
 def sort_queue(
-    queued: Iterable[Task], states: Mapping[str, DroidState], paused: bool = False
+    queued: Iterable[Task], states: Mapping[str, InstallState], paused: bool = False
 ) -> tuple[list[Task], list[Task]]:
     """The queued tasks that may take a place now, and the tasks to fail at once because their
     agent could not be installed (`states`: by worker, the agents boxd installs). While an agent
@@ -124,7 +132,7 @@ def unit_failure(status: UnitStatus, said: str | None, agent: Agent = DROID) -> 
     return f"{unit} failed: systemd says {status.result}"
 
 
-class DroidInstall:
+class AgentInstall:
     """The install's state for this run of boxd; `changed` is called when it settles."""
 
     def __init__(
@@ -140,7 +148,7 @@ class DroidInstall:
         self.unit = agent.unit
         self.binary = binary or agent.binary()
         # Until begin(): a task created meanwhile waits, and is refused by nothing.
-        self.state = DroidState(
+        self.state = InstallState(
             Phase.INSTALLED if self.binary.is_file() else Phase.INSTALLING, agent=agent
         )
         self._following = False
@@ -158,7 +166,7 @@ class DroidInstall:
         queued, so boxd's start never waits for a download."""
         self._begun = True
         if await asyncio.to_thread(self.binary.is_file):
-            self.state = DroidState(Phase.INSTALLED, agent=self.agent)
+            self.state = InstallState(Phase.INSTALLED, agent=self.agent)
             return
         log.info(
             "%s %s is not installed; starting %s", self.agent.name, self.agent.version, self.unit
@@ -197,7 +205,7 @@ class DroidInstall:
             if not status.finished:
                 return
             if status.succeeded and await asyncio.to_thread(self.binary.is_file):
-                self._settle(DroidState(Phase.INSTALLED, agent=self.agent))
+                self._settle(InstallState(Phase.INSTALLED, agent=self.agent))
             elif status.succeeded:
                 self._settle(self._failed(f"{self.unit} ended without {self.binary}"))
             else:
@@ -210,10 +218,10 @@ class DroidInstall:
         except Exception:
             log.exception("could not follow %s", self.unit)
 
-    def _failed(self, why: str) -> DroidState:
-        return DroidState(Phase.FAILED, why, self.agent)
+    def _failed(self, why: str) -> InstallState:
+        return InstallState(Phase.FAILED, why, self.agent)
 
-    def _settle(self, state: DroidState) -> None:
+    def _settle(self, state: InstallState) -> None:
         # Two checks may read the same end; the first one settles it.
         if self.state.phase != Phase.INSTALLING:
             return

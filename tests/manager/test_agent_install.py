@@ -1,5 +1,6 @@
-"""The manager's side of installing Droid: following the install unit, and what queued Droid
-tasks do meanwhile (wait without a place, start once it is there, fail when it could not be)."""
+"""The manager's side of installing an agent (Droid here, Claude Code where said): following the
+install unit, and what queued tasks of that agent do meanwhile (wait without a place, start once
+it is there, fail when it could not be)."""
 
 import asyncio
 from collections.abc import Callable
@@ -8,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from boxd.droid.installer import failure_reason
-from boxd.manager import droid_install
+from boxd.manager import agent_install
 from boxd.manager.admission import next_to_start
-from boxd.manager.droid_install import (
+from boxd.manager.agent_install import (
     CLAUDE,
-    INSTALL_UNIT,
-    DroidInstall,
-    DroidState,
+    DROID_INSTALL_UNIT,
+    AgentInstall,
+    InstallState,
     Phase,
     sort_queue,
 )
@@ -41,7 +42,7 @@ QUEUE = [
 ]
 
 
-def droid(state: DroidState) -> dict[str, DroidState]:
+def droid(state: InstallState) -> dict[str, InstallState]:
     return {"droid": state}
 
 
@@ -50,7 +51,7 @@ def ids(tasks: list[Task]) -> list[str]:
 
 
 def test_while_installing_droid_tasks_wait_without_a_place() -> None:
-    may_start, refused = sort_queue(QUEUE, droid(DroidState(Phase.INSTALLING)))
+    may_start, refused = sort_queue(QUEUE, droid(InstallState(Phase.INSTALLING)))
     assert refused == []
     # Two places, both for the fake tasks behind the older Droid ones.
     chosen = next_to_start(may_start, holding=set(), limit=2)
@@ -58,7 +59,7 @@ def test_while_installing_droid_tasks_wait_without_a_place() -> None:
 
 
 def test_once_installed_the_queue_goes_oldest_first() -> None:
-    may_start, refused = sort_queue(QUEUE, droid(DroidState(Phase.INSTALLED)))
+    may_start, refused = sort_queue(QUEUE, droid(InstallState(Phase.INSTALLED)))
     assert refused == []
     assert ids(next_to_start(may_start, holding={"t000000002"}, limit=3)) == [
         "t000000001",
@@ -67,8 +68,8 @@ def test_once_installed_the_queue_goes_oldest_first() -> None:
 
 
 def test_while_paused_every_task_stays_queued_whatever_droid_is_doing() -> None:
-    failed = DroidState(Phase.FAILED, "no network")
-    for state in (DroidState(Phase.INSTALLED), DroidState(Phase.INSTALLING), failed):
+    failed = InstallState(Phase.FAILED, "no network")
+    for state in (InstallState(Phase.INSTALLED), InstallState(Phase.INSTALLING), failed):
         assert sort_queue(QUEUE, droid(state), paused=True) == ([], [])
     # Resumed, they go in the order they came; a failed install's tasks are refused then.
     may_start, refused = sort_queue(QUEUE, droid(failed), paused=False)
@@ -77,7 +78,7 @@ def test_while_paused_every_task_stays_queued_whatever_droid_is_doing() -> None:
 
 
 def test_a_failed_install_fails_queued_droid_tasks_in_plain_words() -> None:
-    state = DroidState(Phase.FAILED, "https://registry.example could not be reached: timed out")
+    state = InstallState(Phase.FAILED, "https://registry.example could not be reached: timed out")
     may_start, refused = sort_queue(QUEUE, droid(state))
     assert ids(refused) == ["t000000001", "t000000003"]
     assert ids(may_start) == ["t000000002", "t000000004"]
@@ -91,18 +92,18 @@ def test_a_failed_install_fails_queued_droid_tasks_in_plain_words() -> None:
         "installing": False,
         "error": state.task_error,
     }
-    assert DroidState(Phase.INSTALLED).task_error is None
-    assert DroidState(Phase.INSTALLING).task_error is None
+    assert InstallState(Phase.INSTALLED).task_error is None
+    assert InstallState(Phase.INSTALLING).task_error is None
 
 
 def test_each_agent_s_tasks_wait_for_their_own_install() -> None:
     claude_queue = [*QUEUE, queued("t000000005", 5.0, "claude")]
-    installing = DroidState(Phase.INSTALLING, agent=CLAUDE)
-    states = {"droid": DroidState(Phase.INSTALLED), "claude": installing}
+    installing = InstallState(Phase.INSTALLING, agent=CLAUDE)
+    states = {"droid": InstallState(Phase.INSTALLED), "claude": installing}
     may_start, refused = sort_queue(claude_queue, states)
     assert refused == []
     assert ids(may_start) == ["t000000001", "t000000002", "t000000003", "t000000004"]
-    failed = DroidState(Phase.FAILED, "no network", CLAUDE)
+    failed = InstallState(Phase.FAILED, "no network", CLAUDE)
     may_start, refused = sort_queue(claude_queue, {**states, "claude": failed})
     assert ids(refused) == ["t000000005"]
     assert failed.task_error == (
@@ -141,7 +142,7 @@ class FakeSystemd:
 
     def announce(self) -> None:
         """systemd says the unit changed."""
-        self.watching[INSTALL_UNIT]()
+        self.watching[DROID_INSTALL_UNIT]()
 
 
 class Follow:
@@ -149,9 +150,9 @@ class Follow:
         self.binary = tmp_path / "droid" / "0.225.2" / "droid"
         self.settled = asyncio.Event()
         self.systemd = systemd
-        self.install = DroidInstall(systemd, self.settled.set, self.binary)  # type: ignore[arg-type]
+        self.install = AgentInstall(systemd, self.settled.set, self.binary)  # type: ignore[arg-type]
 
-    async def settle(self) -> DroidState:
+    async def settle(self) -> InstallState:
         await asyncio.wait_for(self.settled.wait(), 5)
         return self.install.state
 
@@ -172,7 +173,7 @@ async def test_a_queued_start_is_not_an_end_and_success_installs(tmp_path: Path)
     follow = Follow(tmp_path, systemd)
     assert follow.install.state.public()["installing"] is True
     await follow.install.begin()
-    assert systemd.calls == [f"reset {INSTALL_UNIT}", f"start {INSTALL_UNIT}"]
+    assert systemd.calls == [f"reset {DROID_INSTALL_UNIT}", f"start {DROID_INSTALL_UNIT}"]
     # The unit's folder is there for ReadWritePaths before it starts.
     assert follow.binary.parent.parent.is_dir()
     await asyncio.sleep(0)
@@ -190,7 +191,7 @@ async def test_a_queued_start_is_not_an_end_and_success_installs(tmp_path: Path)
         "installing": False,
         "error": None,
     }
-    assert INSTALL_UNIT not in systemd.watching
+    assert DROID_INSTALL_UNIT not in systemd.watching
 
 
 async def test_a_failed_unit_says_why_from_its_last_line(
@@ -199,10 +200,10 @@ async def test_a_failed_unit_says_why_from_its_last_line(
     line = "Droid 0.225.2 could not be installed: http://x/y.tgz answered 404 Not Found"
 
     async def said(unit: str) -> str:
-        assert unit == INSTALL_UNIT
+        assert unit == DROID_INSTALL_UNIT
         return line
 
-    monkeypatch.setattr(droid_install, "last_words", said)
+    monkeypatch.setattr(agent_install, "last_words", said)
     systemd = FakeSystemd([RUNNING, EXITED_1])
     follow = Follow(tmp_path, systemd)
     await follow.install.begin()
@@ -218,13 +219,13 @@ async def test_a_killed_unit_and_a_success_without_binary_are_failures(
     async def nothing(unit: str) -> None:
         return None
 
-    monkeypatch.setattr(droid_install, "last_words", nothing)
+    monkeypatch.setattr(agent_install, "last_words", nothing)
     killed = Follow(tmp_path, FakeSystemd([KILLED]))
     await killed.install.begin()
-    assert (await killed.settle()).why == f"{INSTALL_UNIT} was killed by SIGKILL"
+    assert (await killed.settle()).why == f"{DROID_INSTALL_UNIT} was killed by SIGKILL"
     empty = Follow(tmp_path / "other", FakeSystemd([SUCCEEDED]))
     await empty.install.begin()
-    assert (await empty.settle()).why == f"{INSTALL_UNIT} ended without {empty.binary}"
+    assert (await empty.settle()).why == f"{DROID_INSTALL_UNIT} ended without {empty.binary}"
 
 
 async def test_a_unit_that_cannot_start_fails_at_once(tmp_path: Path) -> None:
@@ -232,4 +233,4 @@ async def test_a_unit_that_cannot_start_fails_at_once(tmp_path: Path) -> None:
     await follow.install.begin()
     state = await follow.settle()
     assert state.phase == Phase.FAILED
-    assert state.why == f"{INSTALL_UNIT} could not be started: Unit not found."
+    assert state.why == f"{DROID_INSTALL_UNIT} could not be started: Unit not found."
