@@ -154,6 +154,10 @@ def _parser() -> argparse.ArgumentParser:
         "droid", help="the Droid version installed, or whether its install is under way"
     )
     droid.add_argument("--json", action="store_true")
+    claude = commands.add_parser(
+        "claude", help="the Claude Code version installed, or whether its install is under way"
+    )
+    claude.add_argument("--json", action="store_true")
 
     doctor = commands.add_parser(
         "doctor",
@@ -340,7 +344,15 @@ async def run(arguments: argparse.Namespace) -> int:
                 print(f"{name}: {json.dumps(value)}")
     elif command == "droid":
         droid = await client.call(api.GET_DROID)
-        print(show.as_json(droid) if as_json else show.droid_line(droid))
+        print(show.as_json(droid) if as_json else show.install_line(droid, "Droid", "Droid"))
+    elif command == "claude":
+        claude = await client.call(api.GET_CLAUDE)
+        first = "; boxd installs it for the first Claude task"
+        print(
+            show.as_json(claude)
+            if as_json
+            else show.install_line(claude, "Claude Code", "Claude", first)
+        )
     elif command == "doctor":
         answer = await client.call(api.CHECK_MACHINE)
         findings = [Finding.read(shown) for shown in answer["checks"]]

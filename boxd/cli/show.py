@@ -194,13 +194,16 @@ def agents_line(agents: dict[str, Any]) -> str:
     return "The agents are running: queued tasks start in the order they came."
 
 
-def droid_line(droid: dict[str, Any]) -> str:
-    version = visible(droid["version"])
-    if droid["installed"]:
-        return f"Droid {version} is installed."
-    if droid["installing"]:
-        return f"Droid {version} is being installed; Droid tasks wait, queued, until it is."
-    return visible(droid["error"] or f"Droid {version} is not installed.")
+def install_line(install: dict[str, Any], agent: str, tasks: str, when: str = "") -> str:
+    """An agent's install (GET /api/droid, /api/claude) as a sentence: `agent` is its name
+    ("Claude Code"), `tasks` what its tasks are called ("Claude"), `when` when boxd installs it
+    if it is not installed yet."""
+    version = visible(install["version"])
+    if install["installed"]:
+        return f"{agent} {version} is installed."
+    if install["installing"]:
+        return f"{agent} {version} is being installed; {tasks} tasks wait, queued, until it is."
+    return visible(install["error"] or f"{agent} {version} is not installed{when}.")
 
 
 def diff_head(review: dict[str, Any]) -> str:

@@ -242,8 +242,10 @@ REVOKE_TOKEN = Method("RevokeToken", ("id",), "token", _OWNER, id_of="token")
 # minutes, for a token of its own (boxd.manager.access.pairing). On the gateway, the token is "".
 CREATE_PAIRING = Method("CreatePairing", ("name",), "pairing", _IN_PERSON)
 PAIR = Method("Pair", ("code",), "paired", frozenset({Door.PAIRING_CODE}))
-# Which Droid release the box runs and whether its install is under way or failed.
+# Which Droid release the box runs and whether its install is under way or failed; the same of
+# Claude Code, whose install starts with the first Claude task.
 GET_DROID = Method("GetDroid", (), "droid", _OWNER)
+GET_CLAUDE = Method("GetClaude", (), "claude", _OWNER)
 # What boxd needs of this machine, checked anew (boxd.manager.doctor): while a check that
 # blocks fails, no task starts, and the answer says why.
 CHECK_MACHINE = Method("CheckMachine", (), "findings", _OWNER)
@@ -308,6 +310,7 @@ METHODS: tuple[Method, ...] = (
     CREATE_PAIRING,
     PAIR,
     GET_DROID,
+    GET_CLAUDE,
     CHECK_MACHINE,
     GET_AGENTS,
     PAUSE_AGENTS,

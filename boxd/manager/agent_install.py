@@ -61,6 +61,8 @@ CLAUDE = Agent(
 
 
 class Phase(StrEnum):
+    # Missing, and no install started yet (Claude Code's waits for the first Claude task).
+    NOT_INSTALLED = "not installed"
     INSTALLED = "installed"
     INSTALLING = "installing"
     FAILED = "failed"
@@ -149,7 +151,7 @@ class AgentInstall:
         self.binary = binary or agent.binary()
         # Until begin(): a task created meanwhile waits, and is refused by nothing.
         self.state = InstallState(
-            Phase.INSTALLED if self.binary.is_file() else Phase.INSTALLING, agent=agent
+            Phase.INSTALLED if self.binary.is_file() else Phase.NOT_INSTALLED, agent=agent
         )
         self._following = False
         self._begun = False
@@ -171,6 +173,7 @@ class AgentInstall:
         log.info(
             "%s %s is not installed; starting %s", self.agent.name, self.agent.version, self.unit
         )
+        self.state = InstallState(Phase.INSTALLING, agent=self.agent)
         try:
             # The unit writes only there (ReadWritePaths), which must exist for it to start.
             await asyncio.to_thread(

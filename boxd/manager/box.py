@@ -238,6 +238,7 @@ class Box:
             api.LIST_TOKENS: self.owner.list_tokens,
             api.REVOKE_TOKEN: self.owner.revoke_token,
             api.GET_DROID: self.owner.get_droid,
+            api.GET_CLAUDE: self.owner.get_claude,
             api.CHECK_MACHINE: self.check_machine,
             api.CREATE_PAIRING: self.owner.create_pairing,
             api.PAIR: self.owner.pair,

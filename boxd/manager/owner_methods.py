@@ -1,5 +1,6 @@
 """The owner's methods that are not about one task: the box's settings, tokens and paired
-devices, pausing and resuming the agents, the workspaces, and the Droid install's state."""
+devices, pausing and resuming the agents, the workspaces, and the Droid and Claude Code
+installs' states."""
 
 import asyncio
 import logging
@@ -91,6 +92,9 @@ class OwnerMethods:
 
     async def get_droid(self, caller: Caller) -> dict[str, Any]:
         return self.lifecycle.droid.state.public()
+
+    async def get_claude(self, caller: Caller) -> dict[str, Any]:
+        return self.lifecycle.claude.state.public()
 
     async def create_token(self, caller: Caller, name: str, role: str, limits: str) -> str:
         as_role = token_role(role)

@@ -144,6 +144,10 @@ async def get_droid(request: web.Request) -> web.Response:
     return _json(await _call(request, api.GET_DROID))
 
 
+async def get_claude(request: web.Request) -> web.Response:
+    return _json(await _call(request, api.GET_CLAUDE))
+
+
 async def check_machine(request: web.Request) -> web.Response:
     return _json(await _call(request, api.CHECK_MACHINE))
 
@@ -262,7 +266,7 @@ def make_app(
         "GET /api/tasks/{id}/diff, POST /api/tasks/{id}/stop, /undo and /keep, "
         "GET /api/approvals, POST /api/approvals/{id}, "
         "GET and POST /api/workspaces, GET and POST /api/tokens, DELETE /api/tokens/{id}, "
-        "GET /api/droid, GET /api/doctor, "
+        "GET /api/droid, GET /api/claude, GET /api/doctor, "
         "GET and POST /api/pause, POST /api/resume, POST /api/pair, "
         "POST and DELETE /api/session (boxctl open makes the link), GET /api/openapi.json, "
         "GET /api/events, GET and PATCH /api/settings, GET /api/vault, "
@@ -296,6 +300,7 @@ def make_app(
     app.router.add_post("/api/tokens", create_token)
     app.router.add_delete("/api/tokens/{id}", revoke_token)
     app.router.add_get("/api/droid", get_droid)
+    app.router.add_get("/api/claude", get_claude)
     app.router.add_get("/api/doctor", check_machine)
     app.router.add_get("/api/pause", get_pause)
     app.router.add_post("/api/pause", pause_agents)

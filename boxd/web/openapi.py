@@ -20,6 +20,7 @@ from boxd.web.host_check import OTHER_ORIGIN
 from boxd.web.live_events import TOO_MANY
 from boxd.web.openapi_doctor import DOCTOR, DOCTOR_SUMMARY, NOT_SANDBOXED, NOT_SANDBOXED_WHY
 from boxd.web.openapi_files import FILE, FILE_MEDIA, FILE_SUMMARY, HISTORY, LISTING, READERS
+from boxd.web.openapi_installs import INSTALL, INSTALLS
 from boxd.web.openapi_uploads import ADD_MANY, ADD_UNDER, DELETE_ONE, MANY, ONE, PUT_ONE, RENAME
 from boxd.web.screen_session import (
     NO_TOKEN,
@@ -108,7 +109,6 @@ _TOKEN: dict[str, Any] = {
         },
     },
 }
-_ANYTHING: dict[str, Any] = {"type": "object"}
 _PAUSED: dict[str, Any] = {
     "type": "object",
     "required": ["paused"],
@@ -285,7 +285,7 @@ ROUTES: tuple[Route, ...] = (
         None,
         (400, 404),
     ),
-    Route("GET", "/api/droid", "The Droid release the box runs and its install", 200, _ANYTHING),
+    *(Route("GET", path, summary, 200, INSTALL) for path, summary in INSTALLS),
     Route("GET", "/api/doctor", DOCTOR_SUMMARY, 200, DOCTOR),
     Route("GET", "/api/pause", "Whether the agents are paused", 200, _PAUSED),
     Route("POST", "/api/pause", "Pause the agents: new tasks stay queued", 200, _PAUSED),

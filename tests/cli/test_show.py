@@ -61,3 +61,16 @@ def test_boxctl_pair_draws_the_code_as_a_qr_code_under_it_on_a_terminal() -> Non
     assert first == "Pairing code for phone: ABCDE-FGHIJ"
     assert rest.startswith(qr_text("ABCDE-FGHIJ") + "\n")
     assert drawn.replace(qr_text("ABCDE-FGHIJ") + "\n", "") == plain
+
+
+def test_an_agent_s_install_in_a_sentence() -> None:
+    def line(installed: bool, installing: bool, error: str | None) -> str:
+        answer = {"version": "2.1.337", "installed": installed, "installing": installing}
+        return show.install_line({**answer, "error": error}, "Claude Code", "Claude", "; later")
+
+    assert line(True, False, None) == "Claude Code 2.1.337 is installed."
+    assert line(False, True, None) == (
+        "Claude Code 2.1.337 is being installed; Claude tasks wait, queued, until it is."
+    )
+    assert line(False, False, None) == "Claude Code 2.1.337 is not installed; later."
+    assert line(False, False, "no\x1b network") == "no\\x1b network"

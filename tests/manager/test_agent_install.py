@@ -13,6 +13,7 @@ from boxd.manager import agent_install
 from boxd.manager.admission import next_to_start
 from boxd.manager.agent_install import (
     CLAUDE,
+    CLAUDE_INSTALL_UNIT,
     DROID_INSTALL_UNIT,
     AgentInstall,
     InstallState,
@@ -113,6 +114,21 @@ def test_each_agent_s_tasks_wait_for_their_own_install() -> None:
     assert failed.public()["version"] == "2.1.337"
 
 
+def test_a_missing_agent_not_yet_installing_keeps_its_tasks_waiting() -> None:
+    claude_queue = [*QUEUE, queued("t000000005", 5.0, "claude")]
+    missing = InstallState(Phase.NOT_INSTALLED, agent=CLAUDE)
+    may_start, refused = sort_queue(claude_queue, {"claude": missing})
+    assert refused == []
+    assert "t000000005" not in ids(may_start)
+    assert missing.task_error is None
+    assert missing.public() == {
+        "version": "2.1.337",
+        "installed": False,
+        "installing": False,
+        "error": None,
+    }
+
+
 class FakeSystemd:
     """systemd as the install unit's follower sees it: a scripted series of unit states, and
     the calls boxd made."""
@@ -140,9 +156,9 @@ class FakeSystemd:
     async def status(self, name: str) -> UnitStatus | None:
         return self.states.pop(0) if len(self.states) > 1 else self.states[0]
 
-    def announce(self) -> None:
+    def announce(self, unit: str = DROID_INSTALL_UNIT) -> None:
         """systemd says the unit changed."""
-        self.watching[DROID_INSTALL_UNIT]()
+        self.watching[unit]()
 
 
 class Follow:
@@ -171,8 +187,9 @@ async def test_installed_already_starts_nothing(tmp_path: Path) -> None:
 async def test_a_queued_start_is_not_an_end_and_success_installs(tmp_path: Path) -> None:
     systemd = FakeSystemd([PENDING, RUNNING, SUCCEEDED])
     follow = Follow(tmp_path, systemd)
-    assert follow.install.state.public()["installing"] is True
+    assert follow.install.state.public()["installing"] is False
     await follow.install.begin()
+    assert follow.install.state.public()["installing"] is True
     assert systemd.calls == [f"reset {DROID_INSTALL_UNIT}", f"start {DROID_INSTALL_UNIT}"]
     # The unit's folder is there for ReadWritePaths before it starts.
     assert follow.binary.parent.parent.is_dir()
@@ -234,3 +251,30 @@ async def test_a_unit_that_cannot_start_fails_at_once(tmp_path: Path) -> None:
     state = await follow.settle()
     assert state.phase == Phase.FAILED
     assert state.why == f"{DROID_INSTALL_UNIT} could not be started: Unit not found."
+
+
+async def test_claude_code_is_not_installed_until_its_first_task_begins_its_install(
+    tmp_path: Path,
+) -> None:
+    systemd = FakeSystemd([PENDING, SUCCEEDED])
+    settled = asyncio.Event()
+    binary = tmp_path / "claude" / "2.1.337" / "claude"
+    install = AgentInstall(systemd, settled.set, binary, agent=CLAUDE)  # type: ignore[arg-type]
+    assert install.state.public() == {
+        "version": "2.1.337",
+        "installed": False,
+        "installing": False,
+        "error": None,
+    }
+    assert systemd.calls == []
+    await install.begin_once()
+    assert install.state.public()["installing"] is True
+    assert systemd.calls == [f"reset {CLAUDE_INSTALL_UNIT}", f"start {CLAUDE_INSTALL_UNIT}"]
+    await install.begin_once()
+    assert len(systemd.calls) == 2
+    binary.parent.mkdir()
+    binary.write_bytes(b"claude")
+    await asyncio.sleep(0)
+    systemd.announce(CLAUDE_INSTALL_UNIT)
+    await asyncio.wait_for(settled.wait(), 5)
+    assert install.state.public()["installed"] is True

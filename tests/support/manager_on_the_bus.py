@@ -92,6 +92,7 @@ ANSWERS: dict[str, Callable[[list[Any]], Any]] = {
     "CreateToken": lambda args: (token_role(args[1]), parse_limits(args[2])) and "box_made",
     "RevokeToken": lambda args: die(Problem.NOT_FOUND, f"no token {args[0][:80]}"),
     "GetDroid": lambda args: {"state": "installed"},
+    "GetClaude": lambda args: {"state": "installed"},
     "CheckMachine": lambda args: {"tasksStart": True, "checks": []},
     "GetAgents": lambda args: {"paused": False},
     "PauseAgents": lambda args: {"paused": True},

@@ -1,7 +1,8 @@
 """boxd installs Droid itself, with boxd-droid-install.service, from a registry stand-in in the
 machine: only the published bytes install anything; Droid tasks wait `queued` without holding
 a place while it installs, start once it is there, and fail in plain words when it could not
-be; boxd's next start tries again."""
+be; boxd's next start tries again. Claude Code's install as the owner sees it, before, while and
+after the first Claude task installs it."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from typing import Any
 
 import pytest
 
+from boxd.claude.installer import CLAUDE
 from boxd.droid.installer import DROID
 from boxd.droid.release import VERSION, droid_binary
-from testbed.box_api import boxctl, finish, http, start_fake
+from testbed.box_api import boxctl, busctl_call, busctl_result, finish, http, start_fake
+from testbed.droid_cache import claude_tarball
 from testbed.machine import Machine, booted_box
 from testbed.npm_registry import (
     ADDRESS,
@@ -217,3 +220,46 @@ def test_only_the_owner_sees_droids_state(machine: Machine, token: str) -> None:
     assert refused.returncode == 1
     assert "Only the box's owner may do this" in refused.stderr
     assert http(machine, "GET", "/api/droid", token)[0] == 200
+
+
+def claude_state(machine: Machine) -> dict[str, Any]:
+    found = json.loads(boxctl(machine, "claude", "--json").stdout)
+    assert isinstance(found, dict)
+    return found
+
+
+def test_the_owner_sees_claude_code_s_install_before_while_and_after_it(
+    machine: Machine, token: str, registry: NpmRegistry
+) -> None:
+    claude_tarball()
+    machine.run("rm", "-rf", str(CLAUDE.installed().parent))
+    registry.start(hold=True, unit="boxd-claude-install.service")
+    restart_boxd(machine)
+    missing = {"version": CLAUDE.version, "installed": False, "installing": False, "error": None}
+    assert claude_state(machine) == missing
+    assert http(machine, "GET", "/api/claude", token) == (200, missing)
+    assert busctl_result(busctl_call(machine, "GetClaude")) == missing
+    assert boxctl(machine, "claude").stdout.strip() == (
+        f"Claude Code {CLAUDE.version} is not installed; boxd installs it for the first Claude "
+        "task."
+    )
+    body = {"title": "claude", "prompt": "Say hello.", "worker": "claude"}
+    status, task = http(machine, "POST", "/api/tasks", token, json.dumps(body))
+    assert (status, task["state"]) == (201, "queued"), task
+    registry.wait_until_held()
+    assert claude_state(machine) == {**missing, "installing": True}
+    assert boxctl(machine, "claude").stdout.strip() == (
+        f"Claude Code {CLAUDE.version} is being installed; Claude tasks wait, queued, until it is."
+    )
+    registry.release()
+    deadline = time.monotonic() + 120
+    while (state := claude_state(machine))["installing"]:
+        assert time.monotonic() < deadline, "Claude Code still installing after 120 s"
+        time.sleep(0.1)
+    assert state == {**missing, "installed": True}
+    assert http(machine, "GET", "/api/claude", token) == (200, state)
+    assert boxctl(machine, "claude").stdout.strip() == f"Claude Code {CLAUDE.version} is installed."
+    machine.run("test", "-x", str(CLAUDE.installed()))
+    # The task ran or runs on past its install (no model here): what it does is not the install's.
+    boxctl(machine, "stop", task["id"], check=False)
+    assert finish(machine, task["id"])["state"] in {"stopped", "failed", "done"}

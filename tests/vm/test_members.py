@@ -60,6 +60,7 @@ def test_a_member_cannot_choose_the_requester_or_act_as_the_owner(
         ("GET", "/api/tokens", None),
         ("DELETE", "/api/tokens/u-anna", None),
         ("GET", "/api/droid", None),
+        ("GET", "/api/claude", None),
         ("GET", "/api/pause", None),
         ("POST", "/api/pause", None),
         ("POST", "/api/resume", None),
