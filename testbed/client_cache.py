@@ -40,7 +40,8 @@ NPM_TOOLS = {"npm": "10.9.9", "undici": "6.29.1"}
 # dependency tree npm resolved for it that day: the site serves only these, so npm in a task
 # resolves to them. Its README asks for Node 20 or later but it declares no `engines`, and it
 # runs on Node 18 as well (docs/agents.md, the compatibility table). `zod`, an optional peer, is
-# left out, as npm leaves it out.
+# left out: npm installs no optional peer; it asks for zod's packument and goes on past the
+# site's 404.
 TYPESCRIPT_SDK = "@anthropic-ai/sdk"
 TYPESCRIPT_SDK_TREE = {
     TYPESCRIPT_SDK: "1.17.0",
