@@ -4,7 +4,8 @@ network, so what a task installs with pip or npm comes from here, through the ta
 
     python_wheels(suite)   # anthropic, requests, httpx and their dependencies, as wheels for
                            # the release's Python (pip download from PyPI, once)
-    npm_tarballs()         # npm itself and undici, pinned, their integrity checked
+    npm_tarballs()         # npm itself, undici and Anthropic's TypeScript SDK with all it
+                           # needs, pinned, their integrity checked
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import tempfile
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from .file_lock import held
 from .image import log
@@ -32,7 +35,25 @@ PYTHON_OF = {"trixie": "3.13", "bookworm": "3.11"}
 # npm to run npm with (Debian's nodejs has none), and undici, the package Node's fetch is made
 # of: on Node before 24 the way to send fetch through HTTPS_PROXY is its EnvHttpProxyAgent.
 # Both support Node 18 (bookworm's) and 20 (trixie's).
-NPM_PACKAGES = {"npm": "10.9.9", "undici": "6.29.1"}
+NPM_TOOLS = {"npm": "10.9.9", "undici": "6.29.1"}
+# Anthropic's TypeScript SDK, the current release (3 December 2026), and the versions of its
+# dependency tree npm resolved for it that day: the site serves only these, so npm in a task
+# resolves to them. Its README asks for Node 20 or later but it declares no `engines`, and it
+# runs on Node 18 as well (docs/agents.md, the compatibility table). `zod`, an optional peer, is
+# left out: npm installs no optional peer; it asks for zod's packument and goes on past the
+# site's 404.
+TYPESCRIPT_SDK = "@anthropic-ai/sdk"
+TYPESCRIPT_SDK_TREE = {
+    TYPESCRIPT_SDK: "1.17.0",
+    "@opentelemetry/api": "1.10.0",
+    "json-schema-to-ts": "3.1.1",
+    "@babel/runtime": "7.29.17",
+    "ts-algebra": "2.0.0",
+    "standardwebhooks": "1.3.0",
+    "@stablelib/base64": "1.0.1",
+    "fast-sha256": "1.3.0",
+}
+NPM_PACKAGES = {**NPM_TOOLS, **TYPESCRIPT_SDK_TREE}
 REGISTRY = "https://registry.npmjs.org"
 # Written last, so a cache a download left half done is made again.
 COMPLETE = ".complete"
@@ -86,7 +107,8 @@ def _integrity(data: bytes) -> str:
 
 @functools.cache
 def npm_tarballs() -> dict[str, Path]:
-    """Each of NPM_PACKAGES' tarballs, as the registry published it, by package name."""
+    """Each of NPM_PACKAGES' tarballs, as the registry published it, by package name; a scoped
+    package's under its scope's folder (npm/@anthropic-ai/sdk-1.17.0.tgz, the registry's name)."""
     folder = CACHE_DIR / "npm"
     folder.mkdir(parents=True, exist_ok=True)
     found: dict[str, Path] = {}
@@ -96,6 +118,8 @@ def npm_tarballs() -> dict[str, Path]:
             found[name] = final
             if final.is_file():
                 continue
+            final.parent.mkdir(exist_ok=True)
+            # The registry answers a scoped name with its slash as it is.
             with urllib.request.urlopen(f"{REGISTRY}/{name}/{version}", timeout=60) as answer:
                 dist = json.load(answer)["dist"]
             log(f"downloading {name} {version} from npm (once): {dist['tarball']}")
@@ -103,12 +127,53 @@ def npm_tarballs() -> dict[str, Path]:
                 data = answer.read()
             if _integrity(data) != dist["integrity"]:
                 raise ClientCacheError(f"{dist['tarball']} is not {name} {version} as published")
-            fd, partial = tempfile.mkstemp(prefix=".download-", dir=folder)
+            fd, partial = tempfile.mkstemp(prefix=".download-", dir=final.parent)
             with os.fdopen(fd, "wb") as out:
                 out.write(data)
             os.chmod(partial, 0o644)
             os.rename(partial, final)
+    _check_tree(found)
     return found
+
+
+def manifest_of(path: Path) -> dict[str, Any]:
+    """The package.json a tarball carries (in its one top folder, `package/` as npm packs)."""
+    with tarfile.open(path) as archive:
+        for member in archive.getmembers():
+            parts = member.name.split("/")
+            if len(parts) == 2 and parts[1] == "package.json" and member.isfile():
+                carried = archive.extractfile(member)
+                assert carried is not None
+                manifest: dict[str, Any] = json.load(carried)
+                return manifest
+    raise ClientCacheError(f"{path} carries no package.json")
+
+
+def _check_tree(found: dict[str, Path]) -> None:
+    """Every package a pinned one needs is pinned too: the site serves nothing else, and a
+    missing one would fail npm in a task with a 404, far from the cause."""
+    for name, path in found.items():
+        manifest = manifest_of(path)
+        if (manifest.get("name"), manifest.get("version")) != (name, NPM_PACKAGES[name]):
+            raise ClientCacheError(f"{path} holds {manifest.get('name')} {manifest.get('version')}")
+        # What a tarball bundles (npm's own dependencies) comes inside it; an optional peer
+        # is one npm leaves out.
+        bundled = manifest.get("bundleDependencies") or manifest.get("bundledDependencies") or []
+        optional = manifest.get("peerDependenciesMeta", {})
+        needed = [
+            *(n for n in manifest.get("dependencies", {}) if n not in bundled),
+            *(
+                n
+                for n in manifest.get("peerDependencies", {})
+                if not optional.get(n, {}).get("optional")
+            ),
+        ]
+        missing = [n for n in needed if n not in NPM_PACKAGES]
+        if missing:
+            raise ClientCacheError(
+                f"{name} {NPM_PACKAGES[name]} needs {', '.join(missing)}, which NPM_PACKAGES "
+                "does not pin: add the versions npm resolves for it"
+            )
 
 
 def integrity_of(path: Path) -> str:

@@ -3,8 +3,10 @@ port 8443 of its public face, for the clients a task installs things with:
 
     https://<name>:8443/simple/        a package index for pip (PEP 503), from client_cache's
                                        wheels
-    https://<name>:8443/npm/           an npm registry: npm's and undici's packuments and
-                                       tarballs, as the real registry publishes them
+    https://<name>:8443/npm/           an npm registry: the packuments and tarballs of
+                                       client_cache's NPM_PACKAGES (npm, undici, Anthropic's
+                                       TypeScript SDK and its tree), scoped names too, as
+                                       the real registry publishes them
     https://<name>:8443/git/hello.git  a git repository over HTTP (the "dumb" protocol: static
                                        files, as any web server can serve a bare repository)
 
@@ -21,7 +23,7 @@ import shutil
 import time
 from pathlib import Path
 
-from .client_cache import NPM_PACKAGES, integrity_of, npm_tarballs, python_wheels
+from .client_cache import NPM_PACKAGES, integrity_of, manifest_of, npm_tarballs, python_wheels
 from .image import suite
 from .machine import Machine, MachineProcess
 from .outside_world import DIR, LOG, NAMESPACE, arrived, ensure_outside
@@ -33,6 +35,7 @@ GIT_TEXT = "hello from git"
 
 SERVER = f"""
 import sys, ssl, socket, threading
+from urllib.parse import unquote
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -47,7 +50,8 @@ class Files(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         with open({LOG!r}, "a") as log:
             log.write(f"tcp {PORT} {{self.headers.get('Host')}} {{path}}\\n")
-        target = (ROOT / path.lstrip("/")).resolve()
+        # npm asks for a scoped package as /@scope%2fname; its folder is @scope/name.
+        target = (ROOT / unquote(path).lstrip("/")).resolve()
         if target.is_dir():
             target = next((target / i for i in ("index.html", "index.json")
                            if (target / i).is_file()), target)
@@ -118,18 +122,20 @@ def _index(site: Path) -> None:
 
 
 def _registry(site: Path, host: str) -> None:
+    """A packument per package, at the path npm asks for (a scoped name's slash as a folder: the
+    server unquotes `@scope%2fname`), its one version's manifest the package.json the tarball
+    carries, as the registry publishes it, with the tarball's address on this site."""
     for name, tarball in npm_tarballs().items():
         version = NPM_PACKAGES[name]
         folder = site / "npm" / name
         (folder / "-").mkdir(parents=True)
         shutil.copyfile(tarball, folder / "-" / tarball.name)
-        manifest = {"name": name, "version": version}
         packument = {
             "name": name,
             "dist-tags": {"latest": version},
             "versions": {
                 version: {
-                    **manifest,
+                    **manifest_of(tarball),
                     "dist": {
                         "tarball": f"https://{host}:{PORT}/npm/{name}/-/{tarball.name}",
                         "integrity": integrity_of(tarball),

@@ -1,5 +1,6 @@
 """The clients agents use, run inside a task as their users install them (issue 36): Anthropic's
-Python SDK, pip, requests and httpx; curl, git, npm and Node's fetch. Each reaches a listed
+Python SDK, pip, requests and httpx; Anthropic's TypeScript SDK on Node; curl, git, npm and
+Node's fetch. Each reaches a listed
 host of the outside world (testbed/outside_world.py, the package site of
 testbed/package_site.py) and is refused one the task does not list, the refusal in words in
 the task's log; the SDK reaches the scripted model through the task's model gateway. What each
@@ -15,10 +16,15 @@ from typing import Any
 import pytest
 
 from testbed.box_api import finish, start_fake
-from testbed.client_cache import NPM_PACKAGES, npm_tarballs
+from testbed.client_cache import (
+    NPM_PACKAGES,
+    TYPESCRIPT_SDK,
+    TYPESCRIPT_SDK_TREE,
+    npm_tarballs,
+)
 from testbed.machine import Machine
 from testbed.model_calls import MODEL, cost_of, scripted_model
-from testbed.model_server import DEFAULT_USAGE, ModelServer
+from testbed.model_server import DEFAULT_USAGE, TLS_PORT, ModelServer
 from testbed.outside_world import arrived
 from testbed.package_site import GIT_TEXT, PORT, start_package_site
 
@@ -88,6 +94,65 @@ for url in ("https://allowed.test/py", "http://other.test/py-plain", "https://ot
         print("httpx", url, "failed:", type(error).__name__, error)
 """
 
+# argv: the SDK's folder, and undici's to send fetch through the task's proxy as its users do
+# on Node before 22.21 (NO_PROXY keeps the gateway direct), or none. Then the SDK pointed at
+# an unlisted host: the scripted model again, under a name the task does not list.
+TYPESCRIPT_SDK_SCRIPT = """
+const Anthropic = require(process.argv[2]);
+if (process.argv[3]) {
+  const { EnvHttpProxyAgent, setGlobalDispatcher } = require(process.argv[3]);
+  setGlobalDispatcher(new EnvHttpProxyAgent());
+}
+
+async function main() {
+  const client = new Anthropic({ baseURL: process.env.BOX_MODEL_URL, apiKey: 'placeholder' });
+  const message = await client.messages.create({
+    model: 'claude-sonnet-4-6',
+    max_tokens: 2048,
+    system: [{ type: 'text', text: 'Be brief.', cache_control: { type: 'ephemeral' } }],
+    metadata: { user_id: 'box-test' },
+    tools: [{
+      name: 'lookup',
+      description: 'Looks a word up.',
+      input_schema: { type: 'object', properties: { word: { type: 'string' } } },
+      cache_control: { type: 'ephemeral' },
+    }],
+    tool_choice: { type: 'auto' },
+    stop_sequences: ['END'],
+    thinking: { type: 'enabled', budget_tokens: 1024 },
+    cache_control: { type: 'ephemeral' },
+    messages: [{ role: 'user', content: 'Look up box.' }],
+  });
+  const use = message.content[0];
+  console.log('create', message.stop_reason, use.name, JSON.stringify(use.input));
+  const stream = client.messages.stream({
+    model: 'claude-sonnet-4-6',
+    max_tokens: 100,
+    messages: [{ role: 'user', content: 'Say hello.' }],
+  });
+  let text = '';
+  stream.on('text', (delta) => { text += delta; });
+  const final = await stream.finalMessage();
+  console.log('stream', text, final.stop_reason);
+  const elsewhere = new Anthropic({
+    baseURL: process.argv[4], apiKey: 'placeholder', maxRetries: 0,
+  });
+  try {
+    await elsewhere.messages.create({
+      model: 'claude-sonnet-4-6',
+      max_tokens: 100,
+      messages: [{ role: 'user', content: 'Not through the gateway.' }],
+    });
+    console.log('unlisted answered');
+  } catch (error) {
+    const words = [];
+    for (let e = error; e; e = e.cause) words.push(e.message || e.code);
+    console.log('unlisted', error.constructor.name, words.join(' < '));
+  }
+}
+main().catch((error) => { console.log('failed:', error.stack); });
+"""
+
 NODE_FETCH = """
 const urls = ['https://allowed.test/node', 'http://other.test/node-plain',
               'https://other.test/node-tls'];
@@ -124,6 +189,7 @@ def site(machine: Machine, model: ModelServer) -> Iterator[None]:
         ("anthropic_sdk.py", ANTHROPIC_SDK),
         ("python_http.py", PYTHON_HTTP),
         ("node_fetch.js", NODE_FETCH),
+        ("anthropic_sdk.js", TYPESCRIPT_SDK_SCRIPT),
     ):
         machine.run("install", "-D", "-m", "0644", "/dev/stdin", f"{SCRIPTS}/{name}", input=text)
     npm = machine.root / "opt/npm"
@@ -160,6 +226,24 @@ def refusals(machine: Machine, task_id: str, at_least: int) -> list[str]:
             return lines
         assert time.monotonic() < deadline, lines
         time.sleep(0.2)
+
+
+def every_field_reached(created: dict[str, Any], streamed: dict[str, Any]) -> None:
+    """What ANTHROPIC_SDK and TYPESCRIPT_SDK_SCRIPT create and stream reached the upstream as
+    the SDK sent it, the model as the task asked for it."""
+    body = created["body"]
+    assert body["model"] == MODEL
+    assert body["system"] == [
+        {"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}
+    ]
+    assert body["metadata"] == {"user_id": "box-test"}
+    assert body["tools"][0]["name"] == "lookup"
+    assert body["tools"][0]["cache_control"] == {"type": "ephemeral"}
+    assert body["tool_choice"] == {"type": "auto"}
+    assert body["stop_sequences"] == ["END"]
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+    assert body["cache_control"] == {"type": "ephemeral"}
+    assert streamed["body"]["stream"] is True
 
 
 def test_python_clients_from_a_package_index(
@@ -209,18 +293,7 @@ def test_python_clients_from_a_package_index(
     assert trap.startswith(
         "ImportError: Using SOCKS proxy, but the 'socksio' package is not installed."
     ), trap
-    created, streamed = (sent["body"] for sent in model.requests())
-    assert created["model"] == MODEL
-    assert created["system"] == [
-        {"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}
-    ]
-    assert created["metadata"] == {"user_id": "box-test"}
-    assert created["tools"][0]["name"] == "lookup"
-    assert created["tool_choice"] == {"type": "auto"}
-    assert created["stop_sequences"] == ["END"]
-    assert created["thinking"] == {"type": "enabled", "budget_tokens": 1024}
-    assert created["cache_control"] == {"type": "ephemeral"}
-    assert streamed["stream"] is True
+    every_field_reached(*model.requests())
     assert task["costCents"] == pytest.approx(cost_of(DEFAULT_USAGE, DEFAULT_USAGE))
     lines = http_clients.splitlines()
     for client in ("requests", "httpx"):
@@ -290,3 +363,68 @@ def test_curl_git_npm_and_node_fetch(machine: Machine, token: str) -> None:
     # curl's two, git's, npm's, and undici's two.
     refusals(machine, task["id"], 6)
     assert "-plain" not in arrived(machine) and "-tls" not in arrived(machine)
+
+
+def test_typescript_sdk_on_node_from_the_npm_registry(
+    machine: Machine, token: str, model: ModelServer
+) -> None:
+    """npm installs Anthropic's TypeScript SDK and its dependencies from the registry on a
+    listed host; the SDK creates and streams through the gateway, with undici's proxy agent as
+    fetch's dispatcher and without; pointed at an unlisted host it is refused (through the
+    proxy, in words in the task's log) or has no route (without)."""
+    turns: list[dict[str, Any]] = [
+        {"blocks": [{"type": "tool_use", "name": "lookup", "input": {"word": "box"}}]},
+        {"blocks": [{"type": "text", "text": "Hello from the stream."}]},
+    ]
+    model.set_script(turns * 2)
+    proj = "$HOME/proj"
+    npm = f"{CA_ENVIRONMENT} node {NPM} --prefix {proj} --no-audit --no-fund --fetch-retries 0"
+    sdk_version = NPM_PACKAGES[TYPESCRIPT_SDK]
+    sdk = f"{proj}/node_modules/{TYPESCRIPT_SDK}"
+    undici = f"{proj}/node_modules/undici"
+    # The scripted model itself, under a name the task does not list.
+    unlisted = f"https://{UNLISTED}:{TLS_PORT}"
+    run = f"{CA_ENVIRONMENT} node {SCRIPTS}/anthropic_sdk.js"
+    prompt = "\n".join(
+        [
+            f"sh {npm} install --registry {SITE}/npm/ {TYPESCRIPT_SDK}@{sdk_version} "
+            f"undici@{NPM_PACKAGES['undici']} >/dev/null 2>&1 && "
+            f'node -p "require(\'{sdk}/package.json\').version" && node -p "Object.keys(require('
+            f"'{proj}/node_modules/.package-lock.json').packages).sort().join(' ')\"",
+            f"sh {run} {sdk} {undici} {unlisted} 2>/dev/null",
+            f"sh {run} {sdk} '' {unlisted} 2>/dev/null",
+        ]
+    )
+    task = finish(
+        machine, start_fake(machine, token, prompt, hosts=[LISTED], model="sonnet")["id"], 300
+    )
+    assert task["state"] == "done", task
+    installed, with_proxy, without_proxy = steps(task)
+    version, tree = installed.splitlines()
+    assert version == sdk_version
+    assert tree.split() == sorted(
+        f"node_modules/{name}" for name in [*TYPESCRIPT_SDK_TREE, "undici"]
+    ), tree
+    created = 'create tool_use lookup {"word":"box"}'
+    streamed = "stream Hello from the stream. end_turn"
+    # The unlisted host: refused at the proxy (the SDK shows undici's words for a refused
+    # CONNECT, boxd's are in the task's log), or unreachable without it.
+    unlisted_error = f"unlisted APIConnectionError Connection to {UNLISTED}:{TLS_PORT} failed: "
+    *answered, refused = with_proxy.splitlines()
+    assert answered == [created, streamed], with_proxy
+    # Node 20 names the code (UND_ERR_ABORTED) and ends "< Proxy response (403) !== 200 when
+    # HTTP Tunneling"; Node 18 says "Error" and ends with the cancel.
+    assert refused.startswith(unlisted_error), refused
+    assert " < fetch failed < Request was cancelled." in refused, refused
+    *answered, unreachable = without_proxy.splitlines()
+    assert answered == [created, streamed], without_proxy
+    assert unreachable.startswith(
+        f"{unlisted_error}ENETUNREACH < fetch failed < connect ENETUNREACH"
+    ), unreachable
+    # Each run's create and stream, and nothing from the unlisted name.
+    requests = model.requests()
+    assert len(requests) == 4, requests
+    every_field_reached(*requests[:2])
+    every_field_reached(*requests[2:])
+    assert task["costCents"] == pytest.approx(cost_of(*[DEFAULT_USAGE] * 4))
+    refusals(machine, task["id"], 1)
