@@ -406,3 +406,54 @@ def test_the_seeds_example_with_claude_code_asks_pays_survives_a_restart_and_und
     assert "Launch moves to March" in boxctl(machine, "cat", "home:notes.md", user=owner).stdout
     shown = json.loads(boxctl(machine, "show", task["id"], "--json").stdout)
     assert shown["state"] == "undone", shown
+
+
+def test_a_planned_task_lost_before_its_plan_resumes_in_plan_mode(
+    machine: Machine, token: str, model: ModelServer, owner: str
+) -> None:
+    """Lost with boxd while an edit before its plan waits for the owner (plan mode makes it a
+    permission prompt), the task resumes still planning: the edit is asked again, not accepted
+    as low autonomy would, and ExitPlanMode is offered; once the plan is in, the edit needs no
+    OK."""
+    set_unit_environment(machine, BROKER_UNIT, "BOX_APPROVAL_WAIT_MS", "60000")
+    write = {
+        "type": "tool_use",
+        "name": "Write",
+        "input": {"file_path": "plan.txt", "content": "P\n"},
+    }
+    model.set_script(
+        [
+            turn(write),
+            # Resumed: the same edit again, then the plan, then the edit once more.
+            turn(write),
+            turn(
+                {"type": "tool_use", "name": "ExitPlanMode", "input": {"plan": "1. Write plan.txt"}}
+            ),
+            turn(write),
+            turn({"type": "text", "text": "Wrote plan.txt."}),
+        ]
+    )
+    task = start_claude(machine, token, "Write plan.txt.", droid={"plan": True})
+    asked = pending(machine, task["id"], timeout=300)
+    assert asked["key"].startswith("claude.permission."), asked
+    before = len(model.requests())
+    assert before == 1, model.requests()
+    lose_worker_with_boxd(machine, task["id"])
+
+    deadline = time.monotonic() + 120
+    while len(model.requests()) <= before:
+        assert time.monotonic() < deadline, "the resumed worker sent no request"
+        time.sleep(0.2)
+    offered = {tool["name"] for tool in model.requests()[before]["body"]["tools"]}
+    assert "ExitPlanMode" in offered, sorted(offered)
+    again = pending(machine, task["id"], timeout=60)
+    assert again["id"] == asked["id"], again
+    boxctl(machine, "deny", again["id"], user=owner)
+    ended = finish(machine, task["id"])
+    assert ended["state"] == "done", ended
+    kinds = [step["data"]["kind"] for step in ended["steps"]]
+    assert kinds.count("plan") == 1 and kinds.index("plan") < kinds.index("plan-accepted"), kinds
+    assert boxctl(machine, "cat", "home:plan.txt", user=owner).stdout == "P\n"
+    # The one approval, the edit before the plan, was the owner's no; after the plan none.
+    (only,) = approvals_of(machine, task["id"])
+    assert only["state"] == "denied" and only["answeredBy"] == owner, only
