@@ -397,6 +397,9 @@ def test_the_seeds_example_with_claude_code_asks_pays_survives_a_restart_and_und
     assert all(a["state"] == "approved" and a["answeredBy"] == owner for a in asked), asked
     ours = sorted(a["key"].split(".")[1] for a in asked if not a["key"].startswith("model."))
     assert ours == ["ask", "wallet__pay"], asked
+    # At 50 cents every model request's worst case is past the budget, so each waited for the
+    # owner's yes, one yes a request.
+    assert len(asked) - len(ours) == len(requests), asked
 
     status, undone = http(machine, "POST", f"/api/tasks/{task['id']}/undo", token)
     assert status == 200 and undone["state"] == "undone", undone
