@@ -6,6 +6,10 @@
 tools' results) and at the end `result` (success or the error, the final text, and the
 permission prompts that were denied). Every step carries the session id, so a worker started
 again resumes it (`--resume`, boxd.workers.droid.events.last_session).
+
+A planned task's plan is a step when the model hands it in (ExitPlanMode), and its acceptance
+another when the tool's result comes back without an error: a worker started again resumes in
+plan mode unless that second step is in the log (`plan_accepted`).
 """
 
 import json
@@ -137,9 +141,12 @@ class Events:
         for block in content if isinstance(content, list) else []:
             if not isinstance(block, dict) or block.get("type") != "tool_result":
                 continue
-            if block.get("is_error") is not True:
-                continue
             name = self._tools.get(_text(block.get("tool_use_id")), "a tool")
+            if block.get("is_error") is not True:
+                if name == PLAN_TOOL:
+                    accepted = "The plan was accepted; the work goes on."
+                    steps.append(self._step(accepted, Kind.PLAN_ACCEPTED))
+                continue
             said = block.get("content")
             if isinstance(said, list):
                 said = " ".join(_text(part.get("text")) for part in said if isinstance(part, dict))
@@ -173,3 +180,15 @@ class Events:
             f"Claude Code needed permission for {_cut(shown, 300)}, which autonomy "
             f"{self._autonomy} does not allow; a task with a higher droid.autonomy may do it"
         )
+
+
+def plan_accepted(steps: list[dict[str, Any]]) -> bool:
+    """Whether a task's log holds its plan's acceptance: a planned task whose worker was lost
+    before it resumes in plan mode. A step is the task's own word (its worker logs it), and a
+    task that forged this one gains nothing it could not have by handing in any plan, which the
+    box accepts without asking."""
+    for step in steps:
+        data = step.get("data") if isinstance(step, dict) else None
+        if isinstance(data, dict) and data.get("kind") == Kind.PLAN_ACCEPTED:
+            return True
+    return False

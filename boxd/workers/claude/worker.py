@@ -6,7 +6,8 @@ It reads the task and its steps from the broker and runs `claude -p` in the work
 its result and exits. Each meaningful event becomes a step holding Claude Code's session id;
 started again (boxd restarted it after a power cut), it resumes the newest session (`--resume`),
 so Claude Code carries on with its conversation, and the relay's keys make every box tool call
-it repeats answer from the log instead of running twice. Its permission prompts go to the
+it repeats answer from the log instead of running twice; a planned task resumes in plan mode
+unless its log holds the plan's acceptance. Its permission prompts go to the
 relay's `box_permission` (boxd.workers.mcp.permission); what it was refused for want of
 autonomy fails the task, as with Droid.
 """
@@ -29,7 +30,7 @@ from typing import Any
 from boxd.claude.release import claude_binary
 from boxd.workers.broker_client import BrokerClient, BrokerGarbled, BrokerGone, BrokerRefused
 from boxd.workers.claude.config import RESUME_PROMPT, command, environment, mcp_config
-from boxd.workers.claude.events import Events
+from boxd.workers.claude.events import Events, plan_accepted
 from boxd.workers.droid.config import task_options
 from boxd.workers.droid.events import last_session
 from boxd.workers.droid.worker import Steps, share_with_later_tasks
@@ -81,13 +82,15 @@ async def run(socket_path: str, own_home: Path, work_dir: Path, gateway_url: str
         task: dict[str, Any] = state["task"]
         resume = last_session(state["steps"])
         autonomy, plan = task_options(task)
+        # Resumed, a planned task plans on until its plan was accepted.
+        planning = plan and not plan_accepted(state["steps"])
         mcp = mcp_config(sys.executable, socket_path, autonomy, plan)
         process = await asyncio.create_subprocess_exec(
             *command(
                 claude_binary(),
                 model=task["model"],
                 autonomy=autonomy,
-                plan=plan and resume is None,
+                plan=planning,
                 mcp=mcp,
                 resume=resume,
             ),

@@ -22,6 +22,8 @@ _SESSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{0,99}")
 class Kind:
     STARTED = "started"
     PLAN = "plan"
+    # Claude Code's: its plan was accepted (ExitPlanMode answered), and the work goes on.
+    PLAN_ACCEPTED = "plan-accepted"
     TOOL = "tool"
     TOOL_ERROR = "tool-error"
     MESSAGE = "message"

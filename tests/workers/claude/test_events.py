@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from boxd.workers.claude.events import Events
+from boxd.workers.claude.events import Events, plan_accepted
 
 SESSION = "86ee8b59-0410-47f0-aff3-87aa07a8303e"
 
@@ -118,3 +118,61 @@ def test_a_denial_beyond_the_autonomy_fails_the_task_and_the_owner_s_no_does_not
     owner_said_no = Events("m", "low", resumed=False)
     owner_said_no.read(init())
     assert owner_said_no.read(result(permission_denials=denied[1:])).finished
+
+
+def plan_result(tool_use_id: str, *, error: bool) -> dict[str, Any]:
+    block: dict[str, Any] = {
+        "type": "tool_result",
+        "tool_use_id": tool_use_id,
+        "content": "User has approved exiting plan mode. You can now proceed.",
+    }
+    if error:
+        block |= {"is_error": True, "content": "The box refused ExitPlanMode"}
+    return {"type": "user", "message": {"role": "user", "content": [block]}}
+
+
+def test_a_plan_is_a_step_and_its_acceptance_another() -> None:
+    events = Events("claude-sonnet-4-5", "low", resumed=False)
+    steps: list[dict[str, Any]] = []
+    for line in (
+        init(),
+        assistant(
+            {"type": "tool_use", "id": "p1", "name": "ExitPlanMode", "input": {"plan": "1."}}
+        ),
+        plan_result("p1", error=False),
+        # Another tool's result without an error is no step.
+        assistant({"type": "tool_use", "id": "r1", "name": "Read", "input": {}}),
+        plan_result("r1", error=False),
+    ):
+        steps += events.read(line).steps
+    assert [s["data"]["kind"] for s in steps] == ["started", "plan", "plan-accepted", "tool"]
+    assert steps[1]["text"] == "Plan:\n1."
+    assert {s["data"]["session"] for s in steps} == {SESSION}
+    assert plan_accepted(steps)
+
+
+def test_a_refused_plan_is_no_acceptance() -> None:
+    events = Events("claude-sonnet-4-5", "low", resumed=False)
+    steps: list[dict[str, Any]] = []
+    for line in (
+        init(),
+        assistant(
+            {"type": "tool_use", "id": "p1", "name": "ExitPlanMode", "input": {"plan": "1."}}
+        ),
+        plan_result("p1", error=True),
+    ):
+        steps += events.read(line).steps
+    assert [s["data"]["kind"] for s in steps] == ["started", "plan", "tool-error"]
+    assert not plan_accepted(steps)
+
+
+def test_only_an_acceptance_step_means_the_plan_was_accepted() -> None:
+    plan = {"text": "Plan:\n1.", "data": {"session": SESSION, "kind": "plan"}}
+    accepted = {"text": "accepted", "data": {"session": SESSION, "kind": "plan-accepted"}}
+    assert not plan_accepted([])
+    # Handed in, and the worker lost before the answer came back.
+    assert not plan_accepted([plan])
+    assert plan_accepted([plan, accepted])
+    # Steps of another shape (the fake worker's, a step without data) are read past.
+    assert not plan_accepted([{"text": "x"}, {"text": "y", "data": "plan-accepted"}])
+    assert plan_accepted([{"text": "x"}, plan, accepted])

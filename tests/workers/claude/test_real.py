@@ -242,7 +242,80 @@ async def test_a_planned_task_goes_on_at_its_autonomy(
     assert (work_dir / "a.txt").read_text() == "A\n"
     # The plan accepted, its edit in the workspace needed nobody's OK.
     assert broker.asked == []
-    assert broker.kinds() == ["started", "plan", "tool", "summary"]
+    assert broker.kinds() == ["started", "plan", "plan-accepted", "tool", "summary"]
+
+
+def offers_the_plan_tool(request: dict[str, Any]) -> bool:
+    return "ExitPlanMode" in {tool["name"] for tool in request["tools"]}
+
+
+async def test_a_planned_task_lost_before_its_plan_was_accepted_resumes_in_plan_mode(
+    socket_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work_dir = tmp_path / "work"
+    work_dir.mkdir()
+    home = tmp_path / "home"
+    made = {"file_path": str(work_dir / "a.txt"), "content": "A\n"}
+    # The first run ends before any plan: its log holds no acceptance.
+    broker = FakeBroker(task("Make a.txt.", plan=True))
+    async with ScriptedModel([{"type": "text", "text": "Looking around first."}]) as model:
+        await work(broker, model, socket_dir, home, work_dir, monkeypatch)
+    assert "plan-accepted" not in broker.kinds()
+
+    # Resumed, still in plan mode: an edit before the plan is not accepted as it would be at
+    # low autonomy (acceptEdits), but is a permission prompt, here the owner's no.
+    again = FakeBroker(broker.task, {"approved": False})
+    again.earlier = broker.steps
+    async with ScriptedModel(
+        [{"type": "tool_use", "name": "Write", "input": made}],
+        [{"type": "tool_use", "name": "ExitPlanMode", "input": {"plan": "1. Create a.txt"}}],
+        [{"type": "tool_use", "name": "Write", "input": made}],
+        [{"type": "text", "text": "Created a.txt."}],
+    ) as model:
+        await work(again, model, socket_dir, home, work_dir, monkeypatch)
+    requests = model.tool_requests()
+    assert offers_the_plan_tool(requests[0])
+    assert [body["question"].split(" with ")[0] for body in again.asked] == [
+        "Claude Code asks to use Write"
+    ]
+    assert again.kinds() == [
+        "started",
+        "tool",
+        "tool-error",
+        "plan",
+        "plan-accepted",
+        "tool",
+        "summary",
+    ]
+    # The plan accepted, the same edit needed nobody's OK.
+    assert (work_dir / "a.txt").read_text() == "A\n"
+
+
+async def test_a_planned_task_lost_after_its_plan_was_accepted_resumes_at_its_autonomy(
+    socket_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work_dir = tmp_path / "work"
+    work_dir.mkdir()
+    home = tmp_path / "home"
+    broker = FakeBroker(task("Make a.txt.", plan=True))
+    async with ScriptedModel(
+        [{"type": "tool_use", "name": "ExitPlanMode", "input": {"plan": "1. Create a.txt"}}],
+        [{"type": "text", "text": "Planned."}],
+    ) as model:
+        await work(broker, model, socket_dir, home, work_dir, monkeypatch)
+    assert "plan-accepted" in broker.kinds()
+
+    again = FakeBroker(broker.task)
+    again.earlier = broker.steps
+    made = {"file_path": str(work_dir / "a.txt"), "content": "A\n"}
+    async with ScriptedModel(
+        [{"type": "tool_use", "name": "Write", "input": made}],
+        [{"type": "text", "text": "Created a.txt."}],
+    ) as model:
+        await work(again, model, socket_dir, home, work_dir, monkeypatch)
+    assert not offers_the_plan_tool(model.tool_requests()[0])
+    assert again.asked == []
+    assert (work_dir / "a.txt").read_text() == "A\n"
 
 
 async def test_a_restarted_worker_resumes_the_session(
