@@ -81,7 +81,7 @@ async def run(socket_path: str, own_home: Path, work_dir: Path, gateway_url: str
         task: dict[str, Any] = state["task"]
         resume = last_session(state["steps"])
         autonomy, plan = task_options(task)
-        mcp = mcp_config(sys.executable, socket_path, autonomy, plan)
+        mcp = mcp_config(sys.executable, socket_path, autonomy, plan, home=own_home, work=work_dir)
         process = await asyncio.create_subprocess_exec(
             *command(
                 claude_binary(),
