@@ -20,6 +20,9 @@ BINARY_IN_PACKAGE = "package/claude"
 # Root's, read-only to everyone else; a worker's sandbox (ProtectSystem=strict) sees it as is.
 CLAUDE_DIR = Path("/var/lib/boxd/claude")
 NAME = f"Claude Code {VERSION}"
+# The machine's Claude Code policy, which Claude Code reads whatever its --setting-sources say;
+# hidden from tasks (boxd/manager/units/sandbox.py).
+MANAGED_POLICY = Path("/etc/claude-code")
 
 
 def claude_binary(version: str = VERSION) -> Path:

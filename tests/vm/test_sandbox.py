@@ -127,7 +127,7 @@ def test_worker_unit_has_the_sandbox(machine: Machine, running: dict[str, Any]) 
             "/run/lock:mode=1777,nosuid,nodev"
         ),
         "BindPaths": f"{work}:{work}:rbind {home}:{home} {door}:{door}",
-        "InaccessiblePaths": "-/dev/mqueue",
+        "InaccessiblePaths": "-/dev/mqueue -/etc/claude-code",
     }
     # systemd keeps address lists as sets: their order varies.
     addresses = unit_properties(machine, task_id, "IPAddressDeny", "IPAddressAllow")

@@ -210,3 +210,37 @@ def test_the_workers_output_still_reaches_the_journal(machine: Machine, token: s
         "journalctl", "--no-pager", "-o", "cat", "-u", f"box-task-{task['id']}.service"
     ).stdout
     assert "line 2: hello from the worker" in said, said
+
+
+def test_git_trusts_no_repository_another_task_wrote(machine: Machine, token: str) -> None:
+    """A repository left in the workspace whose config runs commands (an fsmonitor, an external
+    diff): git in the next task refuses it, for its files belong to the task that wrote them, a
+    user the next task is not. That check is what guards the agents that run `git status` and
+    `git diff` without asking (docs/agents.md); the box never sets safe.directory."""
+    workspace = "leftover-repo"
+    boxctl(machine, "workspace", "create", workspace)
+    trap = "touch /tmp/ran-git; false"
+    planter = start_fake(
+        machine,
+        token,
+        "sh git init -q repo && cd repo && echo a > a.txt && git add a.txt && "
+        f"git config core.fsmonitor '{trap}' && git config diff.external '{trap}' && "
+        "echo b > a.txt && git status --short; ls /tmp",
+        workspace=workspace,
+    )
+    planted = finish(machine, planter["id"])
+    assert planted["state"] == "done", planted
+    # The trap works: in the repository's own user's hands, git ran it.
+    assert "ran-git" in planted["steps"][0]["text"], planted["steps"]
+    victim = start_fake(
+        machine,
+        token,
+        "sh cd repo && git status 2>&1; git diff 2>&1; ls /tmp; true",
+        workspace=workspace,
+    )
+    ended = finish(machine, victim["id"])
+    assert ended["state"] == "done", ended
+    said = ended["steps"][0]["text"]
+    assert "dubious ownership" in said, said
+    assert "ran-git" not in said, said
+    assert machine.run("find", "/var/lib/box", "/tmp", "-name", "ran-git").stdout == ""

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from dbus_fast import Variant
 
+from boxd.claude.release import MANAGED_POLICY
 from boxd.manager.units.netns import netns_path
 from boxd.paths import broker_socket, task_own_home, task_work_dir
 from boxd.wire.models.settings import Settings
@@ -73,8 +74,11 @@ def sandbox_properties(home: Path, task_id: str, settings: Settings) -> list[tup
                 ],
             ),
         ),
-        # The box's message queues file system is not its own (mq_open does not need it).
-        ("InaccessiblePaths", Variant("as", ["-/dev/mqueue"])),
+        # The box's message queues file system is not its own (mq_open does not need it). And
+        # the machine's Claude Code policy (managed settings, hooks, MCP servers) is not the
+        # task's: Claude Code reads it whatever --setting-sources says, and it would change
+        # what a task's autonomy lets it do (docs/agents.md).
+        ("InaccessiblePaths", Variant("as", ["-/dev/mqueue", f"-{MANAGED_POLICY}"])),
         _flag("PrivateTmp"),
         _flag("PrivateDevices"),
         _flag("PrivateIPC"),

@@ -29,7 +29,12 @@ from boxd.workers.claude.autonomy import (
     level,
     permission_mode,
 )
-from boxd.workers.mcp.permission import AUTONOMY_VARIABLE, PLAN_VARIABLE
+from boxd.workers.mcp.permission import (
+    AUTONOMY_VARIABLE,
+    HOME_VARIABLE,
+    PLAN_VARIABLE,
+    WORK_VARIABLE,
+)
 
 # Not a secret: the gateway replaces it with the vault's key.
 PLACEHOLDER_KEY = "the-box-gateway-adds-the-key"
@@ -66,17 +71,39 @@ def environment(own_home: Path, gateway_url: str) -> dict[str, str]:
         # The workspace's .git/config is input another task may have written, and at low
         # autonomy Claude Code runs `git status` and the like without asking: no fsmonitor
         # command and no hooks from it (these override every config file).
-        "GIT_CONFIG_COUNT": "2",
-        "GIT_CONFIG_KEY_0": "core.fsmonitor",
-        "GIT_CONFIG_VALUE_0": "false",
-        "GIT_CONFIG_KEY_1": "core.hooksPath",
-        "GIT_CONFIG_VALUE_1": "/dev/null",
+        # What guards the rest of .git/config (filters, diff drivers, textconv) is git's own
+        # ownership check: the workspace's files belong to the task that wrote them, a uid no
+        # later task has, and git refuses a repository another user owns ("dubious
+        # ownership"); no safe.directory is ever set (tests/vm/test_task_leftovers.py).
+        **git_overrides(),
     }
 
 
-def mcp_config(python: str, socket: str, autonomy: str, plan: bool) -> dict[str, Any]:
+# Set on git's command line in effect (GIT_CONFIG_COUNT), over every config file.
+GIT_OVERRIDES = (
+    ("core.fsmonitor", "false"),
+    ("core.hooksPath", "/dev/null"),
+    # No repository found by its layout alone in a folder another task wrote, and no
+    # `ext::` remote that runs a command.
+    ("safe.bareRepository", "explicit"),
+    ("protocol.ext.allow", "never"),
+)
+
+
+def git_overrides() -> dict[str, str]:
+    variables = {"GIT_CONFIG_COUNT": str(len(GIT_OVERRIDES))}
+    for index, (key, value) in enumerate(GIT_OVERRIDES):
+        variables[f"GIT_CONFIG_KEY_{index}"] = key
+        variables[f"GIT_CONFIG_VALUE_{index}"] = value
+    return variables
+
+
+def mcp_config(
+    python: str, socket: str, autonomy: str, plan: bool, *, home: Path, work: Path
+) -> dict[str, Any]:
     """The box's relay, started by Claude Code over stdio. It holds no secrets; it reaches only
-    the task's broker, and answers permission prompts as the task's autonomy says."""
+    the task's broker, and answers permission prompts as the task's autonomy says (it refuses
+    edits in the task's `home`, and resolves them from `work`, the workspace view)."""
     return {
         "mcpServers": {
             MCP_SERVER: {
@@ -87,6 +114,8 @@ def mcp_config(python: str, socket: str, autonomy: str, plan: bool) -> dict[str,
                     "BOX_SOCKET": socket,
                     AUTONOMY_VARIABLE: level(autonomy),
                     PLAN_VARIABLE: "1" if plan else "0",
+                    HOME_VARIABLE: str(home),
+                    WORK_VARIABLE: str(work),
                 },
             }
         }
@@ -114,6 +143,9 @@ def command(
         model,
         "--setting-sources",
         "",
+        # A prompt that starts with "/" is the task's words, not a command or a skill to run
+        # (tasks come from apps, schedules and other systems too).
+        "--disable-slash-commands",
         "--strict-mcp-config",
         "--mcp-config",
         json.dumps(mcp),

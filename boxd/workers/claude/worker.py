@@ -84,7 +84,7 @@ async def run(socket_path: str, own_home: Path, work_dir: Path, gateway_url: str
         autonomy, plan = task_options(task)
         # Resumed, a planned task plans on until its plan was accepted.
         planning = plan and not plan_accepted(state["steps"])
-        mcp = mcp_config(sys.executable, socket_path, autonomy, plan)
+        mcp = mcp_config(sys.executable, socket_path, autonomy, plan, home=own_home, work=work_dir)
         process = await asyncio.create_subprocess_exec(
             *command(
                 claude_binary(),

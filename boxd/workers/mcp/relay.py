@@ -26,6 +26,7 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from functools import partial
+from pathlib import Path
 from typing import Any, Protocol
 
 from boxd.workers import unix_http
@@ -289,7 +290,16 @@ def _permissions(broker: Broker) -> PermissionAnswers | None:
     if not autonomy:
         return None
     plan = os.environ.get(permission.PLAN_VARIABLE) == "1"
-    return permission.Permissions(broker, autonomy=autonomy, plan=plan)
+    home = os.environ.get(permission.HOME_VARIABLE)
+    work = os.environ.get(permission.WORK_VARIABLE)
+    if not home or not work:
+        sys.exit(
+            f"box mcp: {permission.HOME_VARIABLE} and {permission.WORK_VARIABLE} must be set "
+            "beside the autonomy; the Claude worker's MCP configuration sets them"
+        )
+    return permission.Permissions(
+        broker, autonomy=autonomy, plan=plan, home=Path(home), work=Path(work)
+    )
 
 
 def main() -> None:

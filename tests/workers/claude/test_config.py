@@ -22,7 +22,7 @@ def test_the_model_is_the_gateway_with_a_placeholder_key_and_nothing_calls_home(
 
 
 def test_no_settings_file_and_only_the_box_s_relay() -> None:
-    mcp = mcp_config("/py", "/run/b.sock", "medium", True)
+    mcp = mcp_config("/py", "/run/b.sock", "medium", True, home=Path("/h"), work=Path("/w"))
     args = command(Path("/c"), model="claude-x", autonomy="medium", plan=True, mcp=mcp, resume=None)
     assert args[:2] == ["/c", "-p"]
     assert args[args.index("--setting-sources") + 1] == ""
@@ -32,14 +32,18 @@ def test_no_settings_file_and_only_the_box_s_relay() -> None:
         "BOX_SOCKET": "/run/b.sock",
         "BOX_CLAUDE_AUTONOMY": "medium",
         "BOX_CLAUDE_PLAN": "1",
+        "BOX_CLAUDE_HOME": "/h",
+        "BOX_CLAUDE_WORK": "/w",
     }
+    # The prompt is never a slash command or a skill.
+    assert "--disable-slash-commands" in args
     assert args[args.index("--permission-prompt-tool") + 1] == "mcp__box__box_permission"
     assert args[args.index("--permission-mode") + 1] == "plan"
     assert "--resume" not in args
 
 
 def test_a_restart_resumes_the_session() -> None:
-    mcp = mcp_config("/py", "/s", "low", False)
+    mcp = mcp_config("/py", "/s", "low", False, home=Path("/h"), work=Path("/w"))
     args = command(Path("/c"), model="m", autonomy="low", plan=False, mcp=mcp, resume="abc")
     assert args[-2:] == ["--resume", "abc"]
 

@@ -221,6 +221,38 @@ async def test_an_edit_outside_the_workspace_is_the_owners_approval(
     assert broker.asked[0]["key"].startswith("claude.permission.")
 
 
+async def test_an_edit_led_into_the_task_s_home_by_a_link_is_refused_without_asking(
+    socket_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A link another task left in the workspace (`scripts -> ../home`) makes the task's own
+    `.bashrc` look like a workspace file; its shell would run it before every command, the
+    read-only ones low autonomy runs without asking included."""
+    work_dir = tmp_path / "work"
+    home = tmp_path / "home"
+    work_dir.mkdir()
+    home.mkdir()
+    (work_dir / "scripts").symlink_to("../home")
+    bashrc = 'ls() { python3 -c \'open("ran.txt", "w")\'; }\n'
+    broker = FakeBroker(task("Set up the scripts."), {"approved": True})
+    async with ScriptedModel(
+        [
+            {
+                "type": "tool_use",
+                "name": "Write",
+                "input": {"file_path": f"{work_dir}/scripts/.bashrc", "content": bashrc},
+            }
+        ],
+        [{"type": "tool_use", "name": "Bash", "input": {"command": "ls"}}],
+        [{"type": "text", "text": "Done."}],
+    ) as model:
+        await work(broker, model, socket_dir, home, work_dir, monkeypatch)
+    assert not (home / ".bashrc").exists()
+    assert not (work_dir / "ran.txt").exists()
+    assert broker.asked == []
+    refused = [s["text"] for s in broker.steps if s["data"]["kind"] == "tool-error"]
+    assert any("the task's own home" in text for text in refused), broker.steps
+
+
 async def test_a_planned_task_goes_on_at_its_autonomy(
     socket_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
