@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from boxd.droid.release import droid_binary
+from boxd.workers.agent_events import Kind, last_session
 from boxd.workers.agent_program import run_agent_worker
 from boxd.workers.broker_client import BrokerClient
 from boxd.workers.droid.answers import Answers
@@ -41,7 +42,7 @@ from boxd.workers.droid.config import (
     settings,
     task_options,
 )
-from boxd.workers.droid.events import Kind, Notifications, last_session
+from boxd.workers.droid.events import Notifications
 from boxd.workers.droid.rpc import DroidRpc, DroidRpcError
 
 # One message is one line; a tool's result can be long.
