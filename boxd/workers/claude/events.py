@@ -14,6 +14,7 @@ plan mode unless that second step is in the log (`plan_accepted`).
 
 from typing import Any
 
+from boxd.workers.agent_config import MCP_SERVER
 from boxd.workers.agent_events import (
     Kind,
     Seen,
@@ -23,7 +24,7 @@ from boxd.workers.agent_events import (
     step,
     tool_use_step,
 )
-from boxd.workers.claude.autonomy import MCP_PREFIX, MCP_SERVER, PLAN_TOOL, within
+from boxd.workers.claude.autonomy import MCP_PREFIX, PLAN_TOOL, within
 
 # How Claude Code words an API error in its result: "API Error: 403 {...}".
 _API_ERROR_PREFIX = "API Error: "

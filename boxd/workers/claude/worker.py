@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from boxd.claude.release import claude_binary
+from boxd.workers.agent_config import RESUME_PROMPT
 from boxd.workers.agent_events import last_session
 from boxd.workers.agent_program import run_agent_worker
 from boxd.workers.broker_client import BrokerClient
-from boxd.workers.claude.config import RESUME_PROMPT, command, environment, mcp_config
+from boxd.workers.claude.config import command, environment, mcp_config
 from boxd.workers.claude.events import Events, plan_accepted
 from boxd.workers.droid.config import task_options
 from boxd.workers.droid.worker import Steps, share_with_later_tasks

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from boxd.droid.release import droid_binary
+from boxd.workers.agent_config import RESUME_PROMPT
 from boxd.workers.agent_events import Kind, last_session
 from boxd.workers.agent_program import run_agent_worker
 from boxd.workers.broker_client import BrokerClient
@@ -35,7 +36,6 @@ from boxd.workers.droid.config import (
     AIRGAP_ENVIRONMENT,
     DISABLED_TOOLS,
     MODEL_CHOICE,
-    RESUME_PROMPT,
     command,
     factory_dir,
     mcp_servers,

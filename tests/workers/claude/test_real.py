@@ -15,8 +15,8 @@ import pytest
 from aiohttp import web
 
 from boxd.broker.model.request import read_request
+from boxd.workers.agent_config import RESUME_PROMPT
 from boxd.workers.claude import worker
-from boxd.workers.claude.config import RESUME_PROMPT
 from boxd.workers.claude.worker import ClaudeFailed, run
 from testbed.droid_cache import claude_unpacked
 from tests.support.scripted_model import ScriptedModel

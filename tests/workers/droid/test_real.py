@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 
 from boxd.droid.release import droid_binary
+from boxd.workers.agent_config import RESUME_PROMPT
 from boxd.workers.droid.answers import YES
-from boxd.workers.droid.config import RESUME_PROMPT
 from boxd.workers.droid.worker import DroidFailed, run
 from tests.support.scripted_model import ScriptedModel
 
