@@ -35,6 +35,13 @@ class ScriptedBroker:
         self.asked.append(await request.json())
         return web.json_response(self._asks.pop(0))
 
+    def started_again(self, *asks: dict[str, Any]) -> "ScriptedBroker":
+        """The broker as a worker started again finds it: the same task, with the steps logged
+        so far."""
+        again = ScriptedBroker(self.task, *asks)
+        again.earlier = self.steps
+        return again
+
     def kinds(self) -> list[str]:
         return [step["data"]["kind"] for step in self.steps]
 

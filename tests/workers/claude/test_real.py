@@ -32,6 +32,19 @@ def task(prompt: str, autonomy: str = "low", plan: bool = False) -> dict[str, An
     return agent_task("claude test", MODEL, prompt, autonomy, plan)
 
 
+def write(path: Path | str, content: str) -> dict[str, Any]:
+    """The model's use of Claude Code's Write: `content` into the file at `path`."""
+    return {
+        "type": "tool_use",
+        "name": "Write",
+        "input": {"file_path": str(path), "content": content},
+    }
+
+
+# The model hands in its plan (Claude Code's ExitPlanMode).
+PLAN = {"type": "tool_use", "name": "ExitPlanMode", "input": {"plan": "1. Create a.txt"}}
+
+
 def hostile_settings(where: Path) -> None:
     """Settings that would let Claude Code run any command without asking."""
     (where / ".claude").mkdir(parents=True, exist_ok=True)
@@ -50,11 +63,7 @@ async def test_one_turn_edits_the_workspace_and_its_words_are_the_steps(
     async with ScriptedModel(
         [
             {"type": "text", "text": "Making it."},
-            {
-                "type": "tool_use",
-                "name": "Write",
-                "input": {"file_path": str(made), "content": "b\n"},
-            },
+            write(made, "b\n"),
         ],
         [{"type": "text", "text": "Made a button."}],
     ) as model:
@@ -132,13 +141,7 @@ async def test_an_edit_outside_the_workspace_is_the_owners_approval(
     outside = tmp_path / "outside.txt"
     broker = ScriptedBroker(task("Write outside."), {"pending": True}, {"approved": True})
     async with ScriptedModel(
-        [
-            {
-                "type": "tool_use",
-                "name": "Write",
-                "input": {"file_path": str(outside), "content": "o"},
-            }
-        ],
+        [write(outside, "o")],
         [{"type": "text", "text": "Written."}],
     ) as model:
         await run_worker(
@@ -167,13 +170,7 @@ async def test_an_edit_led_into_the_task_s_home_by_a_link_is_refused_without_ask
     bashrc = 'ls() { python3 -c \'open("ran.txt", "w")\'; }\n'
     broker = ScriptedBroker(task("Set up the scripts."), {"approved": True})
     async with ScriptedModel(
-        [
-            {
-                "type": "tool_use",
-                "name": "Write",
-                "input": {"file_path": f"{work_dir}/scripts/.bashrc", "content": bashrc},
-            }
-        ],
+        [write(f"{work_dir}/scripts/.bashrc", bashrc)],
         [{"type": "tool_use", "name": "Bash", "input": {"command": "ls"}}],
         [{"type": "text", "text": "Done."}],
     ) as model:
@@ -192,14 +189,8 @@ async def test_a_planned_task_goes_on_at_its_autonomy(
     work_dir.mkdir()
     broker = ScriptedBroker(task("Make a.txt.", plan=True))
     async with ScriptedModel(
-        [{"type": "tool_use", "name": "ExitPlanMode", "input": {"plan": "1. Create a.txt"}}],
-        [
-            {
-                "type": "tool_use",
-                "name": "Write",
-                "input": {"file_path": str(work_dir / "a.txt"), "content": "A\n"},
-            }
-        ],
+        [PLAN],
+        [write(work_dir / "a.txt", "A\n")],
         [{"type": "text", "text": "Created a.txt."}],
     ) as model:
         await run_worker(
@@ -221,7 +212,6 @@ async def test_a_planned_task_lost_before_its_plan_was_accepted_resumes_in_plan_
     work_dir = tmp_path / "work"
     work_dir.mkdir()
     home = tmp_path / "home"
-    made = {"file_path": str(work_dir / "a.txt"), "content": "A\n"}
     # The first run ends before any plan: its log holds no acceptance.
     broker = ScriptedBroker(task("Make a.txt.", plan=True))
     async with ScriptedModel([{"type": "text", "text": "Looking around first."}]) as model:
@@ -230,12 +220,11 @@ async def test_a_planned_task_lost_before_its_plan_was_accepted_resumes_in_plan_
 
     # Resumed, still in plan mode: an edit before the plan is not accepted as it would be at
     # low autonomy (acceptEdits), but is a permission prompt, here the owner's no.
-    again = ScriptedBroker(broker.task, {"approved": False})
-    again.earlier = broker.steps
+    again = broker.started_again({"approved": False})
     async with ScriptedModel(
-        [{"type": "tool_use", "name": "Write", "input": made}],
-        [{"type": "tool_use", "name": "ExitPlanMode", "input": {"plan": "1. Create a.txt"}}],
-        [{"type": "tool_use", "name": "Write", "input": made}],
+        [write(work_dir / "a.txt", "A\n")],
+        [PLAN],
+        [write(work_dir / "a.txt", "A\n")],
         [{"type": "text", "text": "Created a.txt."}],
     ) as model:
         await run_worker(run, again, model.url, socket_dir, home, work_dir, monkeypatch)
@@ -265,17 +254,15 @@ async def test_a_planned_task_lost_after_its_plan_was_accepted_resumes_at_its_au
     home = tmp_path / "home"
     broker = ScriptedBroker(task("Make a.txt.", plan=True))
     async with ScriptedModel(
-        [{"type": "tool_use", "name": "ExitPlanMode", "input": {"plan": "1. Create a.txt"}}],
+        [PLAN],
         [{"type": "text", "text": "Planned."}],
     ) as model:
         await run_worker(run, broker, model.url, socket_dir, home, work_dir, monkeypatch)
     assert "plan-accepted" in broker.kinds()
 
-    again = ScriptedBroker(broker.task)
-    again.earlier = broker.steps
-    made = {"file_path": str(work_dir / "a.txt"), "content": "A\n"}
+    again = broker.started_again()
     async with ScriptedModel(
-        [{"type": "tool_use", "name": "Write", "input": made}],
+        [write(work_dir / "a.txt", "A\n")],
         [{"type": "text", "text": "Created a.txt."}],
     ) as model:
         await run_worker(run, again, model.url, socket_dir, home, work_dir, monkeypatch)
@@ -292,20 +279,13 @@ async def test_a_restarted_worker_resumes_the_session(
     home = tmp_path / "home"
     broker = ScriptedBroker(task("Make a.txt."))
     async with ScriptedModel(
-        [
-            {
-                "type": "tool_use",
-                "name": "Write",
-                "input": {"file_path": str(work_dir / "a.txt"), "content": "A\n"},
-            }
-        ],
+        [write(work_dir / "a.txt", "A\n")],
         [{"type": "text", "text": "Created a.txt."}],
     ) as model:
         await run_worker(run, broker, model.url, socket_dir, home, work_dir, monkeypatch)
     session = broker.steps[0]["data"]["session"]
 
-    again = ScriptedBroker(broker.task)
-    again.earlier = broker.steps
+    again = broker.started_again()
     async with ScriptedModel([{"type": "text", "text": "Carried on."}]) as model:
         await run_worker(run, again, model.url, socket_dir, home, work_dir, monkeypatch)
     (request,) = model.tool_requests()

@@ -125,8 +125,7 @@ async def test_a_planned_task_goes_on_at_its_autonomy_and_a_restart_carries_on(
     assert broker.kinds() == ["started", "plan", "tool", "summary"]
     session = broker.steps[0]["data"]["session"]
 
-    again = ScriptedBroker(broker.task)
-    again.earlier = broker.steps
+    again = broker.started_again()
     async with ScriptedModel([{"type": "text", "text": "Carried on."}]) as model:
         await run_worker(run, again, model.url, socket_dir, home, work_dir, monkeypatch)
     (request,) = model.tool_requests()
