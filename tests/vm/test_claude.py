@@ -159,10 +159,7 @@ def test_a_worker_lost_mid_task_resumes_its_session_and_pays_once(
         machine, token, "Pay Ada 30 cents.", tools=["wallet.pay"], droid={"autonomy": "high"}
     )
     # The second request answered with the command, which runs until the worker is lost.
-    deadline = time.monotonic() + 60
-    while len(model.requests()) < 2:
-        assert time.monotonic() < deadline, model.requests()
-        time.sleep(0.2)
+    model.wait_for_requests(2)
     wait_for_step(machine, task["id"], count=3)
     lose_worker_with_boxd(machine, task["id"])
     ended = finish(machine, task["id"])

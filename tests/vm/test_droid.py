@@ -7,7 +7,6 @@ asks and pays."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -231,10 +230,7 @@ def test_pending_comes_back_as_text_and_asking_again_pays_once(
     task = start_droid(machine, token, "Pay Ada 30 cents.", tools=["wallet.pay"], budgetCents=200)
     asked = pending(machine, task["id"], timeout=60)
     # The first call's pending answer reaches the model as plain text, not an error...
-    deadline = time.monotonic() + 60
-    while len(model.requests()) < 3:
-        assert time.monotonic() < deadline, model.requests()
-        time.sleep(0.2)
+    model.wait_for_requests(3)
     said = tool_results(model.requests()[2])[-1]
     assert "Waiting for the box owner" in said, said
     # ...and the model's second, identical call waits on the same approval, paid once.
@@ -402,10 +398,7 @@ def test_a_worker_lost_mid_task_carries_on_its_session_and_pays_once(
         tools=["wallet.pay"],
         droid={"autonomy": "high"},
     )
-    deadline = time.monotonic() + 60
-    while len(model.requests()) < 3:
-        assert time.monotonic() < deadline, model.requests()
-        time.sleep(0.2)
+    model.wait_for_requests(3)
     wait_for_step(machine, task["id"], count=3)
     lose_worker_with_boxd(machine, task["id"])
     ended = finish(machine, task["id"])
