@@ -14,7 +14,7 @@ from testbed.box_api import (
     unit_environment,
 )
 from testbed.machine import Machine
-from testbed.model_server import BASE_URL, ModelServer
+from testbed.model_server import BASE_URL, DEFAULT_USAGE, ModelServer
 from testbed.outside_world import start_outside
 
 KEY = f"sk-ant-api03-{secrets.token_hex(24)}"
@@ -27,17 +27,23 @@ USAGE = {
 }
 
 
+def outside_model(machine: Machine) -> Iterator[ModelServer]:
+    """The model server in the machine's outside world and the box pointed at it, KEY in its
+    vault; as a fixture of a module whose machine is its own, which sets nothing back."""
+    outside = start_outside(machine)
+    server = ModelServer(machine).start()
+    boxctl(machine, "settings", "set", "modelBaseUrl", BASE_URL)
+    set_key(machine)
+    yield server
+    server.stop()
+    outside.kill()
+
+
 def scripted_model(machine: Machine) -> Iterator[ModelServer]:
     """The model server, the box pointed at it with a key in its vault, and brokers that
     answer `pending` after 1.5 s."""
     with unit_environment(machine, BROKER_UNIT, "BOX_APPROVAL_WAIT_MS", "1500"):
-        outside = start_outside(machine)
-        server = ModelServer(machine).start()
-        boxctl(machine, "settings", "set", "modelBaseUrl", BASE_URL)
-        set_key(machine)
-        yield server
-        server.stop()
-        outside.kill()
+        yield from outside_model(machine)
     boxctl(machine, "vault", "rm", "ANTHROPIC_API_KEY", check=False)
     boxctl(machine, "settings", "set", "modelBaseUrl", "https://api.anthropic.com")
 
@@ -75,6 +81,11 @@ def ask_model(body: dict[str, Any], name: str = "request.json", *, retry: bool =
 
 def texts(task: dict[str, Any]) -> list[str]:
     return [str(step["text"]) for step in task["steps"]]
+
+
+def usage_cents(turns: int, usage: dict[str, int] = DEFAULT_USAGE) -> float:
+    """What `turns` model turns of `usage` each (the scripted model's own by default) cost."""
+    return turns * cost_of(usage)
 
 
 def cost_of(*usages: dict[str, int]) -> float:

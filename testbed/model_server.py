@@ -315,6 +315,14 @@ class ModelServer:
         text = self.machine.run("cat", f"{self.dir}/{REQUESTS}", check=False).stdout
         return [json.loads(line) for line in text.splitlines() if line.strip()]
 
+    def wait_for_requests(self, count: int, timeout: float = 60) -> list[dict[str, Any]]:
+        """The requests since the script was set, once there are `count` of them."""
+        deadline = time.monotonic() + timeout
+        while len(came := self.requests()) < count:
+            assert time.monotonic() < deadline, came
+            time.sleep(0.2)
+        return came
+
 
 if __name__ == "__main__":
     certificate = (sys.argv[4], sys.argv[5]) if len(sys.argv) > 5 else None

@@ -79,9 +79,10 @@ def machine() -> Iterator[Machine]:
     yield from booted_box()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def owner(machine: Machine) -> str:
-    """The name of a Linux user in the machine who owns the box (group boxd-owner)."""
+    """The name of a Linux user in the machine who owns the box (group boxd-owner); of the
+    module's own machine where it has one."""
     if machine.run("id", OWNER, check=False).returncode != 0:
         machine.run("useradd", "-m", "-G", "boxd-owner", OWNER)
     return OWNER

@@ -6,7 +6,6 @@ Claude Code, systemd or the broker."""
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -15,7 +14,6 @@ import pytest
 
 from boxd.claude.installer import CLAUDE
 from boxd.claude.release import claude_binary
-from boxd.wire.pricing import Tokens, price_cents
 from testbed.box_api import (
     BROKER_UNIT,
     boxctl,
@@ -28,13 +26,12 @@ from testbed.box_api import (
 )
 from testbed.droid_cache import claude_tarball
 from testbed.machine import Machine, booted_box
-from testbed.model_server import BASE_URL, DEFAULT_USAGE, ModelServer
+from testbed.model_calls import KEY, outside_model, usage_cents
+from testbed.model_server import ModelServer
 from testbed.npm_registry import ADDRESS, NpmRegistry
-from testbed.outside_world import start_outside
 from testbed.run_box import DEMO_TASK, DROID_TASK
 from testbed.wallet_calls import bookings, pending
 
-KEY = f"sk-ant-api03-{secrets.token_hex(24)}"
 MODEL = "claude-sonnet-4-6"
 INSTALL_UNIT = "boxd-claude-install.service"
 PAY = {"to": "ada", "cents": 30, "memo": "claude test"}
@@ -57,21 +54,8 @@ def machine(registry: NpmRegistry) -> Machine:
 
 
 @pytest.fixture(scope="module")
-def owner(machine: Machine) -> str:
-    """The box's owner in this module's machine (the suite's own `owner` is of its machine)."""
-    machine.run("useradd", "-m", "-G", "boxd-owner", "owner")
-    return "owner"
-
-
-@pytest.fixture(scope="module")
 def model(machine: Machine) -> Iterator[ModelServer]:
-    outside = start_outside(machine)
-    server = ModelServer(machine).start()
-    boxctl(machine, "settings", "set", "modelBaseUrl", BASE_URL)
-    machine.run("boxctl", "vault", "set", "ANTHROPIC_API_KEY", input=KEY + "\n")
-    yield server
-    server.stop()
-    outside.kill()
+    yield from outside_model(machine)
 
 
 def start_claude(machine: Machine, token: str, prompt: str, **fields: Any) -> dict[str, Any]:
@@ -85,16 +69,6 @@ def start_claude(machine: Machine, token: str, prompt: str, **fields: Any) -> di
 
 def turn(*blocks: dict[str, Any]) -> dict[str, Any]:
     return {"blocks": list(blocks)}
-
-
-def usage_cents(turns: int) -> float:
-    tokens = Tokens(
-        input=DEFAULT_USAGE["input_tokens"],
-        output=DEFAULT_USAGE["output_tokens"],
-        cacheWrite=DEFAULT_USAGE["cache_creation_input_tokens"],
-        cacheRead=DEFAULT_USAGE["cache_read_input_tokens"],
-    )
-    return turns * price_cents(MODEL, tokens)
 
 
 def test_a_claude_task_fails_in_words_when_claude_code_cannot_be_installed(
@@ -185,10 +159,7 @@ def test_a_worker_lost_mid_task_resumes_its_session_and_pays_once(
         machine, token, "Pay Ada 30 cents.", tools=["wallet.pay"], droid={"autonomy": "high"}
     )
     # The second request answered with the command, which runs until the worker is lost.
-    deadline = time.monotonic() + 60
-    while len(model.requests()) < 2:
-        assert time.monotonic() < deadline, model.requests()
-        time.sleep(0.2)
+    model.wait_for_requests(2)
     wait_for_step(machine, task["id"], count=3)
     lose_worker_with_boxd(machine, task["id"])
     ended = finish(machine, task["id"])

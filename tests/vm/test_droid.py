@@ -7,8 +7,6 @@ asks and pays."""
 from __future__ import annotations
 
 import json
-import secrets
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +14,6 @@ import pytest
 
 from boxd.droid.release import droid_binary
 from boxd.wire.model_key import KEY_REFUSED
-from boxd.wire.pricing import Tokens, price_cents
 from testbed.box_api import (
     BROKER_UNIT,
     boxctl,
@@ -27,12 +24,12 @@ from testbed.box_api import (
     wait_for_step,
 )
 from testbed.machine import Machine, booted_box
-from testbed.model_server import BASE_URL, DEFAULT_USAGE, ModelServer
+from testbed.model_calls import KEY, outside_model, usage_cents
+from testbed.model_server import DEFAULT_USAGE, ModelServer
 from testbed.npm_registry import NpmRegistry, droid_state, install_droid, restart_boxd
-from testbed.outside_world import arrived, start_outside
+from testbed.outside_world import arrived
 from testbed.wallet_calls import bookings, pending
 
-KEY = f"sk-ant-api03-{secrets.token_hex(24)}"
 MODEL = "claude-sonnet-4-6"
 PAY = {"to": "ada", "cents": 30, "memo": "droid test"}
 
@@ -48,13 +45,7 @@ def machine() -> Iterator[Machine]:
 
 @pytest.fixture(scope="module")
 def model(machine: Machine) -> Iterator[ModelServer]:
-    outside = start_outside(machine)
-    server = ModelServer(machine).start()
-    boxctl(machine, "settings", "set", "modelBaseUrl", BASE_URL)
-    machine.run("boxctl", "vault", "set", "ANTHROPIC_API_KEY", input=KEY + "\n")
-    yield server
-    server.stop()
-    outside.kill()
+    yield from outside_model(machine)
 
 
 def approval_wait(machine: Machine, ms: int) -> None:
@@ -134,16 +125,6 @@ def next_task_sees(machine: Machine, token: str, command: str) -> str:
     ended = finish(machine, task["id"])
     assert ended["state"] == "done", ended
     return str(ended["steps"][-1]["text"])
-
-
-def usage_cents(turns: int, usage: dict[str, int] = DEFAULT_USAGE) -> float:
-    tokens = Tokens(
-        input=usage["input_tokens"],
-        output=usage["output_tokens"],
-        cacheWrite=usage["cache_creation_input_tokens"],
-        cacheRead=usage["cache_read_input_tokens"],
-    )
-    return turns * price_cents(MODEL, tokens)
 
 
 def test_droid_edits_a_file_and_is_done_with_its_steps(
@@ -249,10 +230,7 @@ def test_pending_comes_back_as_text_and_asking_again_pays_once(
     task = start_droid(machine, token, "Pay Ada 30 cents.", tools=["wallet.pay"], budgetCents=200)
     asked = pending(machine, task["id"], timeout=60)
     # The first call's pending answer reaches the model as plain text, not an error...
-    deadline = time.monotonic() + 60
-    while len(model.requests()) < 3:
-        assert time.monotonic() < deadline, model.requests()
-        time.sleep(0.2)
+    model.wait_for_requests(3)
     said = tool_results(model.requests()[2])[-1]
     assert "Waiting for the box owner" in said, said
     # ...and the model's second, identical call waits on the same approval, paid once.
@@ -420,10 +398,7 @@ def test_a_worker_lost_mid_task_carries_on_its_session_and_pays_once(
         tools=["wallet.pay"],
         droid={"autonomy": "high"},
     )
-    deadline = time.monotonic() + 60
-    while len(model.requests()) < 3:
-        assert time.monotonic() < deadline, model.requests()
-        time.sleep(0.2)
+    model.wait_for_requests(3)
     wait_for_step(machine, task["id"], count=3)
     lose_worker_with_boxd(machine, task["id"])
     ended = finish(machine, task["id"])

@@ -23,13 +23,12 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from testbed.box_api import boxctl, finish, http, start_fake
 from testbed.browser import PHONE, browser, console_log, resize, screenshot
 from testbed.machine import Machine, booted_box
-from testbed.model_server import BASE_URL, ModelServer
+from testbed.model_calls import outside_model
+from testbed.model_server import ModelServer
 from testbed.npm_registry import install_droid
-from testbed.outside_world import start_outside
 from testbed.run_box import DEMO_TASK, DROID_TASK
 from testbed.screen_driver import _click, _link, _one, _text, until
 
-KEY = "sk-ant-api03-" + "5c" * 24
 SUMMARY = (
     "# Meeting, 2 December\n"
     "- Launch moves to March.\n"
@@ -49,21 +48,8 @@ def machine() -> Iterator[Machine]:
 
 
 @pytest.fixture(scope="module")
-def owner(machine: Machine) -> str:
-    """The box's owner in this module's machine (the suite's own `owner` is of its machine)."""
-    machine.run("useradd", "-m", "-G", "boxd-owner", "owner")
-    return "owner"
-
-
-@pytest.fixture(scope="module")
 def model(machine: Machine) -> Iterator[ModelServer]:
-    outside = start_outside(machine)
-    server = ModelServer(machine).start()
-    boxctl(machine, "settings", "set", "modelBaseUrl", BASE_URL)
-    machine.run("boxctl", "vault", "set", "ANTHROPIC_API_KEY", input=KEY + "\n")
-    yield server
-    server.stop()
-    outside.kill()
+    yield from outside_model(machine)
 
 
 @pytest.fixture

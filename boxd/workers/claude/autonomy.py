@@ -15,9 +15,10 @@ whose work outlives the worker's one turn (scheduled, background, other sessions
 Droid's Task and Loop are.
 """
 
+from boxd.workers.agent_config import MCP_SERVER
+
 LEVELS = ("low", "medium", "high")
 # The box's MCP server as Claude Code names its tools: `mcp__box__<tool>`.
-MCP_SERVER = "box"
 MCP_PREFIX = f"mcp__{MCP_SERVER}__"
 # The relay's tool that answers Claude Code's permission prompts (--permission-prompt-tool).
 PERMISSION_TOOL = "box_permission"

@@ -20,9 +20,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from boxd.workers.agent_config import MCP_SERVER, PLACEHOLDER_KEY, relay_server
 from boxd.workers.claude.autonomy import (
     MCP_PREFIX,
-    MCP_SERVER,
     PERMISSION_TOOL,
     allowed_tools,
     disabled_tools,
@@ -34,14 +34,6 @@ from boxd.workers.mcp.permission import (
     HOME_VARIABLE,
     PLAN_VARIABLE,
     WORK_VARIABLE,
-)
-
-# Not a secret: the gateway replaces it with the vault's key.
-PLACEHOLDER_KEY = "the-box-gateway-adds-the-key"
-RESUME_PROMPT = (
-    "The box restarted your work on this task (a restart or a power cut cut it off). Carry on "
-    "from where you stopped. Tool calls you already made are remembered: calling one again "
-    "with the same input returns its result without running it twice."
 )
 
 
@@ -104,22 +96,13 @@ def mcp_config(
     """The box's relay, started by Claude Code over stdio. It holds no secrets; it reaches only
     the task's broker, and answers permission prompts as the task's autonomy says (it refuses
     edits in the task's `home`, and resolves them from `work`, the workspace view)."""
-    return {
-        "mcpServers": {
-            MCP_SERVER: {
-                "type": "stdio",
-                "command": python,
-                "args": ["-I", "-m", "boxd.workers.mcp.relay"],
-                "env": {
-                    "BOX_SOCKET": socket,
-                    AUTONOMY_VARIABLE: level(autonomy),
-                    PLAN_VARIABLE: "1" if plan else "0",
-                    HOME_VARIABLE: str(home),
-                    WORK_VARIABLE: str(work),
-                },
-            }
-        }
+    told = {
+        AUTONOMY_VARIABLE: level(autonomy),
+        PLAN_VARIABLE: "1" if plan else "0",
+        HOME_VARIABLE: str(home),
+        WORK_VARIABLE: str(work),
     }
+    return {"mcpServers": {MCP_SERVER: relay_server(python, socket, told)}}
 
 
 def command(

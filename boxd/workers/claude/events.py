@@ -5,50 +5,29 @@
 (a message of the model's, one content block at a time: text, tool_use, thinking), `user` (the
 tools' results) and at the end `result` (success or the error, the final text, and the
 permission prompts that were denied). Every step carries the session id, so a worker started
-again resumes it (`--resume`, boxd.workers.droid.events.last_session).
+again resumes it (`--resume`, boxd.workers.agent_events.last_session).
 
 A planned task's plan is a step when the model hands it in (ExitPlanMode), and its acceptance
 another when the tool's result comes back without an error: a worker started again resumes in
 plan mode unless that second step is in the log (`plan_accepted`).
 """
 
-import json
-from dataclasses import dataclass
 from typing import Any
 
-from boxd.reading.caps import MAX_STEP_TEXT
-from boxd.workers.claude.autonomy import MCP_PREFIX, MCP_SERVER, PLAN_TOOL, within
-from boxd.workers.droid.events import Kind, api_words
+from boxd.workers.agent_config import MCP_SERVER
+from boxd.workers.agent_events import (
+    Kind,
+    Seen,
+    api_words,
+    as_text,
+    cut,
+    step,
+    tool_use_step,
+)
+from boxd.workers.claude.autonomy import MCP_PREFIX, PLAN_TOOL, within
 
-MAX_SHOWN_INPUT = 500
 # How Claude Code words an API error in its result: "API Error: 403 {...}".
 _API_ERROR_PREFIX = "API Error: "
-
-
-@dataclass(frozen=True)
-class Seen:
-    """What one line means to the worker."""
-
-    steps: tuple[dict[str, Any], ...] = ()
-    error: str | None = None
-    # The run's result came: `finished` if Claude Code completed the task's turn.
-    ended: bool = False
-    finished: bool = False
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def tool_name(name: str) -> str:
-    """`mcp__box__wallet__pay` is the box's `wallet.pay`; Claude Code's own tools keep theirs."""
-    if name.startswith(MCP_PREFIX):
-        return name[len(MCP_PREFIX) :].replace("__", ".")
-    return name
 
 
 def result_error(text: str) -> str:
@@ -69,11 +48,8 @@ class Events:
         # What Claude Code wanted that was beyond the task's autonomy: why the task fails.
         self.refused: list[str] = []
 
-    def _step(self, text: str, kind: str, **more: Any) -> dict[str, Any]:
-        return {
-            "text": _cut(text, MAX_STEP_TEXT) or kind,
-            "data": {"session": self.session, "kind": kind, **more},
-        }
+    def _step(self, text: str, kind: str) -> dict[str, Any]:
+        return step(text, self.session, kind)
 
     def read(self, line: dict[str, Any]) -> Seen:
         kind = line.get("type")
@@ -91,12 +67,12 @@ class Events:
         return Seen()
 
     def _init(self, line: dict[str, Any]) -> Seen:
-        session = _text(line.get("session_id"))
+        session = as_text(line.get("session_id"))
         if not session:
             return Seen(error="Claude Code started no session")
         self.session = session
         began = "carried on where it stopped" if self._resumed else "started working"
-        model = _text(line.get("model")) or self._model
+        model = as_text(line.get("model")) or self._model
         steps = [self._step(f"Claude Code {began}, on {model}", Kind.STARTED)]
         servers = line.get("mcp_servers") or []
         if not isinstance(servers, list):
@@ -104,7 +80,7 @@ class Events:
             return Seen(tuple(steps), error=f"Claude Code started without its tools: {why}")
         for server in servers:
             if isinstance(server, dict) and server.get("name") == MCP_SERVER:
-                status = _text(server.get("status"))
+                status = as_text(server.get("status"))
                 if status != "connected":
                     why = f"the box's MCP relay did not connect ({status or 'no status'})"
                     return Seen(tuple(steps), error=f"Claude Code started without its tools: {why}")
@@ -117,7 +93,7 @@ class Events:
             if not isinstance(block, dict):
                 continue
             if block.get("type") == "text":
-                text = _text(block.get("text")).strip()
+                text = as_text(block.get("text")).strip()
                 if text:
                     steps.append(self._step(text, Kind.MESSAGE))
             elif block.get("type") == "tool_use":
@@ -125,15 +101,9 @@ class Events:
         return steps
 
     def _tool_use(self, block: dict[str, Any]) -> dict[str, Any]:
-        name = _text(block.get("name"))
-        shown_name = tool_name(name)
-        self._tools[_text(block.get("id"))] = shown_name
-        parameters = block.get("input")
-        if name == PLAN_TOOL and isinstance(parameters, dict):
-            plan = _text(parameters.get("plan")).strip()
-            return self._step(f"Plan:\n{plan}", Kind.PLAN)
-        shown = _cut(json.dumps(parameters, ensure_ascii=False), MAX_SHOWN_INPUT)
-        return self._step(f"{shown_name} {shown}", Kind.TOOL, tool=shown_name)
+        return tool_use_step(
+            block, self.session, self._tools, mcp_prefix=MCP_PREFIX, plan_tool=PLAN_TOOL
+        )
 
     def _results(self, message: dict[str, Any]) -> list[dict[str, Any]]:
         steps = []
@@ -141,7 +111,7 @@ class Events:
         for block in content if isinstance(content, list) else []:
             if not isinstance(block, dict) or block.get("type") != "tool_result":
                 continue
-            name = self._tools.get(_text(block.get("tool_use_id")), "a tool")
+            name = self._tools.get(as_text(block.get("tool_use_id")), "a tool")
             if block.get("is_error") is not True:
                 if name == PLAN_TOOL:
                     accepted = "The plan was accepted; the work goes on."
@@ -149,8 +119,9 @@ class Events:
                 continue
             said = block.get("content")
             if isinstance(said, list):
-                said = " ".join(_text(part.get("text")) for part in said if isinstance(part, dict))
-            why = _text(said).strip() or "no reason given"
+                parts = [part for part in said if isinstance(part, dict)]
+                said = " ".join(as_text(part.get("text")) for part in parts)
+            why = as_text(said).strip() or "no reason given"
             steps.append(self._step(f"{name} failed: {why}", Kind.TOOL_ERROR))
         return steps
 
@@ -158,15 +129,15 @@ class Events:
         for denied in line.get("permission_denials") or []:
             if not isinstance(denied, dict):
                 continue
-            tool = _text(denied.get("tool_name"))
+            tool = as_text(denied.get("tool_name"))
             if tool and not within(tool, self._autonomy):
                 self.refused.append(self._wanted(tool, denied.get("tool_input")))
-        text = _text(line.get("result")).strip()
+        text = as_text(line.get("result")).strip()
         if self.refused:
             why = "; ".join(self.refused)
             return Seen((self._step(f"Refused: {why}", Kind.TOOL_ERROR),), error=why, ended=True)
         if line.get("subtype") != "success" or line.get("is_error") is True:
-            said = result_error(text) if text else _text(line.get("subtype"))
+            said = result_error(text) if text else as_text(line.get("subtype"))
             return Seen(error=f"Claude Code stopped: {said or 'no reason given'}", ended=True)
         summary = self._step(text or "Claude Code finished.", Kind.SUMMARY)
         return Seen((summary,), ended=True, finished=True)
@@ -177,7 +148,7 @@ class Events:
             detail = tool_input.get("command") or tool_input.get("file_path")
         shown = f"{tool} {detail}" if isinstance(detail, str) else tool
         return (
-            f"Claude Code needed permission for {_cut(shown, 300)}, which autonomy "
+            f"Claude Code needed permission for {cut(shown, 300)}, which autonomy "
             f"{self._autonomy} does not allow; a task with a higher droid.autonomy may do it"
         )
 
@@ -187,8 +158,8 @@ def plan_accepted(steps: list[dict[str, Any]]) -> bool:
     before it resumes in plan mode. A step is the task's own word (its worker logs it), and a
     task that forged this one gains nothing it could not have by handing in any plan, which the
     box accepts without asking."""
-    for step in steps:
-        data = step.get("data") if isinstance(step, dict) else None
+    for logged in steps:
+        data = logged.get("data") if isinstance(logged, dict) else None
         if isinstance(data, dict) and data.get("kind") == Kind.PLAN_ACCEPTED:
             return True
     return False

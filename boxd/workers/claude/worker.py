@@ -28,11 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from boxd.claude.release import claude_binary
-from boxd.workers.broker_client import BrokerClient, BrokerGarbled, BrokerGone, BrokerRefused
-from boxd.workers.claude.config import RESUME_PROMPT, command, environment, mcp_config
+from boxd.workers.agent_config import RESUME_PROMPT
+from boxd.workers.agent_events import last_session
+from boxd.workers.agent_program import run_agent_worker
+from boxd.workers.broker_client import BrokerClient
+from boxd.workers.claude.config import command, environment, mcp_config
 from boxd.workers.claude.events import Events, plan_accepted
 from boxd.workers.droid.config import task_options
-from boxd.workers.droid.events import last_session
 from boxd.workers.droid.worker import Steps, share_with_later_tasks
 
 # One event is one line; a tool's result can be long.
@@ -122,19 +124,7 @@ async def run(socket_path: str, own_home: Path, work_dir: Path, gateway_url: str
 
 
 def main() -> None:
-    socket_path = os.environ.get("BOX_SOCKET")
-    gateway_url = os.environ.get("BOX_MODEL_URL")
-    home = os.environ.get("HOME")
-    if not socket_path or not gateway_url or not home:
-        sys.exit(
-            "claude worker: BOX_SOCKET, BOX_MODEL_URL and HOME must be set; "
-            "boxd starts this worker for a task"
-        )
-    try:
-        asyncio.run(run(socket_path, Path(home), Path.cwd(), gateway_url))
-    except (ClaudeFailed, BrokerRefused, BrokerGone, BrokerGarbled, OSError) as failure:
-        print(failure, file=sys.stderr, flush=True)
-        sys.exit(1)
+    run_agent_worker("claude", run, ClaudeFailed)
 
 
 if __name__ == "__main__":

@@ -10,20 +10,14 @@ broker adds; the `apiKey` Droid sends is a placeholder the gateway throws away.
 from pathlib import Path
 from typing import Any
 
+from boxd.workers.agent_config import MCP_SERVER, PLACEHOLDER_KEY, relay_server
+
 # Droid names a custom model `custom:<displayName>-<index>`.
 MODEL_DISPLAY_NAME = "Box"
 MODEL_CHOICE = f"custom:{MODEL_DISPLAY_NAME}-0"
-# Not a secret: the gateway replaces it with the vault's key.
-PLACEHOLDER_KEY = "the-box-gateway-adds-the-key"
 MAX_OUTPUT_TOKENS = 32_000
 # Droid shows the box's MCP tools to the model as `box___<tool>`.
-MCP_SERVER = "box"
 MCP_PREFIX = f"{MCP_SERVER}___"
-RESUME_PROMPT = (
-    "The box restarted your work on this task (a restart or a power cut cut it off). Carry on "
-    "from where you stopped. Tool calls you already made are remembered: calling one again "
-    "with the same input returns its result without running it twice."
-)
 AIRGAP_ENVIRONMENT = {"FACTORY_AIRGAP_ENABLED": "true"}
 # Work that outlives the turn that started it, which the worker (one turn, then Droid's input
 # closes) would cut off: Droid's subagents, which plain `droid exec` does not permit either (a
@@ -60,16 +54,7 @@ def settings(model: str, gateway_url: str) -> dict[str, Any]:
 def mcp_servers(python: str, socket: str) -> dict[str, Any]:
     """`~/.factory/mcp.json`: the box's relay, started by Droid over stdio. It holds no secrets;
     it reaches only the task's broker."""
-    return {
-        "mcpServers": {
-            MCP_SERVER: {
-                "type": "stdio",
-                "command": python,
-                "args": ["-I", "-m", "boxd.workers.mcp.relay"],
-                "env": {"BOX_SOCKET": socket},
-            }
-        }
-    }
+    return {"mcpServers": {MCP_SERVER: relay_server(python, socket)}}
 
 
 def command(droid: Path, *, autonomy: str, work_dir: Path) -> list[str]:

@@ -27,20 +27,22 @@ from pathlib import Path
 from typing import Any
 
 from boxd.droid.release import droid_binary
-from boxd.workers.broker_client import BrokerClient, BrokerGarbled, BrokerGone, BrokerRefused
+from boxd.workers.agent_config import RESUME_PROMPT
+from boxd.workers.agent_events import Kind, last_session
+from boxd.workers.agent_program import run_agent_worker
+from boxd.workers.broker_client import BrokerClient
 from boxd.workers.droid.answers import Answers
 from boxd.workers.droid.config import (
     AIRGAP_ENVIRONMENT,
     DISABLED_TOOLS,
     MODEL_CHOICE,
-    RESUME_PROMPT,
     command,
     factory_dir,
     mcp_servers,
     settings,
     task_options,
 )
-from boxd.workers.droid.events import Kind, Notifications, last_session
+from boxd.workers.droid.events import Notifications
 from boxd.workers.droid.rpc import DroidRpc, DroidRpcError
 
 # One message is one line; a tool's result can be long.
@@ -200,19 +202,7 @@ async def run(socket_path: str, own_home: Path, work_dir: Path, gateway_url: str
 
 
 def main() -> None:
-    socket_path = os.environ.get("BOX_SOCKET")
-    gateway_url = os.environ.get("BOX_MODEL_URL")
-    home = os.environ.get("HOME")
-    if not socket_path or not gateway_url or not home:
-        sys.exit(
-            "droid worker: BOX_SOCKET, BOX_MODEL_URL and HOME must be set; "
-            "boxd starts this worker for a task"
-        )
-    try:
-        asyncio.run(run(socket_path, Path(home), Path.cwd(), gateway_url))
-    except (DroidFailed, BrokerRefused, BrokerGone, BrokerGarbled, OSError) as failure:
-        print(failure, file=sys.stderr, flush=True)
-        sys.exit(1)
+    run_agent_worker("droid", run, DroidFailed)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from boxd.workers.claude.config import PLACEHOLDER_KEY, command, environment, mcp_config
+from boxd.workers.agent_config import PLACEHOLDER_KEY
+from boxd.workers.claude.config import command, environment, mcp_config
 
 
 def test_the_model_is_the_gateway_with_a_placeholder_key_and_nothing_calls_home() -> None:

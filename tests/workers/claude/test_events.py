@@ -131,20 +131,26 @@ def plan_result(tool_use_id: str, *, error: bool) -> dict[str, Any]:
     return {"type": "user", "message": {"role": "user", "content": [block]}}
 
 
-def test_a_plan_is_a_step_and_its_acceptance_another() -> None:
+def steps_of(*lines: dict[str, Any]) -> list[dict[str, Any]]:
+    """The steps one run at low autonomy makes of its `init` and then `lines`."""
     events = Events("claude-sonnet-4-5", "low", resumed=False)
-    steps: list[dict[str, Any]] = []
-    for line in (
-        init(),
-        assistant(
-            {"type": "tool_use", "id": "p1", "name": "ExitPlanMode", "input": {"plan": "1."}}
-        ),
+    return [step for line in (init(), *lines) for step in events.read(line).steps]
+
+
+def hands_in_a_plan(tool_use_id: str) -> dict[str, Any]:
+    return assistant(
+        {"type": "tool_use", "id": tool_use_id, "name": "ExitPlanMode", "input": {"plan": "1."}}
+    )
+
+
+def test_a_plan_is_a_step_and_its_acceptance_another() -> None:
+    steps = steps_of(
+        hands_in_a_plan("p1"),
         plan_result("p1", error=False),
         # Another tool's result without an error is no step.
         assistant({"type": "tool_use", "id": "r1", "name": "Read", "input": {}}),
         plan_result("r1", error=False),
-    ):
-        steps += events.read(line).steps
+    )
     assert [s["data"]["kind"] for s in steps] == ["started", "plan", "plan-accepted", "tool"]
     assert steps[1]["text"] == "Plan:\n1."
     assert {s["data"]["session"] for s in steps} == {SESSION}
@@ -152,16 +158,7 @@ def test_a_plan_is_a_step_and_its_acceptance_another() -> None:
 
 
 def test_a_refused_plan_is_no_acceptance() -> None:
-    events = Events("claude-sonnet-4-5", "low", resumed=False)
-    steps: list[dict[str, Any]] = []
-    for line in (
-        init(),
-        assistant(
-            {"type": "tool_use", "id": "p1", "name": "ExitPlanMode", "input": {"plan": "1."}}
-        ),
-        plan_result("p1", error=True),
-    ):
-        steps += events.read(line).steps
+    steps = steps_of(hands_in_a_plan("p1"), plan_result("p1", error=True))
     assert [s["data"]["kind"] for s in steps] == ["started", "plan", "tool-error"]
     assert not plan_accepted(steps)
 

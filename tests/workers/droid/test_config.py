@@ -4,10 +4,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from boxd.workers.agent_config import PLACEHOLDER_KEY
 from boxd.workers.droid.config import (
     DISABLED_TOOLS,
     MODEL_CHOICE,
-    PLACEHOLDER_KEY,
     command,
     mcp_servers,
     settings,

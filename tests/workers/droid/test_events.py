@@ -4,7 +4,8 @@ model (`droid.session_notification`'s `notification`, with its `sessionId`)."""
 from typing import Any
 
 from boxd.reading.caps import MAX_STEP_TEXT
-from boxd.workers.droid.events import Kind, Notifications, api_words, last_session, tool_name
+from boxd.workers.agent_events import Kind
+from boxd.workers.droid.events import Notifications
 
 SESSION = "07821474-dc48-4a8f-8f70-04ef5bed23ca"
 MODEL = "claude-sonnet-4-6"
@@ -187,28 +188,6 @@ def test_a_refusal_is_a_tool_error_step() -> None:
     assert step["data"]["kind"] == Kind.TOOL_ERROR
 
 
-def test_tool_names() -> None:
-    assert tool_name("box___mail__send") == "mail.send"
-    assert tool_name("box___box_ask") == "box_ask"
-    assert tool_name("Create") == "Create"
-
-
-def test_resume_carries_on_the_newest_session_a_step_names() -> None:
-    steps = [
-        {"text": "one", "data": {"session": "aaa-1", "kind": "message"}},
-        {"text": "two", "data": {"session": "bbb-2", "kind": "tool"}},
-        {"text": "a fake line", "data": {"line": 3}},
-    ]
-    assert last_session(steps) == "bbb-2"
-    assert last_session([]) is None
-
-
-def test_a_session_that_is_not_an_id_is_never_carried_on() -> None:
-    """A step could hold anything the task logged: only an id is sent back to Droid."""
-    steps = [{"text": "x", "data": {"session": "--skip-permissions-unsafe"}}]
-    assert last_session(steps) is None
-
-
 def test_a_resumed_worker_says_it_carried_on() -> None:
     step = Notifications(SESSION, MODEL).started(resumed=True)
     assert step["text"] == f"Droid carried on where it stopped, on {MODEL}"
@@ -222,5 +201,3 @@ def test_an_api_error_is_told_in_the_apis_own_words() -> None:
     )
     seen = reader().read({"type": "error", "sessionId": SESSION, "message": said})
     assert seen.error == "The box owner said no to more model spending."
-    assert api_words("403 {not json}") == "403 {not json}"
-    assert api_words("Exec failed") == "Exec failed"

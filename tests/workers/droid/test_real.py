@@ -2,20 +2,17 @@
 model and a fake broker on a Unix socket: what the fake Droid of test_worker.py plays is
 what the real one does. Skipped where Droid is not installed; each test starts Droid (~5 s)."""
 
-import shutil
-import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from boxd.droid.release import droid_binary
+from boxd.workers.agent_config import RESUME_PROMPT
 from boxd.workers.droid.answers import YES
-from boxd.workers.droid.config import RESUME_PROMPT
 from boxd.workers.droid.worker import DroidFailed, run
 from tests.support.scripted_model import ScriptedModel
+from tests.support.worker_broker import ScriptedBroker, agent_task, run_worker
 
 pytestmark = pytest.mark.skipif(
     not droid_binary().exists(), reason=f"Droid is not installed at {droid_binary()}"
@@ -24,77 +21,8 @@ pytestmark = pytest.mark.skipif(
 MODEL = "claude-sonnet-4-6"
 
 
-class FakeBroker:
-    """GET /task and /tools, POST /step and /ask (answered from a script)."""
-
-    def __init__(self, task: dict[str, Any], *asks: dict[str, Any]) -> None:
-        self.task = task
-        self.steps: list[dict[str, Any]] = []
-        self.earlier: list[dict[str, Any]] = []
-        self.asked: list[dict[str, Any]] = []
-        self._asks = list(asks)
-
-    async def _task(self, request: web.Request) -> web.Response:
-        return web.json_response({"task": self.task, "steps": self.earlier})
-
-    async def _tools(self, request: web.Request) -> web.Response:
-        return web.json_response([])
-
-    async def _step(self, request: web.Request) -> web.Response:
-        self.steps.append(await request.json())
-        return web.json_response({})
-
-    async def _ask(self, request: web.Request) -> web.Response:
-        self.asked.append(await request.json())
-        return web.json_response(self._asks.pop(0))
-
-    def kinds(self) -> list[str]:
-        return [step["data"]["kind"] for step in self.steps]
-
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_get("/task", self._task)
-        app.router.add_get("/tools", self._tools)
-        app.router.add_post("/step", self._step)
-        app.router.add_post("/ask", self._ask)
-        return app
-
-
-@pytest.fixture
-async def socket_dir() -> AsyncIterator[Path]:
-    # A Unix socket's path must be short; pytest's tmp_path may not be.
-    where = Path(tempfile.mkdtemp(prefix="droid-", dir="/tmp"))
-    yield where
-    shutil.rmtree(where, ignore_errors=True)
-
-
-async def work(
-    broker: FakeBroker,
-    model: ScriptedModel,
-    socket_dir: Path,
-    home: Path,
-    work_dir: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("HOME", str(home))
-    runner = web.AppRunner(broker.app())
-    await runner.setup()
-    socket = socket_dir / "broker.sock"
-    await web.UnixSite(runner, str(socket)).start()
-    try:
-        await run(str(socket), home, work_dir, model.url)
-    finally:
-        await runner.cleanup()
-
-
 def task(prompt: str, autonomy: str = "low", plan: bool = False) -> dict[str, Any]:
-    return {
-        "id": "t1",
-        "title": "droid test",
-        "model": MODEL,
-        "prompt": prompt,
-        "droid": {"autonomy": autonomy, "plan": plan},
-    }
+    return agent_task("droid test", MODEL, prompt, autonomy, plan)
 
 
 def tool_results(request: dict[str, Any]) -> list[str]:
@@ -110,7 +38,7 @@ async def test_droids_question_is_the_owners_approval_and_the_yes_reaches_the_mo
     )
     made = tmp_path / "work" / "button.txt"
     made.parent.mkdir()
-    broker = FakeBroker(task("Make a button."), {"pending": True}, {"approved": True})
+    broker = ScriptedBroker(task("Make a button."), {"pending": True}, {"approved": True})
     async with ScriptedModel(
         [
             {"type": "text", "text": "I need to know the colour."},
@@ -125,7 +53,9 @@ async def test_droids_question_is_the_owners_approval_and_the_yes_reaches_the_mo
         ],
         [{"type": "text", "text": "Made a red button."}],
     ) as model:
-        await work(broker, model, socket_dir, tmp_path / "home", made.parent, monkeypatch)
+        await run_worker(
+            run, broker, model.url, socket_dir, tmp_path / "home", made.parent, monkeypatch
+        )
     # The session has the task's title: Droid asks the model for none, which the task would pay.
     assert model.requests == model.tool_requests()
     offered = [tool["name"] for tool in model.tool_requests()[0]["tools"]]
@@ -147,7 +77,7 @@ async def test_a_command_beyond_low_is_refused_and_the_task_fails(
     work_dir = tmp_path / "work"
     work_dir.mkdir()
     command = f"echo ran > {work_dir}/ran.txt"
-    broker = FakeBroker(task("Clean up."))
+    broker = ScriptedBroker(task("Clean up."))
     async with ScriptedModel(
         [
             {
@@ -164,7 +94,9 @@ async def test_a_command_beyond_low_is_refused_and_the_task_fails(
         [{"type": "text", "text": "Cleaned up."}],
     ) as model:
         with pytest.raises(DroidFailed, match=r"permission for Execute .*--auto low"):
-            await work(broker, model, socket_dir, tmp_path / "home", work_dir, monkeypatch)
+            await run_worker(
+                run, broker, model.url, socket_dir, tmp_path / "home", work_dir, monkeypatch
+            )
     assert not (work_dir / "ran.txt").exists()
     assert broker.kinds() == ["started", "tool", "tool-error"]
     assert broker.steps[-1]["text"].startswith("Refused: Droid needed permission for Execute")
@@ -176,7 +108,7 @@ async def test_a_planned_task_goes_on_at_its_autonomy_and_a_restart_carries_on(
     work_dir = tmp_path / "work"
     work_dir.mkdir()
     home = tmp_path / "home"
-    broker = FakeBroker(task("Make a.txt.", plan=True))
+    broker = ScriptedBroker(task("Make a.txt.", plan=True))
     async with ScriptedModel(
         [{"type": "tool_use", "name": "ExitSpecMode", "input": {"plan": "1. Create a.txt"}}],
         [
@@ -188,15 +120,14 @@ async def test_a_planned_task_goes_on_at_its_autonomy_and_a_restart_carries_on(
         ],
         [{"type": "text", "text": "Created a.txt."}],
     ) as model:
-        await work(broker, model, socket_dir, home, work_dir, monkeypatch)
+        await run_worker(run, broker, model.url, socket_dir, home, work_dir, monkeypatch)
     assert (work_dir / "a.txt").read_text() == "A\n"
     assert broker.kinds() == ["started", "plan", "tool", "summary"]
     session = broker.steps[0]["data"]["session"]
 
-    again = FakeBroker(broker.task)
-    again.earlier = broker.steps
+    again = broker.started_again()
     async with ScriptedModel([{"type": "text", "text": "Carried on."}]) as model:
-        await work(again, model, socket_dir, home, work_dir, monkeypatch)
+        await run_worker(run, again, model.url, socket_dir, home, work_dir, monkeypatch)
     (request,) = model.tool_requests()
     said = [block.get("text") for message in request["messages"] for block in message["content"]]
     assert "Make a.txt." in said and "Created a.txt." in said

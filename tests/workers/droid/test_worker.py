@@ -5,8 +5,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from boxd.workers.agent_config import RESUME_PROMPT
 from boxd.workers.droid.answers import YES, Answers
-from boxd.workers.droid.config import DISABLED_TOOLS, MODEL_CHOICE, RESUME_PROMPT
+from boxd.workers.droid.config import DISABLED_TOOLS, MODEL_CHOICE
 from boxd.workers.droid.rpc import ASK_USER, REQUEST_PERMISSION
 from boxd.workers.droid.worker import Steps, converse
 from tests.support.droid_fixtures import (
