@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from boxd.dbus.client import GatewayClient
 from boxd.web.app import make_app
+from boxd.wire.models.task_request import Worker
 
 SCREEN = resources.files("boxd.web").joinpath("screen")
 
@@ -79,3 +80,12 @@ def test_nothing_is_fetched_from_elsewhere() -> None:
     for name, text in _texts().items():
         for url in re.findall(r"https?://[^\s\"'<>)]+", text):
             assert url.startswith("http://www.w3.org/"), f"{name} names {url}"
+
+
+def test_the_new_task_form_offers_every_worker_the_box_runs() -> None:
+    """The form's list is written in start.js; the API's Worker is the one list it must match."""
+    start = _texts()["start.js"]
+    select = re.search(r'h\("select", \{ name: "worker" \}(.*?)\);', start)
+    assert select is not None
+    offered = re.findall(r'h\("option", \{ value: "([a-z]+)" \}', select.group(1))
+    assert sorted(offered) == sorted(worker.value for worker in Worker)
