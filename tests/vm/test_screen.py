@@ -1,7 +1,8 @@
 """The owner's screen in Debian's headless Chromium, against a real box in a test machine: log
 in through `boxctl open`'s link; watch a fake task's steps arrive live, approve its spend and see
 it go on; undo; review and keep a personal-folder task; pause, start a task from the form, see
-it queued, resume, see it run; a request without the session's header is refused; a new tab is
+it queued, resume, see it run (and a first read of the pause answered after the press does not
+undo it); a request without the session's header is refused; a new tab is
 lent the session, and logging out ends it in every tab. Every page is saved under screenshots/
 (ignored by git) for anyone to look at."""
 
@@ -164,6 +165,44 @@ def test_pause_start_from_the_form_queued_then_resume(machine: Machine, screen: 
     until(screen, lambda d: _state(d) == "done", "the queued task never ran")
     assert "started from the screen" in _story(screen)
     _not_reloaded(screen)
+
+
+# The page's first read of the pause state, held until the test lets it go: as a read still on
+# its way when the owner presses Pause, answered after the press.
+HOLD_FIRST_PAUSE_READ = """
+const realFetch = window.fetch.bind(window);
+let held = false;
+window.fetch = async (path, options = {}) => {
+  const response = await realFetch(path, options);
+  if (held || String(path) !== "/api/pause" || (options.method || "GET") !== "GET") return response;
+  held = true;
+  const text = await response.text();
+  while (!window.boxdRelease) await new Promise((done) => setTimeout(done, 50));
+  setTimeout(() => { window.boxdLateRead = "answered"; }, 300);
+  return new Response(text, { status: response.status, headers: response.headers });
+};
+"""
+
+
+def test_a_first_read_answered_after_the_owner_pressed_pause_does_not_undo_it(
+    machine: Machine, owner: str
+) -> None:
+    with browser(machine, owner) as driver:
+        driver.execute_cdp_cmd(
+            "Page.addScriptToEvaluateOnNewDocument", {"source": HOLD_FIRST_PAUSE_READ}
+        )
+        driver.get(_link(machine, owner))
+        until(driver, lambda d: _text(d, "main h1") == "Tasks")
+        _press(driver, "Pause agents")
+        try:
+            until(driver, lambda d: _visible(d, "#paused-banner"))
+            # The held read said "not paused": it was asked before the press.
+            driver.execute_script("window.boxdRelease = true")
+            until(driver, lambda d: d.execute_script("return window.boxdLateRead") == "answered")
+            assert _visible(driver, "#paused-banner")
+            assert _text(driver, "#pause") == "Resume agents"
+        finally:
+            boxctl(machine, "resume")
 
 
 def test_the_page_acts_only_with_the_session_s_header(machine: Machine, screen: WebDriver) -> None:

@@ -25,8 +25,15 @@ export async function loadApprovals() {
   changed("approvals");
 }
 
+// Each read or answer of the pause state takes a number; a read answered after a newer one
+// (the page's first read, still on its way when the owner pressed Pause) is not let undo it.
+let pauseSeen = 0;
+
 export async function loadPause() {
-  state.paused = Boolean((await get("/api/pause")).paused);
+  const asked = ++pauseSeen;
+  const paused = Boolean((await get("/api/pause")).paused);
+  if (asked !== pauseSeen) return;
+  state.paused = paused;
   changed("pause");
 }
 
@@ -38,6 +45,7 @@ export async function loadDoctor() {
 }
 
 export function setPaused(paused) {
+  pauseSeen += 1;
   state.paused = paused;
   changed("pause");
 }
